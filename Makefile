@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+# swiftlane — `make help` lists the targets.
+
+SHELL      := /bin/bash
+GO         ?= go
+CACHE      ?= $(CURDIR)/.cache
+BUILD      := $(CURDIR)/build
+VERSION    ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+GOFLAGS_BUILD := -trimpath -ldflags '-s -w -X github.com/swiftlane/swiftlane/cmd.version=$(VERSION)'
+# The BPF toolchain is pinned: generated objects are committed and CI checks
+# that regenerating them with this clang changes nothing.
+CLANG      ?= clang-19
+STRIP      ?= llvm-strip-19
+export SWIFTLANE_CACHE := $(CACHE)
+export CGO_ENABLED := 0
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install host packages (clang, QEMU 10, stress-ng, virtme-ng) — idempotent
+	bash lab/deps.sh
+
+.PHONY: build
+build: ## Build the static swiftlane binary into build/
+	@mkdir -p $(BUILD)
+	$(GO) build $(GOFLAGS_BUILD) -o $(BUILD)/swiftlane .
+
+.PHONY: generate
+generate: ## Regenerate BPF objects and Go bindings (needs clang-19)
+	$(GO) generate ./...
+
+.PHONY: verify-generate
+verify-generate: generate ## Fail if committed generated files are stale
+	@git diff --exit-code --stat -- '*_bpfel.go' '*_bpfel.o' || \
+	  { echo "generated BPF files are stale: run 'make generate' and commit"; exit 1; }
+
+.PHONY: vet
+vet: ## go vet + gofmt check
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+.PHONY: test-unit
+test-unit: ## Go unit tests (no kernel features needed)
+	$(GO) test ./...
+
+.PHONY: test
+test: deps vet verify-generate test-unit test-vm test-lb ## Everything CI runs
+
+include $(wildcard mk/*.mk)

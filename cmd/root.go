@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package cmd wires swiftlane's subcommands. It stays thin: each command
+// parses flags and hands off to a package under internal/.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at link time (-X).
+var version = "dev"
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "swiftlane",
+		Short:         "A sched_ext scheduler with a fast lane for latency-critical network functions",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.AddCommand(
+		newRunCmd(),
+		newStatsCmd(),
+		newProbeCmd(),
+		newLBCmd(),
+	)
+	return root
+}
+
+// Execute runs the command line and returns the process exit status.
+func Execute() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		fmt.Fprintln(os.Stderr, "swiftlane:", err)
+		return 1
+	}
+	return 0
+}
+
+// exitError carries a specific exit status up to Execute after the command
+// has already printed what went wrong.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }

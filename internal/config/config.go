@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package config is swiftlane's one configuration type: its defaults, its
+// validation and the YAML file format. Every entry point loads it here.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
+
+// Config is the whole file. Field docs are the reference in README.md.
+type Config struct {
+	Scheduler Scheduler `yaml:"scheduler"`
+	API       API       `yaml:"api"`
+	// Debug turns on verbose logging of strategy matches and events.
+	Debug bool `yaml:"debug"`
+	// EarlyProcessing lets per-CPU kthreads (ksoftirqd, per-CPU workers)
+	// preempt the running task instead of waiting for its slice to end.
+	EarlyProcessing bool `yaml:"early_processing"`
+	// BuiltinIdle places wakeups with the kernel's idle-CPU selection instead
+	// of swiftlane's own (previous CPU → idle core → cache sibling → any).
+	BuiltinIdle bool `yaml:"builtin_idle"`
+	// Strategies give matched processes a class and optionally a slice.
+	Strategies []strategy.Strategy `yaml:"strategies"`
+}
+
+// Scheduler holds the in-kernel scheduler's tunables.
+type Scheduler struct {
+	// SliceNsDefault is the slice a task gets when few tasks wait (ns).
+	SliceNsDefault uint64 `yaml:"slice_ns_default"`
+	// SliceNsMin is the smallest slice, reached when many tasks wait (ns).
+	SliceNsMin uint64 `yaml:"slice_ns_min"`
+}
+
+// API is the control-plane connection (used by the node agent).
+type API struct {
+	Enabled bool   `yaml:"enabled"`
+	URL     string `yaml:"url"`
+	// Interval is the heartbeat period in seconds.
+	Interval int `yaml:"interval"`
+}
+
+// Bounds of the slice settings, in ns.
+const (
+	MinSliceNs = 50_000        // 50 µs: below this, switching costs dominate
+	MaxSliceNs = 1_000_000_000 // 1 s
+)
+
+// Default returns the configuration used when no file is given.
+func Default() Config {
+	return Config{
+		Scheduler: Scheduler{SliceNsDefault: 2_000_000, SliceNsMin: 500_000},
+		API:       API{URL: "http://127.0.0.1:8080", Interval: 5},
+	}
+}
+
+// FieldError names the offending key so the user can find and fix it.
+type FieldError struct {
+	Key  string // dotted path, e.g. scheduler.slice_ns_min
+	Line int    // 0 when unknown
+	Msg  string
+}
+
+func (e *FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s (line %d): %s", e.Key, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Key, e.Msg)
+}
+
+// Load reads and validates a config file. Keys missing from the file keep
+// their defaults.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over the defaults, rejecting unknown keys by name, and
+// validates the result.
+func Parse(data []byte) (Config, error) {
+	cfg := Default()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return Config{}, err
+	}
+	if len(root.Content) == 0 { // empty file
+		return cfg, cfg.Validate()
+	}
+	if err := checkKeys(root.Content[0], reflect.TypeOf(cfg), ""); err != nil {
+		return Config{}, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, friendlyDecodeError(err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks values; the error names the first bad key.
+func (c *Config) Validate() error {
+	s := c.Scheduler
+	if s.SliceNsDefault < MinSliceNs || s.SliceNsDefault > MaxSliceNs {
+		return &FieldError{Key: "scheduler.slice_ns_default", Msg: fmt.Sprintf("%d is out of range: use %d..%d ns (e.g. 2000000 for 2 ms)", s.SliceNsDefault, MinSliceNs, MaxSliceNs)}
+	}
+	if s.SliceNsMin < MinSliceNs || s.SliceNsMin > s.SliceNsDefault {
+		return &FieldError{Key: "scheduler.slice_ns_min", Msg: fmt.Sprintf("%d is out of range: use %d ns up to scheduler.slice_ns_default (%d)", s.SliceNsMin, MinSliceNs, s.SliceNsDefault)}
+	}
+	if c.API.Interval < 1 || c.API.Interval > 3600 {
+		return &FieldError{Key: "api.interval", Msg: fmt.Sprintf("%d is out of range: use 1..3600 seconds", c.API.Interval)}
+	}
+	if c.API.Enabled || c.API.URL != "" {
+		u, err := url.Parse(c.API.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &FieldError{Key: "api.url", Msg: fmt.Sprintf("%q is not an http(s) URL: use e.g. https://127.0.0.1:8443", c.API.URL)}
+		}
+	}
+	names := map[string]int{}
+	for i := range c.Strategies {
+		st := &c.Strategies[i]
+		key := fmt.Sprintf("strategies[%d]", i)
+		if err := st.Validate(); err != nil {
+			var fe *strategy.FieldError
+			if errors.As(err, &fe) {
+				return &FieldError{Key: key + "." + fe.Field, Msg: fe.Msg}
+			}
+			return &FieldError{Key: key, Msg: err.Error()}
+		}
+		if st.Name != "" {
+			if j, dup := names[st.Name]; dup {
+				return &FieldError{Key: key + ".name", Msg: fmt.Sprintf("%q is already used by strategies[%d]: names must be unique", st.Name, j)}
+			}
+			names[st.Name] = i
+		}
+	}
+	return nil
+}
+
+// checkKeys walks a mapping node against a struct type and reports the first
+// key the struct does not have, with its full dotted path.
+func checkKeys(n *yaml.Node, t reflect.Type, prefix string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for i, item := range n.Content {
+			if err := checkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case n.Kind == yaml.ScalarNode:
+		// Decode the lone value now so a bad one is reported with its key.
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			msg := err.Error()
+			var te *yaml.TypeError
+			if errors.As(err, &te) && len(te.Errors) > 0 {
+				msg = fmt.Sprintf("%q is not a valid %s", n.Value, t.Kind())
+			}
+			return &FieldError{Key: prefix, Line: n.Line, Msg: msg}
+		}
+		return nil
+	case n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct:
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	var known []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if name == "" || name == "-" {
+			continue
+		}
+		fields[name] = f.Type
+		known = append(known, name)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		path := k.Value
+		if prefix != "" {
+			path = prefix + "." + k.Value
+		}
+		ft, ok := fields[k.Value]
+		if !ok {
+			return &FieldError{Key: path, Line: k.Line, Msg: fmt.Sprintf("unknown key; known keys here: %s", strings.Join(known, ", "))}
+		}
+		if err := checkKeys(n.Content[i+1], ft, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// friendlyDecodeError turns yaml.v3 type errors into one line per problem.
+func friendlyDecodeError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("bad value: %s", strings.Join(te.Errors, "; "))
+	}
+	return err
+}

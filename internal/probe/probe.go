@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package probe measures scheduling latency the way a network function feels
+// it: a UDP echo between two processes, timed per round trip.
+package probe
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"time"
+)
+
+// Echo answers every datagram on conn with the same bytes until ctx ends.
+func Echo(ctx context.Context, conn net.PacketConn) error {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	buf := make([]byte, 2048)
+	for {
+		n, addr, err := conn.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if _, err := conn.WriteTo(buf[:n], addr); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+}
+
+// Options of an RTT run.
+type Options struct {
+	Target   string        // echo server address, host:port
+	Samples  int           // round trips to time
+	Interval time.Duration // pause between round trips (a sleeping client, like a ping)
+	Timeout  time.Duration // per round trip; a lost reply counts as a timeout
+}
+
+// Result summarises round-trip times in microseconds.
+type Result struct {
+	Samples  int       `json:"samples"`
+	Timeouts int       `json:"timeouts"`
+	AvgUs    float64   `json:"avg_us"`
+	MinUs    float64   `json:"min_us"`
+	P50Us    float64   `json:"p50_us"`
+	P90Us    float64   `json:"p90_us"`
+	P99Us    float64   `json:"p99_us"`
+	MaxUs    float64   `json:"max_us"`
+	RTTUs    []float64 `json:"rtt_us,omitempty"`
+}
+
+// RTT sends Samples sequence-numbered datagrams, one at a time, and times each reply.
+func RTT(ctx context.Context, o Options) (Result, error) {
+	if o.Samples <= 0 {
+		return Result{}, errors.New("samples must be positive")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	conn, err := net.Dial("udp", o.Target)
+	if err != nil {
+		return Result{}, err
+	}
+	defer conn.Close()
+	var res Result
+	rtts := make([]float64, 0, o.Samples)
+	out := make([]byte, 64)
+	in := make([]byte, 2048)
+	for seq := uint64(1); len(rtts)+res.Timeouts < o.Samples; seq++ {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		binary.LittleEndian.PutUint64(out, seq)
+		start := time.Now()
+		if _, err := conn.Write(out); err != nil {
+			return res, err
+		}
+		if err := conn.SetReadDeadline(start.Add(o.Timeout)); err != nil {
+			return res, err
+		}
+		for {
+			n, err := conn.Read(in)
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					res.Timeouts++
+					break
+				}
+				return res, err
+			}
+			if n >= 8 && binary.LittleEndian.Uint64(in) == seq {
+				rtts = append(rtts, float64(time.Since(start).Nanoseconds())/1e3)
+				break
+			}
+			// A late reply to an earlier (timed-out) probe: keep waiting for ours.
+		}
+		if o.Interval > 0 {
+			time.Sleep(o.Interval)
+		}
+	}
+	return Summarise(rtts, res.Timeouts), nil
+}
+
+// Summarise computes the distribution of samples (µs).
+func Summarise(rtts []float64, timeouts int) Result {
+	r := Result{Samples: len(rtts), Timeouts: timeouts, RTTUs: rtts}
+	if len(rtts) == 0 {
+		return r
+	}
+	s := append([]float64(nil), rtts...)
+	sort.Float64s(s)
+	var sum float64
+	for _, v := range s {
+		sum += v
+	}
+	r.AvgUs = round(sum / float64(len(s)))
+	r.MinUs = round(s[0])
+	r.P50Us = round(Quantile(s, 0.50))
+	r.P90Us = round(Quantile(s, 0.90))
+	r.P99Us = round(Quantile(s, 0.99))
+	r.MaxUs = round(s[len(s)-1])
+	return r
+}
+
+// Quantile of sorted samples, nearest-rank.
+func Quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return sorted[i]
+}
+
+func round(v float64) float64 { return math.Round(v*10) / 10 }
+
+func (r Result) String() string {
+	return fmt.Sprintf("samples=%d timeouts=%d avg=%.1fµs p50=%.1fµs p90=%.1fµs p99=%.1fµs max=%.1fµs",
+		r.Samples, r.Timeouts, r.AvgUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs)
+}

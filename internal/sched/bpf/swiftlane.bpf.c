@@ -1,0 +1,731 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//go:build ignore
+
+/*
+ * swiftlane: a sched_ext scheduler with a fast lane for latency-critical
+ * network functions.
+ *
+ * Ordering. Every task has a virtual runtime (p->scx.dsq_vtime) that advances
+ * with the CPU time it uses, scaled down by its weight and class. It is queued
+ * by deadline = vruntime + CPU time used since it last slept, so tasks that
+ * sleep often (packet loops, request handlers) are served before CPU hogs.
+ * Sleeping earns credit only up to a bound (slice_lag), so a task that slept
+ * for a minute does not monopolise the CPUs when it wakes.
+ *
+ * Queues. A wakeup that finds an idle CPU goes straight onto that CPU's local
+ * queue. Everything else waits in one of two shared queues ordered by
+ * deadline: the critical queue, always served first, and the shared queue.
+ * Per-CPU kthreads (ksoftirqd, per-CPU workers) go to their CPU's local queue
+ * directly so softirq and network work is never stuck behind user tasks.
+ *
+ * Strategies. User space maps thread-group ids and cgroup ids to a class and
+ * an optional slice. The class is looked up here for every thread, so threads
+ * created after a strategy was set are covered without user space knowing
+ * them. A critical task may preempt a non-critical one, but only within a CPU
+ * budget: see effective_class().
+ */
+#define BPF_NO_KFUNC_PROTOTYPES
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "intf.h"
+#include "compat.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define BPF_STRUCT_OPS(name, args...) SEC("struct_ops/" #name) BPF_PROG(name, ##args)
+#define BPF_STRUCT_OPS_SLEEPABLE(name, args...) SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
+#define ENOMEM 12
+
+/* Limits */
+#define NSEC_PER_USEC 1000ULL
+#define NSEC_PER_MSEC 1000000ULL
+/* Longest runtime-since-sleep that counts towards a deadline, so one long burst cannot push a task back forever. */
+#define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
+/* CPUs scanned for an idle cache sibling or a preemption victim; bigger machines fall back to the kernel's idle pick. */
+#define MAX_CPU_SCAN 512
+/* cgroup ancestors checked against cgroup strategies (pod slice → pod → container is ~6 levels). */
+#define MAX_CGROUP_DEPTH 16
+/* task_struct->flags bit for kernel threads (include/linux/sched.h). */
+#define PF_KTHREAD 0x00200000
+
+/* Our dispatch queues (ids below the kernel's built-in range). */
+#define DSQ_CRITICAL 1
+#define DSQ_SHARED 2
+
+/*
+ * Tunables, set by the loader before the object is loaded (see
+ * internal/sched/options.go for the defaults and the config keys).
+ */
+const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;        /* scheduler.slice_ns_default */
+const volatile u64 slice_min_ns = 500 * NSEC_PER_USEC;  /* scheduler.slice_ns_min */
+const volatile u64 slice_lag_ns = 20 * NSEC_PER_MSEC;   /* most sleep credit a task keeps */
+const volatile u64 starvation_ns = 100 * NSEC_PER_MSEC; /* longest the shared queue waits behind critical work */
+const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC; /* critical CPU budget a task can bank */
+const volatile u32 critical_share_pct = 50;             /* budget refill rate, % of one CPU */
+const volatile bool early_processing = false;           /* per-CPU kthreads preempt the running task */
+const volatile bool builtin_idle = false;               /* use the kernel's idle-CPU selection */
+const volatile u32 nr_cpus = 1;                         /* possible CPUs */
+
+/*
+ * State shared with user space through the mmap'ed .bss. User space bumps
+ * strategy_gen after changing a strategy map, which invalidates the class
+ * every task has cached.
+ */
+u64 strategy_gen;
+u32 nr_cgroup_strategies;
+struct swl_exit_info exit_info;
+/* Queue depths as last seen by a dispatching CPU, for monitoring. */
+u64 queued_critical, queued_shared;
+
+static u64 vtime_now;         /* vruntime of the most recently started task */
+static u64 last_shared_serve; /* when a CPU last took from (or found empty) the shared queue */
+
+/* Statistics, one copy per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct swl_stats);
+} stats SEC(".maps");
+
+static struct swl_stats *lookup_stats(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+#define STAT_INC(field)                               \
+	do {                                          \
+		struct swl_stats *__s = lookup_stats(); \
+		if (__s)                              \
+			__s->field++;                 \
+	} while (0)
+
+/* Strategies by thread-group id; written by user space, and here on fork for inherited ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct swl_strategy);
+} tgid_strategy SEC(".maps");
+
+/* Strategies by cgroup id (the cgroup directory's inode number); matched against every ancestor. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, struct swl_strategy);
+} cgroup_strategy SEC(".maps");
+
+/* Last-level-cache id of each CPU, filled by user space from sysfs before attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of possible CPUs by the loader */
+	__type(key, u32);
+	__type(value, u32);
+} cpu_llc SEC(".maps");
+
+/* What each CPU runs now, to find a CPU a critical task may preempt. */
+struct cpu_state {
+	u32 class; /* class of the running task */
+	u32 busy;  /* 0 once the CPU went idle */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of possible CPUs by the loader */
+	__type(key, u32);
+	__type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+/* Process lifecycle events for user space, which matches new processes against strategies. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+/* Unused: makes the compiler emit struct swl_event's BTF for the Go bindings. */
+struct swl_event _swl_event_btf;
+
+/* Per-task scheduling state. */
+struct task_ctx {
+	u64 enq_at;       /* when it became runnable; 0 while it runs */
+	u64 started_at;   /* when it last got a CPU */
+	u64 exec_runtime; /* CPU time since it last slept */
+	s64 crit_budget;  /* critical-class CPU time it may still use, ns */
+	u64 budget_at;    /* last budget refill */
+	u64 strat_gen;    /* strategy_gen + 1 when class and slice were resolved */
+	u64 strat_slice;  /* slice from its strategy, 0 for the default */
+	u32 class;        /* class from its strategy */
+	u32 run_class;    /* class it was queued with this time */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+static struct task_ctx *lookup_task_ctx(struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
+}
+
+static bool time_before(u64 a, u64 b)
+{
+	return (s64)(a - b) < 0;
+}
+
+static bool is_percpu_kthread(const struct task_struct *p)
+{
+	return (p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1;
+}
+
+static void emit_event(u32 type, u32 pid, u32 tgid, u32 ppid)
+{
+	struct swl_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		STAT_INC(events_dropped);
+		return;
+	}
+	e->type = type;
+	e->pid = pid;
+	e->tgid = tgid;
+	e->ppid = ppid;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* Strategy of the nearest ancestor cgroup that has one. */
+static struct swl_strategy *lookup_cgroup_strategy(struct task_struct *p)
+{
+	struct cgroup *cgrp = BPF_CORE_READ(p, cgroups, dfl_cgrp);
+	int i;
+
+	for (i = 0; i < MAX_CGROUP_DEPTH && cgrp; i++) {
+		u64 id = BPF_CORE_READ(cgrp, kn, id);
+		struct swl_strategy *s = bpf_map_lookup_elem(&cgroup_strategy, &id);
+
+		if (s)
+			return s;
+		/* cgroup.self is the first member, so the parent css is the parent cgroup. */
+		cgrp = (struct cgroup *)BPF_CORE_READ(cgrp, self.parent);
+	}
+	return NULL;
+}
+
+/* Resolve the task's class and slice from the strategy maps, once per strategy change. */
+static void resolve_strategy(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 gen = strategy_gen + 1;
+	struct swl_strategy *s;
+	u32 tgid = p->tgid;
+
+	if (tctx->strat_gen == gen)
+		return;
+
+	s = bpf_map_lookup_elem(&tgid_strategy, &tgid);
+	if (!s && nr_cgroup_strategies)
+		s = lookup_cgroup_strategy(p);
+
+	if (s) {
+		tctx->class = s->class < SWL_NR_CLASSES ? s->class : SWL_CLASS_NORMAL;
+		tctx->strat_slice = s->slice_ns;
+	} else {
+		tctx->class = SWL_CLASS_NORMAL;
+		tctx->strat_slice = 0;
+	}
+	tctx->strat_gen = gen;
+}
+
+/*
+ * A critical task preempts others only while it has budget. The budget
+ * refills at critical_share_pct of one CPU and banks at most
+ * critical_burst_ns, so a critical task that spins gets at most that share
+ * (plus its fair share as a normal task) and cannot starve the rest. Tasks
+ * that run briefly and sleep, the shape of a packet loop, never run out.
+ */
+static u32 effective_class(struct task_ctx *tctx, u64 now)
+{
+	s64 budget;
+
+	if (tctx->class != SWL_CLASS_CRITICAL)
+		return tctx->class;
+
+	budget = tctx->crit_budget + (s64)((now - tctx->budget_at) * critical_share_pct / 100);
+	if (budget > (s64)critical_burst_ns)
+		budget = critical_burst_ns;
+	tctx->crit_budget = budget;
+	tctx->budget_at = now;
+
+	if (budget <= 0) {
+		STAT_INC(critical_demoted);
+		return SWL_CLASS_NORMAL;
+	}
+	return SWL_CLASS_CRITICAL;
+}
+
+/* Weight multiplier of a class, in 1/8ths. */
+static u64 class_weight8(u32 class)
+{
+	switch (class) {
+	case SWL_CLASS_CRITICAL:
+	case SWL_CLASS_HIGH:
+		return 32; /* 4x */
+	case SWL_CLASS_BACKGROUND:
+		return 1; /* 1/8 */
+	default:
+		return 8;
+	}
+}
+
+/* Scale CPU time to virtual time: heavier tasks and better classes age slower. */
+static u64 scale_inverse(u64 delta, const struct task_struct *p, u32 class)
+{
+	u64 w = (u64)p->scx.weight * class_weight8(class);
+
+	if (!w)
+		w = 1;
+	return delta * 100 * 8 / w;
+}
+
+/* Number of waiting tasks per CPU, to shrink the slice when the queues grow. */
+static u64 task_slice(struct task_ctx *tctx)
+{
+	u64 waiting, s;
+
+	if (tctx->strat_slice)
+		return tctx->strat_slice;
+
+	waiting = scx_bpf_dsq_nr_queued(DSQ_SHARED) + scx_bpf_dsq_nr_queued(DSQ_CRITICAL);
+	s = slice_ns / (waiting / (nr_cpus ? nr_cpus : 1) + 1);
+	return s < slice_min_ns ? slice_min_ns : s;
+}
+
+static u64 task_deadline(struct task_struct *p, struct task_ctx *tctx, u32 class)
+{
+	u64 lag = scale_inverse(slice_lag_ns, p, class);
+	u64 vmin = vtime_now - lag;
+
+	/* Bounded sleep credit. */
+	if (time_before(p->scx.dsq_vtime, vmin))
+		p->scx.dsq_vtime = vmin;
+
+	return p->scx.dsq_vtime + scale_inverse(tctx->exec_runtime, p, class);
+}
+
+/* An idle cache sibling of prev_cpu, scanning at most MAX_CPU_SCAN CPUs. */
+static s32 pick_idle_llc_sibling(const struct task_struct *p, s32 prev_cpu)
+{
+	u32 prev = prev_cpu, *llc, *l;
+	u32 i, cpu;
+
+	llc = bpf_map_lookup_elem(&cpu_llc, &prev);
+	if (!llc)
+		return -1;
+
+	bpf_for(i, 1, nr_cpus) {
+		if (i >= MAX_CPU_SCAN)
+			break;
+		cpu = (prev + i) % nr_cpus;
+		l = bpf_map_lookup_elem(&cpu_llc, &cpu);
+		if (!l || *l != *llc)
+			continue;
+		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr) && scx_bpf_test_and_clear_cpu_idle(cpu))
+			return cpu;
+	}
+	return -1;
+}
+
+/*
+ * Idle CPU for a task, claiming it: the previous CPU (warm cache), then a
+ * CPU whose SMT siblings are idle too, then a cache sibling, then any.
+ */
+static s32 pick_idle_cpu(struct task_struct *p, s32 prev_cpu)
+{
+	s32 cpu;
+
+	if (prev_cpu >= 0 && bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr) &&
+	    scx_bpf_test_and_clear_cpu_idle(prev_cpu))
+		return prev_cpu;
+
+	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, SCX_PICK_IDLE_CORE);
+	if (cpu >= 0)
+		return cpu;
+
+	if (prev_cpu >= 0) {
+		cpu = pick_idle_llc_sibling(p, prev_cpu);
+		if (cpu >= 0)
+			return cpu;
+	}
+
+	return scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+}
+
+static bool can_preempt(const struct task_struct *p, u32 cpu)
+{
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+
+	return cs && cs->busy && cs->class != SWL_CLASS_CRITICAL &&
+	       bpf_cpumask_test_cpu(cpu, p->cpus_ptr);
+}
+
+/*
+ * Make a CPU available to a queued critical task: wake an idle one, or
+ * preempt a CPU running non-critical work, its previous CPU first.
+ */
+static void kick_for_critical(struct task_struct *p)
+{
+	s32 prev = scx_bpf_task_cpu(p);
+	u32 i, cpu;
+	s32 idle;
+
+	idle = pick_idle_cpu(p, prev);
+	if (idle >= 0) {
+		scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
+		return;
+	}
+
+	if (prev >= 0 && can_preempt(p, prev)) {
+		scx_bpf_kick_cpu(prev, SCX_KICK_PREEMPT);
+		STAT_INC(preempt_kicks);
+		return;
+	}
+
+	bpf_for(i, 1, nr_cpus) {
+		if (i >= MAX_CPU_SCAN)
+			break;
+		cpu = ((u32)prev + i) % nr_cpus;
+		if (can_preempt(p, cpu)) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			STAT_INC(preempt_kicks);
+			return;
+		}
+	}
+}
+
+static void record_wait(u32 class, u64 wait_ns)
+{
+	struct swl_stats *s = lookup_stats();
+	u64 us = wait_ns / NSEC_PER_USEC;
+	u32 b = 0;
+
+	if (!s || class >= SWL_NR_CLASSES)
+		return;
+
+	/* log2 bucket, branch-light. */
+	if (us >= (1ULL << 16)) { b += 16; us >>= 16; }
+	if (us >= (1ULL << 8))  { b += 8;  us >>= 8; }
+	if (us >= (1ULL << 4))  { b += 4;  us >>= 4; }
+	if (us >= (1ULL << 2))  { b += 2;  us >>= 2; }
+	if (us >= (1ULL << 1))  { b += 1;  us >>= 1; }
+	b += us; /* 0 if < 1 µs, else floor(log2)+1 */
+	if (b >= SWL_HIST_BUCKETS)
+		b = SWL_HIST_BUCKETS - 1;
+
+	s->wait_count[class]++;
+	s->wait_sum_ns[class] += wait_ns;
+	s->wait_hist[class][b]++;
+}
+
+s32 BPF_STRUCT_OPS(swl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	bool is_idle = false;
+	u64 now;
+	s32 cpu;
+
+	if (!tctx)
+		return prev_cpu;
+
+	if (builtin_idle && bpf_ksym_exists(scx_bpf_select_cpu_dfl)) {
+		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	} else {
+		cpu = pick_idle_cpu(p, prev_cpu);
+		is_idle = cpu >= 0;
+		if (!is_idle)
+			cpu = prev_cpu;
+	}
+
+	if (is_idle) {
+		now = bpf_ktime_get_ns();
+		resolve_strategy(p, tctx);
+		tctx->run_class = effective_class(tctx, now);
+		if (!tctx->enq_at)
+			tctx->enq_at = now;
+		STAT_INC(direct_dispatch);
+		STAT_INC(enqueued[tctx->run_class & (SWL_NR_CLASSES - 1)]);
+		swl_insert(p, SCX_DSQ_LOCAL, task_slice(tctx), 0);
+	}
+	return cpu;
+}
+
+void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u64 now = bpf_ktime_get_ns();
+	u32 class;
+	s32 cpu;
+
+	if (!tctx) {
+		swl_insert(p, DSQ_SHARED, slice_ns, enq_flags);
+		return;
+	}
+	if (!tctx->enq_at)
+		tctx->enq_at = now;
+
+	/*
+	 * Per-CPU kthreads can only run on their CPU anyway; queue them there
+	 * directly so ksoftirqd and friends never wait behind user tasks. With
+	 * early_processing they also preempt whatever runs there now, which helps
+	 * network work and costs the running task its slice.
+	 */
+	if (is_percpu_kthread(p)) {
+		tctx->run_class = SWL_CLASS_HIGH;
+		STAT_INC(kthread_dispatch);
+		swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | (early_processing ? SCX_ENQ_PREEMPT : 0));
+		return;
+	}
+
+	resolve_strategy(p, tctx);
+	class = effective_class(tctx, now);
+	tctx->run_class = class;
+	STAT_INC(enqueued[class & (SWL_NR_CLASSES - 1)]);
+
+	if (class == SWL_CLASS_CRITICAL) {
+		swl_insert_vtime(p, DSQ_CRITICAL, task_slice(tctx), task_deadline(p, tctx, class), enq_flags);
+		kick_for_critical(p);
+		return;
+	}
+
+	swl_insert_vtime(p, DSQ_SHARED, task_slice(tctx), task_deadline(p, tctx, class), enq_flags);
+
+	/* Wake an idle CPU for it (pinned tasks and re-queues skip select_cpu). */
+	cpu = pick_idle_cpu(p, scx_bpf_task_cpu(p));
+	if (cpu >= 0)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
+void BPF_STRUCT_OPS(swl_dispatch, s32 cpu, struct task_struct *prev)
+{
+	u64 now = bpf_ktime_get_ns();
+	struct task_ctx *tctx;
+
+	/*
+	 * Starvation guard: critical work is served first, but if the shared
+	 * queue has waited longer than starvation_ns, serve it once now.
+	 */
+	queued_critical = scx_bpf_dsq_nr_queued(DSQ_CRITICAL);
+	queued_shared = scx_bpf_dsq_nr_queued(DSQ_SHARED);
+	if (!queued_shared) {
+		last_shared_serve = now;
+	} else if (now - last_shared_serve > starvation_ns && swl_move_to_local(DSQ_SHARED)) {
+		last_shared_serve = now;
+		STAT_INC(starvation_rescues);
+		return;
+	}
+
+	if (swl_move_to_local(DSQ_CRITICAL)) {
+		STAT_INC(critical_dispatch);
+		return;
+	}
+
+	if (swl_move_to_local(DSQ_SHARED)) {
+		last_shared_serve = now;
+		STAT_INC(shared_dispatch);
+		return;
+	}
+
+	/* Nothing else wants this CPU: let prev run on rather than switch to idle. */
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
+		tctx = lookup_task_ctx(prev);
+		prev->scx.slice = tctx ? task_slice(tctx) : slice_ns;
+	}
+}
+
+void BPF_STRUCT_OPS(swl_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	if (!tctx)
+		return;
+	/* It slept: its burst is over. */
+	tctx->exec_runtime = 0;
+	tctx->enq_at = bpf_ktime_get_ns();
+}
+
+void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u32 cpu = scx_bpf_task_cpu(p);
+	struct cpu_state *cs;
+	u64 now;
+
+	if (!tctx)
+		return;
+
+	now = bpf_ktime_get_ns();
+	tctx->started_at = now;
+	if (tctx->enq_at) {
+		record_wait(tctx->run_class, now - tctx->enq_at);
+		tctx->enq_at = 0;
+	}
+
+	if (time_before(vtime_now, p->scx.dsq_vtime))
+		vtime_now = p->scx.dsq_vtime;
+
+	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+	if (cs) {
+		cs->class = tctx->run_class;
+		cs->busy = 1;
+	}
+}
+
+void BPF_STRUCT_OPS(swl_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u32 cpu = scx_bpf_task_cpu(p);
+	struct cpu_state *cs;
+	u64 delta;
+
+	if (!tctx)
+		return;
+
+	delta = bpf_ktime_get_ns() - tctx->started_at;
+	tctx->exec_runtime += delta;
+	if (tctx->exec_runtime > EXEC_RUNTIME_MAX)
+		tctx->exec_runtime = EXEC_RUNTIME_MAX;
+	p->scx.dsq_vtime += scale_inverse(delta, p, tctx->run_class);
+	if (tctx->run_class == SWL_CLASS_CRITICAL)
+		tctx->crit_budget -= delta;
+
+	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+	if (cs)
+		cs->busy = 0;
+}
+
+void BPF_STRUCT_OPS(swl_enable, struct task_struct *p)
+{
+	p->scx.dsq_vtime = vtime_now;
+}
+
+s32 BPF_STRUCT_OPS(swl_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->crit_budget = critical_burst_ns;
+	tctx->budget_at = bpf_ktime_get_ns();
+	tctx->class = SWL_CLASS_NORMAL;
+	tctx->run_class = SWL_CLASS_NORMAL;
+	return 0;
+}
+
+/*
+ * Implementing the hotplug callbacks tells the kernel we cope with CPUs
+ * coming and going (otherwise it restarts the scheduler on every change).
+ * Nothing to move: all our queues are shared, and the kernel re-homes tasks
+ * queued on an offline CPU's local queue.
+ */
+void BPF_STRUCT_OPS(swl_cpu_online, s32 cpu)
+{
+	STAT_INC(cpu_hotplug);
+}
+
+void BPF_STRUCT_OPS(swl_cpu_offline, s32 cpu)
+{
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+
+	if (cs)
+		cs->busy = 0;
+	STAT_INC(cpu_hotplug);
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(swl_init)
+{
+	s32 err;
+
+	last_shared_serve = bpf_ktime_get_ns();
+	err = scx_bpf_create_dsq(DSQ_CRITICAL, -1);
+	if (err)
+		return err;
+	return scx_bpf_create_dsq(DSQ_SHARED, -1);
+}
+
+void BPF_STRUCT_OPS(swl_exit, struct scx_exit_info *ei)
+{
+	exit_info.kind = BPF_CORE_READ(ei, kind);
+	if (bpf_core_field_exists(ei->exit_code))
+		exit_info.exit_code = BPF_CORE_READ(ei, exit_code);
+	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason), BPF_CORE_READ(ei, reason));
+	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), BPF_CORE_READ(ei, msg));
+	exit_info.valid = 1;
+	emit_event(SWL_EV_SCHED_EXIT, 0, 0, 0);
+}
+
+/* Process lifecycle: lets user space match new processes without rescanning /proc. */
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(swl_on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	emit_event(SWL_EV_EXEC, p->pid, p->tgid, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(swl_on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	struct swl_strategy *s, inherited;
+	u32 ptgid = parent->tgid, tgid = child->tgid;
+
+	/* A new thread is covered by its thread group's entry already. */
+	if (child->pid != child->tgid)
+		return 0;
+
+	s = bpf_map_lookup_elem(&tgid_strategy, &ptgid);
+	if (s && (s->flags & SWL_STRAT_INHERIT)) {
+		inherited = *s;
+		inherited.flags |= SWL_STRAT_INHERITED;
+		bpf_map_update_elem(&tgid_strategy, &tgid, &inherited, BPF_NOEXIST);
+	}
+	emit_event(SWL_EV_FORK, child->pid, tgid, ptgid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(swl_on_exit, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+
+	/* Only when the last thread of the group exits (signal->live already dropped). */
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	/* Drop it here so a recycled PID never inherits a dead process's strategy. */
+	bpf_map_delete_elem(&tgid_strategy, &tgid);
+	emit_event(SWL_EV_EXIT, p->pid, tgid, 0);
+	return 0;
+}
+
+SEC(".struct_ops.link")
+struct sched_ext_ops swiftlane_ops = {
+	.select_cpu = (void *)swl_select_cpu,
+	.enqueue = (void *)swl_enqueue,
+	.dispatch = (void *)swl_dispatch,
+	.runnable = (void *)swl_runnable,
+	.running = (void *)swl_running,
+	.stopping = (void *)swl_stopping,
+	.enable = (void *)swl_enable,
+	.init_task = (void *)swl_init_task,
+	.cpu_online = (void *)swl_cpu_online,
+	.cpu_offline = (void *)swl_cpu_offline,
+	.init = (void *)swl_init,
+	.exit = (void *)swl_exit,
+	.name = "swiftlane",
+};

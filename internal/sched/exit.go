@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package sched
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExitInfo is why the kernel stopped the scheduler (its scx_exit_info).
+type ExitInfo struct {
+	Kind     uint32
+	ExitCode int64
+	Reason   string
+	Message  string
+}
+
+// Exit kinds (enum scx_exit_kind) that user space distinguishes.
+const (
+	ExitDone       = 1
+	ExitUnreg      = 64   // detached from user space
+	ExitUnregBPF   = 65   // the BPF side asked to exit
+	ExitUnregKern  = 66   // the kernel detached it (e.g. hotplug without callbacks)
+	ExitSysRq      = 67   // sysrq-S
+	ExitError      = 1024 // runtime error
+	ExitErrorBPF   = 1025 // scx_bpf_error() in the BPF side
+	ExitErrorStall = 1026 // watchdog: a runnable task waited too long
+)
+
+// Exit code bits (enum scx_exit_code).
+const (
+	ECodeActRestart = 1 << 48 // user space should reload the scheduler
+)
+
+var kindNames = map[uint32]string{
+	0: "none", ExitDone: "done", ExitUnreg: "unregistered from user space",
+	ExitUnregBPF: "unregistered from BPF", ExitUnregKern: "unregistered by the kernel",
+	ExitSysRq: "disabled by sysrq-S", ExitError: "runtime error", ExitErrorBPF: "error in BPF",
+	ExitErrorStall: "watchdog: runnable task stalled",
+}
+
+// KindName names an exit kind.
+func KindName(k uint32) string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return fmt.Sprintf("kind %d", k)
+}
+
+// IsError is true when the kernel ejected the scheduler for misbehaving.
+func (e *ExitInfo) IsError() bool { return e.Kind >= ExitError }
+
+// WantsRestart is true when the kernel asks user space to load it again.
+func (e *ExitInfo) WantsRestart() bool { return e.ExitCode&ECodeActRestart != 0 }
+
+func (e *ExitInfo) String() string {
+	s := fmt.Sprintf("%s (kind %d", KindName(e.Kind), e.Kind)
+	if e.ExitCode != 0 {
+		s += fmt.Sprintf(", exit code %#x", e.ExitCode)
+	}
+	s += ")"
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Exit returns the exit record the BPF side kept, or nil if it has none yet.
+func (s *Scheduler) Exit() (*ExitInfo, error) {
+	var raw swiftlaneSwlExitInfo
+	if err := s.objs.ExitInfo.Get(&raw); err != nil {
+		return nil, err
+	}
+	if raw.Valid == 0 {
+		return nil, nil
+	}
+	return &ExitInfo{Kind: raw.Kind, ExitCode: raw.ExitCode, Reason: cstr(raw.Reason[:]), Message: cstr(raw.Msg[:])}, nil
+}
+
+func cstr(b []int8) string {
+	u := make([]byte, len(b))
+	for i, c := range b {
+		u[i] = byte(c)
+	}
+	return unix.ByteSliceToString(u)
+}

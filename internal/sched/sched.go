@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package sched loads swiftlane's BPF scheduler (bpf/swiftlane.bpf.c),
+// attaches it as the kernel's sched_ext scheduler, and exposes its maps:
+// strategies in, process events and statistics out.
+package sched
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
+
+// Options are the scheduler's tunables, in the units the BPF side uses.
+type Options struct {
+	SliceNs         uint64 // scheduler.slice_ns_default
+	SliceMinNs      uint64 // scheduler.slice_ns_min
+	EarlyProcessing bool
+	BuiltinIdle     bool
+	Log             *slog.Logger
+}
+
+// Event is a process lifecycle event from the kernel.
+type Event struct {
+	Type EventType
+	PID  uint32
+	TGID uint32
+	PPID uint32
+}
+
+// EventType says what happened to a process.
+type EventType uint32
+
+const (
+	EventExec      EventType = 1
+	EventFork      EventType = 2
+	EventExit      EventType = 3
+	EventSchedExit EventType = 4 // the scheduler is being disabled
+)
+
+// Scheduler is a loaded swiftlane scheduler. Methods are safe for concurrent
+// use, except that Attach and Close must not race each other.
+type Scheduler struct {
+	objs   swiftlaneObjects
+	log    *slog.Logger
+	traces []link.Link
+	ops    link.Link
+	events *ringbuf.Reader
+
+	mu        sync.Mutex // strategy map writes and the generation counter
+	gen       uint64
+	nrCgroups uint32
+}
+
+// Load checks the kernel, loads and verifies the BPF object with the given
+// tunables and attaches the process-event tracepoints. The scheduler is not
+// active until Attach.
+func Load(opts Options) (*Scheduler, error) {
+	if err := Check(); err != nil {
+		return nil, err
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+
+	spec, err := loadSwiftlane()
+	if err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("possible CPUs: %w", err)
+	}
+	consts := map[string]any{
+		"slice_ns":         opts.SliceNs,
+		"slice_min_ns":     opts.SliceMinNs,
+		"early_processing": opts.EarlyProcessing,
+		"builtin_idle":     opts.BuiltinIdle,
+		"nr_cpus":          uint32(ncpu),
+	}
+	for name, v := range consts {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	spec.Maps["cpu_llc"].MaxEntries = uint32(ncpu)
+	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
+
+	s := &Scheduler{log: log}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("BPF verifier rejected the scheduler: %+v", ve)
+		}
+		return nil, fmt.Errorf("load BPF scheduler: %w", err)
+	}
+	if err := s.fillLLC(ncpu); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for _, p := range []*ebpf.Program{s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("attach %s: %w", p, err)
+		}
+		s.traces = append(s.traces, l)
+	}
+	if s.events, err = ringbuf.NewReader(s.objs.Events); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open event ring: %w", err)
+	}
+	return s, nil
+}
+
+// fillLLC tells BPF which CPUs share a last-level cache.
+func (s *Scheduler) fillLLC(ncpu int) error {
+	for cpu := 0; cpu < ncpu; cpu++ {
+		id := uint32(0)
+		for _, idx := range []string{"index3", "index2"} {
+			b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/cache/%s/id", cpu, idx))
+			if err == nil {
+				if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32); err == nil {
+					id = uint32(v)
+					break
+				}
+			}
+		}
+		if err := s.objs.CpuLlc.Put(uint32(cpu), id); err != nil {
+			return fmt.Errorf("cpu_llc[%d]: %w", cpu, err)
+		}
+	}
+	return nil
+}
+
+// Attach makes swiftlane the kernel's scheduler.
+func (s *Scheduler) Attach() error {
+	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.SwiftlaneOps})
+	if err != nil {
+		if state, ops, _ := State(); state != "" && state != "disabled" {
+			return &UnsupportedError{Err: ErrBusy, What: ops, Hint: "stop that scheduler first"}
+		}
+		return fmt.Errorf("attach scheduler: %w", err)
+	}
+	s.ops = l
+	return nil
+}
+
+// Detach hands scheduling back to the kernel's default scheduler. The kernel
+// then reports the exit (kind "unregistered") through Events.
+func (s *Scheduler) Detach() error {
+	if s.ops == nil {
+		return nil
+	}
+	err := s.ops.Close()
+	s.ops = nil
+	return err
+}
+
+// Close detaches and releases everything.
+func (s *Scheduler) Close() error {
+	errs := []error{s.Detach()}
+	if s.events != nil {
+		errs = append(errs, s.events.Close())
+	}
+	for _, l := range s.traces {
+		errs = append(errs, l.Close())
+	}
+	s.traces = nil
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}
+
+// ReadEvent blocks until the next process event. It returns an error once
+// the scheduler is closed.
+func (s *Scheduler) ReadEvent() (Event, error) {
+	rec, err := s.events.Read()
+	if err != nil {
+		return Event{}, err
+	}
+	var raw swiftlaneSwlEvent
+	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
+		return Event{}, fmt.Errorf("decode event: %w", err)
+	}
+	return Event{Type: EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
+}
+
+// RunEvents feeds process events to the applier until the scheduler exits
+// (it returns the kernel's exit record) or ctx ends (it returns ctx's error).
+func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitInfo, error) {
+	stop := context.AfterFunc(ctx, func() { s.events.Close() })
+	defer stop()
+	for {
+		ev, err := s.ReadEvent()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		switch ev.Type {
+		case EventExec:
+			err = a.HandleExec(ev.TGID)
+		case EventFork:
+			err = a.HandleFork(ev.TGID, ev.PPID)
+		case EventExit:
+			a.HandleExit(ev.TGID)
+		case EventSchedExit:
+			return s.Exit()
+		}
+		if err != nil {
+			s.log.Warn("apply strategy", "pid", ev.TGID, "err", err)
+		}
+	}
+}
+
+// The strategy.Target implementation: strategies go straight into BPF maps.
+
+func toBPF(e strategy.Entry) swiftlaneSwlStrategy {
+	v := swiftlaneSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
+	if e.Inherit {
+		v.Flags |= 1 // SWL_STRAT_INHERIT
+	}
+	return v
+}
+
+func (s *Scheduler) SetProcess(tgid uint32, e strategy.Entry) error {
+	v := toBPF(e)
+	return s.objs.TgidStrategy.Put(tgid, &v)
+}
+
+func (s *Scheduler) DeleteProcess(tgid uint32) error {
+	if err := s.objs.TgidStrategy.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (s *Scheduler) SetCgroup(id uint64, e strategy.Entry) error {
+	v := toBPF(e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var old swiftlaneSwlStrategy
+	if err := s.objs.CgroupStrategy.Lookup(id, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
+		s.nrCgroups++
+	}
+	return s.objs.CgroupStrategy.Put(id, &v)
+}
+
+func (s *Scheduler) DeleteCgroup(id uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.objs.CgroupStrategy.Delete(id)
+	if err == nil && s.nrCgroups > 0 {
+		s.nrCgroups--
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Commit bumps the strategy generation: every task re-resolves its class on
+// its next enqueue.
+func (s *Scheduler) Commit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	if err := s.objs.NrCgroupStrategies.Set(s.nrCgroups); err != nil {
+		return err
+	}
+	return s.objs.StrategyGen.Set(s.gen)
+}
+
+// LookupProcess returns the entry BPF holds for a thread group, for tests and
+// diagnostics.
+func (s *Scheduler) LookupProcess(tgid uint32) (strategy.Entry, bool, error) {
+	var v swiftlaneSwlStrategy
+	err := s.objs.TgidStrategy.Lookup(tgid, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return strategy.Entry{}, false, nil
+	}
+	if err != nil {
+		return strategy.Entry{}, false, err
+	}
+	return strategy.Entry{Class: strategy.Class(v.Class), SliceNs: v.SliceNs, Inherit: v.Flags&1 != 0, ID: v.Id}, true, nil
+}

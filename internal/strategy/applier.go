@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package strategy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+)
+
+// Entry is what the scheduler keeps for a matched process or cgroup.
+type Entry struct {
+	Class   Class
+	SliceNs uint64
+	Inherit bool
+	ID      uint32 // index of the strategy
+}
+
+// Target receives the Applier's decisions: the scheduler's BPF maps, or a
+// recorder in tests. Changes become visible to tasks on Commit.
+type Target interface {
+	SetProcess(tgid uint32, e Entry) error
+	DeleteProcess(tgid uint32) error
+	SetCgroup(id uint64, e Entry) error
+	DeleteCgroup(id uint64) error
+	Commit() error
+}
+
+// Applied is one process the current strategies apply to.
+type Applied struct {
+	PID       int
+	Strategy  string
+	Class     Class
+	Inherited bool
+	Cmdline   string
+}
+
+type procState struct {
+	idx       int
+	inherited bool
+	cmdline   string
+}
+
+// Applier keeps a Target in step with the processes on this machine: a full
+// match when the strategies change, then one lookup per process event
+// (exec, fork, exit) reported by the scheduler — no periodic rescans.
+// It is safe for concurrent use.
+type Applier struct {
+	mu         sync.Mutex
+	procRoot   string
+	cgroupRoot string
+	target     Target
+	log        *slog.Logger
+	set        *Set
+	procs      map[uint32]procState
+	cgroups    map[uint64]int
+}
+
+// NewApplier returns an Applier over procfs and the cgroup v2 mount.
+func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *Applier {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Applier{
+		procRoot:   procRoot,
+		cgroupRoot: cgroupRoot,
+		target:     target,
+		log:        log,
+		set:        &Set{},
+		procs:      map[uint32]procState{},
+		cgroups:    map[uint64]int{},
+	}
+}
+
+func entryOf(s *Set, idx int) Entry {
+	st := s.At(idx)
+	return Entry{Class: st.EffectiveClass(), SliceNs: st.ExecutionTime, Inherit: st.Inherit, ID: uint32(idx)}
+}
+
+func strategyName(s *Set, idx int) string {
+	if idx < 0 || idx >= s.Len() {
+		return ""
+	}
+	if n := s.At(idx).Name; n != "" {
+		return n
+	}
+	return fmt.Sprintf("strategies[%d]", idx)
+}
+
+// SetStrategies replaces the strategies and re-matches every process once.
+func (a *Applier) SetStrategies(set *Set) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.set = set
+
+	var errs []error
+	// Cgroups: resolved to ids here, matched against ancestors in BPF.
+	want := map[uint64]int{}
+	for i := 0; i < set.Len(); i++ {
+		cg := set.At(i).CgroupPath
+		if cg == "" || set.At(i).CommandRegex != "" || set.At(i).PID != 0 || len(set.At(i).Selectors) > 0 {
+			continue // combined matchers are resolved per process instead
+		}
+		id, err := cgroupID(filepath.Join(a.cgroupRoot, cg))
+		if err != nil {
+			a.log.Warn("cgroup strategy not applied", "strategy", strategyName(set, i), "cgroup_path", cg, "err", err)
+			continue
+		}
+		if _, dup := want[id]; !dup {
+			want[id] = i
+		}
+	}
+	for id := range a.cgroups {
+		if _, ok := want[id]; !ok {
+			errs = append(errs, a.target.DeleteCgroup(id))
+			delete(a.cgroups, id)
+		}
+	}
+	for id, idx := range want {
+		errs = append(errs, a.target.SetCgroup(id, entryOf(set, idx)))
+		a.cgroups[id] = idx
+	}
+
+	// Processes: one pass over procfs.
+	pids, err := ListPIDs(a.procRoot)
+	if err != nil {
+		return fmt.Errorf("list processes: %w", err)
+	}
+	seen := map[uint32]bool{}
+	for _, pid := range pids {
+		tgid := uint32(pid)
+		seen[tgid] = true
+		errs = append(errs, a.rematchLocked(tgid, true))
+	}
+	for tgid := range a.procs {
+		if !seen[tgid] {
+			delete(a.procs, tgid)
+		}
+	}
+	errs = append(errs, a.target.Commit())
+	return errors.Join(errs...)
+}
+
+// rematchLocked matches one process and updates the target (without Commit).
+// keepInherited keeps entries a parent passed down even if the child does not
+// match on its own.
+func (a *Applier) rematchLocked(tgid uint32, keepInherited bool) error {
+	p, err := ReadProcess(a.procRoot, int(tgid))
+	if err != nil {
+		// Gone already: its exit event cleans up.
+		return nil
+	}
+	old, had := a.procs[tgid]
+	idx, ok := a.set.Match(p)
+	switch {
+	case ok:
+		if had && old.idx == idx && !old.inherited {
+			return nil
+		}
+		a.procs[tgid] = procState{idx: idx, cmdline: p.Cmdline}
+		a.log.Debug("strategy applied", "pid", tgid, "strategy", strategyName(a.set, idx), "cmdline", p.Cmdline)
+		return a.target.SetProcess(tgid, entryOf(a.set, idx))
+	case had && old.inherited && keepInherited && old.idx < a.set.Len():
+		return nil
+	case had:
+		delete(a.procs, tgid)
+		a.log.Debug("strategy removed", "pid", tgid)
+		return a.target.DeleteProcess(tgid)
+	}
+	return nil
+}
+
+// HandleExec re-matches a process that replaced its program.
+func (a *Applier) HandleExec(tgid uint32) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.rematchLocked(tgid, true); err != nil {
+		return err
+	}
+	return a.target.Commit()
+}
+
+// HandleFork records a new process: inherited from its parent (the scheduler
+// has already copied the parent's entry in BPF) or matched on its own.
+func (a *Applier) HandleFork(tgid, parent uint32) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ps, ok := a.procs[parent]; ok && ps.idx < a.set.Len() && a.set.At(ps.idx).Inherit {
+		a.procs[tgid] = procState{idx: ps.idx, inherited: true, cmdline: ps.cmdline}
+		// Write it too: covers a fork that raced with a strategy change.
+		if err := a.target.SetProcess(tgid, entryOf(a.set, ps.idx)); err != nil {
+			return err
+		}
+		return a.target.Commit()
+	}
+	if err := a.rematchLocked(tgid, true); err != nil {
+		return err
+	}
+	return a.target.Commit()
+}
+
+// HandleExit forgets a process; the scheduler already dropped its entry.
+func (a *Applier) HandleExit(tgid uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.procs, tgid)
+}
+
+// Applied lists the processes strategies currently apply to, by PID.
+func (a *Applier) Applied() []Applied {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Applied, 0, len(a.procs))
+	for tgid, ps := range a.procs {
+		out = append(out, Applied{
+			PID: int(tgid), Strategy: strategyName(a.set, ps.idx), Class: entryOf(a.set, ps.idx).Class,
+			Inherited: ps.inherited, Cmdline: ps.cmdline,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// cgroupID is the id BPF sees for a cgroup v2 directory: its inode number.
+func cgroupID(dir string) (uint64, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("no such cgroup directory %s", dir)
+		}
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.IsDir() {
+		return 0, fmt.Errorf("%s is not a cgroup directory", dir)
+	}
+	return st.Ino, nil
+}

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package strategy
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Set is a validated, compiled list of strategies. The first strategy that
+// matches a process wins, so order expresses precedence.
+type Set struct {
+	items []compiled
+}
+
+type compiled struct {
+	s  Strategy
+	re *regexp.Regexp
+}
+
+// Compile validates and compiles strategies; the error names the index and field.
+func Compile(list []Strategy) (*Set, error) {
+	set := &Set{items: make([]compiled, 0, len(list))}
+	for i, s := range list {
+		if err := s.Validate(); err != nil {
+			return nil, &IndexError{Index: i, Err: err}
+		}
+		c := compiled{s: s}
+		if s.CommandRegex != "" {
+			c.re = regexp.MustCompile(s.CommandRegex) // validated above
+		}
+		set.items = append(set.items, c)
+	}
+	return set, nil
+}
+
+// IndexError locates a bad strategy in a list.
+type IndexError struct {
+	Index int
+	Err   error
+}
+
+func (e *IndexError) Error() string { return fmt.Sprintf("strategies[%d].%v", e.Index, e.Err) }
+func (e *IndexError) Unwrap() error { return e.Err }
+
+// Len is the number of strategies.
+func (s *Set) Len() int { return len(s.items) }
+
+// At returns strategy i.
+func (s *Set) At(i int) Strategy { return s.items[i].s }
+
+// Match returns the index of the first strategy matching p. Strategies with
+// pod selectors never match here: pods are resolved by the agent.
+func (s *Set) Match(p Process) (int, bool) {
+	for i := range s.items {
+		if s.items[i].matches(p) {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+func (c *compiled) matches(p Process) bool {
+	s := &c.s
+	if len(s.Selectors) > 0 {
+		return false
+	}
+	if s.PID != 0 && s.PID != p.PID {
+		return false
+	}
+	if s.CgroupPath != "" && !underCgroup(p.Cgroup, s.CgroupPath) {
+		return false
+	}
+	if c.re != nil {
+		hit := (p.Cmdline != "" && c.re.MatchString(p.Cmdline)) ||
+			(p.Exe != "" && c.re.MatchString(p.Exe)) ||
+			(p.Cmdline == "" && p.Comm != "" && c.re.MatchString(p.Comm))
+		if !hit {
+			return false
+		}
+	}
+	return true
+}
+
+func underCgroup(procCg, strat string) bool {
+	return procCg == strat || strings.HasPrefix(procCg, strings.TrimSuffix(strat, "/")+"/")
+}

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package strategy
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Process is what matching needs to know about a process.
+type Process struct {
+	PID     int    // thread-group id
+	Cmdline string // argv joined by spaces; empty for kernel threads
+	Exe     string // resolved executable path; empty if unreadable
+	Comm    string // kernel thread name (15 chars at most)
+	Cgroup  string // cgroup v2 path, e.g. /system.slice/foo.service
+}
+
+// ReadProcess reads a process's identity from procfs (root is usually /proc).
+// It returns an error if the process is gone.
+func ReadProcess(root string, pid int) (Process, error) {
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	p := Process{PID: pid}
+	cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return p, err
+	}
+	p.Cmdline = strings.TrimSpace(string(bytes.ReplaceAll(bytes.TrimRight(cmd, "\x00"), []byte{0}, []byte{' '})))
+	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+	if comm, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
+		p.Comm = strings.TrimSpace(string(comm))
+	}
+	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+		p.Cgroup = parseCgroupV2(string(cg))
+	}
+	return p, nil
+}
+
+// parseCgroupV2 picks the unified-hierarchy line ("0::/path") of /proc/PID/cgroup.
+func parseCgroupV2(s string) string {
+	for _, line := range strings.Split(s, "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// ListPIDs returns the thread-group ids in procfs.
+func ListPIDs(root string) ([]int, error) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	pids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
