@@ -60,7 +60,7 @@ func (e *ExitInfo) String() string {
 		s += fmt.Sprintf(", exit code %#x", e.ExitCode)
 	}
 	s += ")"
-	if e.Reason != "" {
+	if e.Reason != "" && e.Reason != KindName(e.Kind) {
 		s += ": " + e.Reason
 	}
 	if e.Message != "" {

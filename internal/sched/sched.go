@@ -81,10 +81,11 @@ func Load(opts Options) (*Scheduler, error) {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 
-	spec, err := loadSwiftlane()
+	spec, level, err := loadSpec()
 	if err != nil {
 		return nil, fmt.Errorf("parse BPF object: %w", err)
 	}
+	log.Debug("loading scheduler", "kfunc_api", level)
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("possible CPUs: %w", err)

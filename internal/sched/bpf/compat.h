@@ -4,11 +4,18 @@
  * spelling the running kernel has.
  *
  * The loader checks each kfunc's prototype against the kernel's BTF and
- * refuses any mismatch (even void vs bool), so a kfunc whose signature changed
- * cannot be declared once for all kernels. The kernel keeps the old signature
- * under the old name and adds the new one under a "___v2" name, so each
- * spelling is declared __weak with its own exact prototype and the wrappers
- * test which exist (bpf_ksym_exists). Absent weak kfuncs load as dead code.
+ * refuses any mismatch (even void vs bool). When a signature changed, the
+ * kernel kept the old one under the old name and added the new one under a
+ * "___v2" name. cilium/ebpf cannot resolve the old name on such a kernel
+ * (it strips "___" suffixes when looking names up and then finds several),
+ * so one object cannot name both: the source is compiled once per API level
+ * (SWL_API) and the Go loader picks the object by the names the kernel has
+ * (see api.go). Within a level, functions that may be absent are __weak and
+ * guarded with bpf_ksym_exists().
+ *
+ *   SWL_API 1  kernels without ___v2 kfuncs (6.12 .. 6.18)
+ *   SWL_API 2  scx_bpf_dsq_insert___v2 and __scx_bpf_dsq_insert_vtime (6.19 ..)
+ *   SWL_API 3  also scx_bpf_dsq_move_to_local___v2 (7.1 ..)
  *
  *   6.12          scx_bpf_dispatch(), scx_bpf_dispatch_vtime(), scx_bpf_consume()
  *   6.13 ..       scx_bpf_dsq_insert(), scx_bpf_dsq_insert_vtime(), scx_bpf_dsq_move_to_local()
@@ -31,56 +38,75 @@ s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
 s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, bool *is_idle) __ksym __weak;
 bool bpf_cpumask_test_cpu(u32 cpu, const struct cpumask *cpumask) __ksym;
 
-/* Insert into a queue, FIFO. */
-bool scx_bpf_dsq_insert___v2(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+#ifndef SWL_API
+#error "SWL_API must be 1, 2 or 3: see compat.h"
+#endif
+
+#if SWL_API == 1
 void scx_bpf_dsq_insert(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+void scx_bpf_dsq_insert_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime, u64 enq_flags) __ksym __weak;
+bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym __weak;
 void scx_bpf_dispatch(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+void scx_bpf_dispatch_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime, u64 enq_flags) __ksym __weak;
+bool scx_bpf_consume(u64 dsq_id) __ksym __weak;
 
 static __always_inline void swl_insert(struct task_struct *p, u64 dsq, u64 slice, u64 flags)
 {
-	if (bpf_ksym_exists(scx_bpf_dsq_insert___v2))
-		scx_bpf_dsq_insert___v2(p, dsq, slice, flags);
-	else if (bpf_ksym_exists(scx_bpf_dsq_insert))
+	if (bpf_ksym_exists(scx_bpf_dsq_insert))
 		scx_bpf_dsq_insert(p, dsq, slice, flags);
 	else
 		scx_bpf_dispatch(p, dsq, slice, flags);
 }
 
-/* Insert into a queue ordered by vtime. */
-bool __scx_bpf_dsq_insert_vtime(struct task_struct *p, struct scx_bpf_dsq_insert_vtime_args *args) __ksym __weak;
-void scx_bpf_dsq_insert_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime, u64 enq_flags) __ksym __weak;
-void scx_bpf_dispatch_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime, u64 enq_flags) __ksym __weak;
-
 static __always_inline void swl_insert_vtime(struct task_struct *p, u64 dsq, u64 slice, u64 vtime, u64 flags)
 {
-	if (bpf_ksym_exists(__scx_bpf_dsq_insert_vtime)) {
-		struct scx_bpf_dsq_insert_vtime_args args = {
-			.dsq_id = dsq,
-			.slice = slice,
-			.vtime = vtime,
-			.enq_flags = flags,
-		};
-
-		__scx_bpf_dsq_insert_vtime(p, &args);
-	} else if (bpf_ksym_exists(scx_bpf_dsq_insert_vtime)) {
+	if (bpf_ksym_exists(scx_bpf_dsq_insert_vtime))
 		scx_bpf_dsq_insert_vtime(p, dsq, slice, vtime, flags);
-	} else {
+	else
 		scx_bpf_dispatch_vtime(p, dsq, slice, vtime, flags);
-	}
 }
-
-/* Move the first task of a queue to this CPU's local queue. */
-bool scx_bpf_dsq_move_to_local___v2(u64 dsq_id, u64 enq_flags) __ksym __weak;
-bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym __weak;
-bool scx_bpf_consume(u64 dsq_id) __ksym __weak;
 
 static __always_inline bool swl_move_to_local(u64 dsq)
 {
-	if (bpf_ksym_exists(scx_bpf_dsq_move_to_local___v2))
-		return scx_bpf_dsq_move_to_local___v2(dsq, 0);
 	if (bpf_ksym_exists(scx_bpf_dsq_move_to_local))
 		return scx_bpf_dsq_move_to_local(dsq);
 	return scx_bpf_consume(dsq);
 }
+
+#else /* SWL_API 2 and 3: the ___v2 insert and the argument-struct vtime insert */
+bool scx_bpf_dsq_insert___v2(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym;
+bool __scx_bpf_dsq_insert_vtime(struct task_struct *p, struct scx_bpf_dsq_insert_vtime_args *args) __ksym;
+
+static __always_inline void swl_insert(struct task_struct *p, u64 dsq, u64 slice, u64 flags)
+{
+	scx_bpf_dsq_insert___v2(p, dsq, slice, flags);
+}
+
+static __always_inline void swl_insert_vtime(struct task_struct *p, u64 dsq, u64 slice, u64 vtime, u64 flags)
+{
+	struct scx_bpf_dsq_insert_vtime_args args = {
+		.dsq_id = dsq,
+		.slice = slice,
+		.vtime = vtime,
+		.enq_flags = flags,
+	};
+
+	__scx_bpf_dsq_insert_vtime(p, &args);
+}
+
+#if SWL_API == 2
+bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym;
+static __always_inline bool swl_move_to_local(u64 dsq)
+{
+	return scx_bpf_dsq_move_to_local(dsq);
+}
+#else
+bool scx_bpf_dsq_move_to_local___v2(u64 dsq_id, u64 enq_flags) __ksym;
+static __always_inline bool swl_move_to_local(u64 dsq)
+{
+	return scx_bpf_dsq_move_to_local___v2(dsq, 0);
+}
+#endif
+#endif /* SWL_API */
 
 #endif /* SWIFTLANE_COMPAT_H */

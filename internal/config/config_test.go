@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
+
+func TestDefaultsWithoutFile(t *testing.T) {
+	cfg, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Scheduler.SliceNsDefault != 2_000_000 || cfg.Scheduler.SliceNsMin != 500_000 || cfg.API.Interval != 5 {
+		t.Fatalf("unexpected defaults: %+v", cfg)
+	}
+}
+
+func TestReferenceKeysAndStrategies(t *testing.T) {
+	cfg, err := Parse([]byte(`
+scheduler:
+  slice_ns_default: 20000000
+  slice_ns_min: 1000000
+api:
+  enabled: true
+  url: http://127.0.0.1:8080
+  interval: 5
+debug: true
+early_processing: true
+builtin_idle: true
+strategies:
+  - name: gnb
+    class: critical
+    command_regex: "nr-gnb|nr-ue|ping"
+    execution_time: 20000000
+  - priority: true
+    pid: 42
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Debug || !cfg.EarlyProcessing || !cfg.BuiltinIdle || !cfg.API.Enabled {
+		t.Fatalf("booleans not read: %+v", cfg)
+	}
+	if got := cfg.Strategies[0].EffectiveClass(); got != strategy.Critical {
+		t.Fatalf("class = %v", got)
+	}
+	if got := cfg.Strategies[1].EffectiveClass(); got != strategy.Critical {
+		t.Fatalf("priority: true must mean critical, got %v", got)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	cases := []struct{ yaml, key, hint string }{
+		{"scheduler:\n  slice_ns_defalt: 5\n", "scheduler.slice_ns_defalt", "known keys here"},
+		{"bogus: 1\n", "bogus", "unknown key"},
+		{"scheduler:\n  slice_ns_min: abc\n", "scheduler.slice_ns_min", "not a valid"},
+		{"scheduler:\n  slice_ns_default: 10\n", "scheduler.slice_ns_default", "out of range"},
+		{"scheduler:\n  slice_ns_min: 3000000\n", "scheduler.slice_ns_min", "up to scheduler.slice_ns_default"},
+		{"api:\n  url: ftp://x\n", "api.url", "http(s)"},
+		{"api:\n  interval: 0\n", "api.interval", "1..3600"},
+		{"strategies:\n  - class: critical\n", "strategies[0].command_regex", "at least one matcher"},
+		{"strategies:\n  - class: urgent\n    pid: 1\n", "strategies[0].class", "critical, high"},
+		{"strategies:\n  - class: high\n    command_regex: '('\n", "strategies[0].command_regex", "RE2"},
+		{"strategies:\n  - class: high\n    pid: 1\n    execution_time: 10\n", "strategies[0].execution_time", "out of range"},
+		{"strategies:\n  - class: high\n    pid: 1\n    colour: red\n", "strategies[0].colour", "unknown key"},
+		{"strategies:\n  - {name: a, class: high, pid: 1}\n  - {name: a, class: high, pid: 2}\n", "strategies[1].name", "unique"},
+		{"strategies:\n  - {class: high, cgroup_path: relative/x}\n", "strategies[0].cgroup_path", "absolute"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.yaml))
+		if err == nil {
+			t.Errorf("%q: accepted, want error on %s", c.yaml, c.key)
+			continue
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("%q: error %v is not a FieldError", c.yaml, err)
+			continue
+		}
+		if fe.Key != c.key || !strings.Contains(err.Error(), c.hint) {
+			t.Errorf("%q: got %q (key %s), want key %s and hint %q", c.yaml, err, fe.Key, c.key, c.hint)
+		}
+	}
+}

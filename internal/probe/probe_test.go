@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package probe
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestSummarise(t *testing.T) {
+	var s []float64
+	for i := 1; i <= 100; i++ {
+		s = append(s, float64(i))
+	}
+	r := Summarise(s, 2)
+	if r.Samples != 100 || r.Timeouts != 2 || r.AvgUs != 50.5 || r.P50Us != 50 || r.P90Us != 90 || r.P99Us != 99 || r.MaxUs != 100 || r.MinUs != 1 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestRTTOverLoopback(t *testing.T) {
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Echo(ctx, conn) }()
+	r, err := RTT(context.Background(), Options{Target: conn.LocalAddr().String(), Samples: 50, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Samples != 50 || r.Timeouts != 0 || r.MinUs <= 0 || r.MaxUs < r.P99Us || r.P99Us < r.P50Us {
+		t.Fatalf("implausible result %+v", r)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("echo: %v", err)
+	}
+}
+
+func TestRTTCountsLostReplies(t *testing.T) {
+	// A socket that never answers: every probe times out.
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := RTT(context.Background(), Options{Target: conn.LocalAddr().String(), Samples: 2, Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeouts != 2 || r.Samples != 0 {
+		t.Fatalf("%+v", r)
+	}
+}

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package strategy
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func class(c Class) *Class { return &c }
+
+func TestMatchUsesFullCommandLineNotComm(t *testing.T) {
+	set, err := Compile([]Strategy{
+		{Name: "gnb", Class: class(Critical), CommandRegex: `nr-gnb -c /etc/gnb\.yaml`},
+		{Name: "by-exe", Class: class(High), CommandRegex: `^/usr/local/bin/upf-with-a-very-long-name$`},
+		{Name: "kthread", Class: class(High), CommandRegex: `^ksoftirqd/`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		p    Process
+		want int
+	}{
+		{Process{PID: 1, Cmdline: "nr-gnb -c /etc/gnb.yaml", Comm: "nr-gnb"}, 0},
+		{Process{PID: 2, Cmdline: "upf", Exe: "/usr/local/bin/upf-with-a-very-long-name", Comm: "upf-with-a-very"}, 1},
+		{Process{PID: 3, Comm: "ksoftirqd/0"}, 2},
+		{Process{PID: 4, Cmdline: "bash", Comm: "ksoftirqd/0"}, -1}, // comm only counts for kernel threads
+	}
+	for _, c := range cases {
+		got, ok := set.Match(c.p)
+		if !ok {
+			got = -1
+		}
+		if got != c.want {
+			t.Errorf("%+v: matched %d, want %d", c.p, got, c.want)
+		}
+	}
+}
+
+func TestMatchersCombineAndSelectorsNeedPods(t *testing.T) {
+	set, err := Compile([]Strategy{
+		{Class: class(High), PID: 10, CommandRegex: "x"},
+		{Class: class(High), Selectors: []Selector{{Key: "app", Value: "gnb"}}},
+		{Class: class(Background), CgroupPath: "/batch.slice"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Match(Process{PID: 10, Cmdline: "y"}); ok {
+		t.Error("pid matched but regex did not: must not match")
+	}
+	if i, ok := set.Match(Process{PID: 11, Cmdline: "x", Cgroup: "/batch.slice/job-1.scope"}); !ok || i != 2 {
+		t.Errorf("cgroup descendant: got %d %v", i, ok)
+	}
+	if _, ok := set.Match(Process{PID: 12, Cmdline: "x", Cgroup: "/batch.slicer"}); ok {
+		t.Error("cgroup prefix without a path boundary must not match")
+	}
+}
+
+func TestPriorityAndClassMustAgree(t *testing.T) {
+	yes := true
+	s := Strategy{Class: class(Background), Priority: &yes, PID: 1}
+	err := s.Validate()
+	if fe, ok := err.(*FieldError); !ok || fe.Field != "priority" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// recorder is an in-memory Target; the real one is the BPF map (tested in the VM lab).
+type recorder struct {
+	mu      sync.Mutex
+	procs   map[uint32]Entry
+	commits int
+}
+
+func newRecorder() *recorder { return &recorder{procs: map[uint32]Entry{}} }
+
+func (r *recorder) SetProcess(tgid uint32, e Entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs[tgid] = e
+	return nil
+}
+func (r *recorder) DeleteProcess(tgid uint32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.procs, tgid)
+	return nil
+}
+func (r *recorder) SetCgroup(uint64, Entry) error { return nil }
+func (r *recorder) DeleteCgroup(uint64) error     { return nil }
+func (r *recorder) Commit() error                 { r.commits++; return nil }
+func (r *recorder) get(tgid uint32) (Entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.procs[tgid]
+	return e, ok
+}
+
+// Real processes and the real /proc: a marker in argv selects them.
+func TestApplierMatchesRealProcesses(t *testing.T) {
+	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
+	proc := exec.Command("sh", "-c", "sleep 30; : "+marker)
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
+
+	rec := newRecorder()
+	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
+	set, err := Compile([]Strategy{{Name: "m", Class: class(Critical), CommandRegex: marker, ExecutionTime: 100000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(proc.Process.Pid)
+	e, ok := rec.get(pid)
+	if !ok || e.Class != Critical || e.SliceNs != 100000 {
+		t.Fatalf("pid %d: got %+v %v, want critical with slice 100000", pid, e, ok)
+	}
+	if _, ok := rec.get(uint32(os.Getpid())); ok {
+		t.Fatal("the test process itself must not match")
+	}
+
+	// Strategies removed: the entry goes.
+	empty, _ := Compile(nil)
+	if err := a.SetStrategies(empty); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.get(pid); ok {
+		t.Fatal("entry kept after its strategy was removed")
+	}
+
+	// An exec event re-matches: bring the strategy back and report the exec.
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.HandleExec(pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.get(pid); !ok {
+		t.Fatal("entry lost after exec event")
+	}
+	if got := a.Applied(); len(got) != 1 || got[0].PID != int(pid) || got[0].Strategy != "m" {
+		t.Fatalf("Applied() = %+v", got)
+	}
+}
+
+func TestApplierInheritOnFork(t *testing.T) {
+	rec := newRecorder()
+	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
+	self := uint32(os.Getpid())
+	set, _ := Compile([]Strategy{{Name: "me", Class: class(High), PID: int(self), Inherit: true}})
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.get(self); !ok {
+		t.Fatal("pid strategy not applied")
+	}
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	cpid := uint32(child.Process.Pid)
+	if err := a.HandleFork(cpid, self); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := rec.get(cpid)
+	if !ok || e.Class != High {
+		t.Fatalf("child of an inherit strategy: got %+v %v", e, ok)
+	}
+	// Exec in the child keeps the inherited entry.
+	if err := a.HandleExec(cpid); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.get(cpid); !ok {
+		t.Fatal("inherited entry dropped on exec")
+	}
+}
