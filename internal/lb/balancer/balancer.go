@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package balancer is the control side of the service load balancer: it
+// turns a services.Config into datapath map entries, changing only what
+// differs from what is already programmed, attaches the program to the
+// configured interfaces and garbage-collects idle sessions.
+//
+// Methods are safe for concurrent use. Interface attachment resolves names
+// in the network namespace of the calling OS thread.
+package balancer
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path"
+	"slices"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/swiftlane/swiftlane/internal/lb/bpf"
+	"github.com/swiftlane/swiftlane/internal/lb/services"
+)
+
+// Balancer owns one loaded datapath.
+type Balancer struct {
+	dp  *bpf.Datapath
+	log *slog.Logger
+
+	mu          sync.Mutex
+	cfg         *services.Config
+	programmed  map[bpf.Frontend]frontendState
+	backendIDs  map[netip.AddrPort]uint32
+	nextSvc     uint32
+	nextBackend uint32
+	links       map[int]io.Closer // by ifindex
+	live        int               // connections at the last sweep
+}
+
+type frontendState struct {
+	id       uint32
+	snat     bool
+	backends []uint32 // slot order
+}
+
+// Changes counts the map writes one Apply made.
+type Changes struct {
+	ServicesPut, ServicesDeleted, BackendsPut, BackendsDeleted int
+}
+
+func (c Changes) String() string {
+	return fmt.Sprintf("services +%d -%d, backends +%d -%d", c.ServicesPut, c.ServicesDeleted, c.BackendsPut, c.BackendsDeleted)
+}
+
+// New loads the datapath with the node settings from cfg and programs its
+// services. Node settings (ports, hairpin address, session capacity) are
+// fixed for the Balancer's lifetime.
+func New(cfg *services.Config, log *slog.Logger) (*Balancer, error) {
+	return newWith(cfg, log, true)
+}
+
+func newWith(cfg *services.Config, log *slog.Logger, redirect bool) (*Balancer, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dp, err := bpf.Load(bpf.Constants{
+		SNATPortMin: cfg.SNATPorts.Min, SNATPortMax: cfg.SNATPorts.Max,
+		NodePortMin: cfg.NodePortRange.Min, NodePortMax: cfg.NodePortRange.Max,
+		HairpinAddr: cfg.HairpinAddress, FIBRedirect: redirect,
+		SessionEntries: 2 * cfg.Sessions.Max,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &Balancer{
+		dp: dp, log: log, cfg: cfg,
+		programmed: map[bpf.Frontend]frontendState{},
+		backendIDs: map[netip.AddrPort]uint32{},
+		links:      map[int]io.Closer{},
+	}
+	if _, err := b.Apply(cfg); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Datapath exposes the loaded program and maps (tests, stats).
+func (b *Balancer) Datapath() *bpf.Datapath { return b.dp }
+
+type want struct {
+	snat  bool
+	ready []netip.AddrPort // receive new connections
+}
+
+// desired expands services into frontends, and lists every endpoint that
+// must stay in the backends map (terminating ones keep their connections).
+func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool) {
+	fes := map[bpf.Frontend]want{}
+	keep := map[netip.AddrPort]bool{}
+	for _, s := range c.Services {
+		for _, p := range s.Ports {
+			proto := bpf.TCP
+			if p.Protocol == "UDP" {
+				proto = bpf.UDP
+			}
+			var ready []netip.AddrPort
+			for _, e := range s.Endpoints {
+				ap := netip.AddrPortFrom(e.Address, p.TargetPort)
+				keep[ap] = true
+				if !e.Terminating {
+					ready = append(ready, ap)
+				}
+			}
+			slices.SortFunc(ready, func(a, b netip.AddrPort) int { return a.Compare(b) })
+			ready = slices.Compact(ready)
+			fes[bpf.Frontend{Addr: s.ClusterIP, Port: p.Port, Proto: proto}] = want{ready: ready}
+			if p.NodePort != 0 {
+				for _, a := range c.NodeAddresses {
+					fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = want{snat: true, ready: ready}
+				}
+			}
+		}
+	}
+	return fes, keep
+}
+
+// Apply programs cfg's services. Only frontends whose backend list changed
+// are rewritten; node settings in cfg are ignored (see New).
+func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ch Changes
+	fes, keep := desired(cfg)
+
+	for ap := range keep {
+		if _, ok := b.backendIDs[ap]; ok {
+			continue
+		}
+		b.nextBackend++
+		if err := b.dp.PutBackend(b.nextBackend, ap); err != nil {
+			return ch, err
+		}
+		b.backendIDs[ap] = b.nextBackend
+		ch.BackendsPut++
+	}
+	for fe, w := range fes {
+		ids := make([]uint32, len(w.ready))
+		for i, ap := range w.ready {
+			ids[i] = b.backendIDs[ap]
+		}
+		cur, ok := b.programmed[fe]
+		if ok && cur.snat == w.snat && slices.Equal(cur.backends, ids) {
+			continue
+		}
+		if !ok {
+			b.nextSvc++
+			cur.id = b.nextSvc
+		}
+		if err := b.dp.PutService(fe, cur.id, w.snat, ids, len(cur.backends)); err != nil {
+			return ch, err
+		}
+		b.programmed[fe] = frontendState{id: cur.id, snat: w.snat, backends: ids}
+		ch.ServicesPut++
+	}
+	for fe, cur := range b.programmed {
+		if _, ok := fes[fe]; ok {
+			continue
+		}
+		if err := b.dp.DeleteService(fe, cur.id, len(cur.backends)); err != nil {
+			return ch, err
+		}
+		delete(b.programmed, fe)
+		ch.ServicesDeleted++
+	}
+	// Backends go last, after no slot points at them any more.
+	for ap, id := range b.backendIDs {
+		if keep[ap] {
+			continue
+		}
+		if err := b.dp.DeleteBackend(id); err != nil {
+			return ch, err
+		}
+		delete(b.backendIDs, ap)
+		ch.BackendsDeleted++
+	}
+	b.cfg = cfg
+	return ch, nil
+}
+
+// AttachInterfaces attaches to every link in the calling thread's network
+// namespace whose name matches one of the patterns and is not attached yet,
+// and forgets links that disappeared. It returns how many are attached.
+func (b *Balancer) AttachInterfaces() (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	links, err := netlink.LinkList()
+	if err != nil {
+		return len(b.links), fmt.Errorf("list interfaces: %w", err)
+	}
+	seen := map[int]bool{}
+	for _, l := range links {
+		a := l.Attrs()
+		seen[a.Index] = true
+		if _, ok := b.links[a.Index]; ok || !matchAny(b.cfg.Interfaces, a.Name) {
+			continue
+		}
+		c, err := bpf.AttachIngress(b.dp.Program(), a.Index)
+		if err != nil {
+			return len(b.links), fmt.Errorf("interface %s: %w", a.Name, err)
+		}
+		b.links[a.Index] = c
+		// A veth whose peer is in another namespace (a pod) can take
+		// packets straight into that namespace.
+		peer := false
+		if v, ok := l.(*netlink.Veth); ok && v.Attrs().NetNsID >= 0 {
+			peer = true
+		}
+		if err := b.dp.SetPeerInterface(a.Index, peer); err != nil {
+			return len(b.links), err
+		}
+		b.log.Info("attached", "interface", a.Name, "peer_redirect", peer)
+	}
+	for idx, c := range b.links {
+		if !seen[idx] {
+			c.Close() // the link is gone; this just drops our reference
+			b.dp.SetPeerInterface(idx, false)
+			delete(b.links, idx)
+		}
+	}
+	return len(b.links), nil
+}
+
+func matchAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Sweep expires idle sessions once and records the live count.
+func (b *Balancer) Sweep() error {
+	b.mu.Lock()
+	t := bpf.Timeouts{TCP: b.cfg.Sessions.TCPIdle, UDP: b.cfg.Sessions.UDPIdle, Closing: b.cfg.Sessions.ClosingIdle}
+	b.mu.Unlock()
+	live, removed, err := b.dp.Sweep(bpf.Monotonic(), t)
+	b.mu.Lock()
+	b.live = live
+	b.mu.Unlock()
+	if removed > 0 {
+		b.log.Debug("expired sessions", "entries", removed, "live", live)
+	}
+	return err
+}
+
+// LiveSessions is the connection count at the last Sweep.
+func (b *Balancer) LiveSessions() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.live
+}
+
+// Attached is the number of interfaces the program is attached to.
+func (b *Balancer) Attached() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.links)
+}
+
+// Stats reads the datapath counters.
+func (b *Balancer) Stats() (bpf.Stats, error) { return b.dp.Stats() }
+
+// Close detaches from every interface and unloads the program.
+func (b *Balancer) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for idx, c := range b.links {
+		c.Close()
+		delete(b.links, idx)
+	}
+	return b.dp.Close()
+}

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package balancer
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/swiftlane/swiftlane/internal/lb/labnet"
+	"github.com/swiftlane/swiftlane/internal/lb/services"
+)
+
+const cfgYAML = `
+nodeAddresses: [198.18.0.1]
+interfaces: [none]
+services:
+  - name: web
+    clusterIP: 10.96.0.10
+    ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.3.2}]
+  - name: dns
+    clusterIP: 10.96.0.53
+    ports: [{port: 53, protocol: UDP}]
+    endpoints: [{address: 10.244.4.2}]
+`
+
+func TestApplyIsIncremental(t *testing.T) {
+	labnet.RequireRoot(t)
+	cfg, err := services.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newWith(cfg, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	again, _ := services.Parse([]byte(cfgYAML))
+	if ch, err := b.Apply(again); err != nil || ch != (Changes{}) {
+		t.Fatalf("re-applying the same config changed %v (err %v)", ch, err)
+	}
+
+	// Mark one web endpoint terminating: both web frontends (ClusterIP and
+	// NodePort) lose it from their slots, dns is untouched, and the backend
+	// stays so its connections drain.
+	again.Services[0].Endpoints[1].Terminating = true
+	ch, err := b.Apply(again)
+	if err != nil || ch != (Changes{ServicesPut: 2}) {
+		t.Fatalf("terminating endpoint: %v (err %v), want 2 frontends rewritten only", ch, err)
+	}
+	// Remove it: only the backend entry goes.
+	again.Services[0].Endpoints = again.Services[0].Endpoints[:1]
+	if ch, err := b.Apply(again); err != nil || ch != (Changes{BackendsDeleted: 1}) {
+		t.Fatalf("removed endpoint: %v (err %v)", ch, err)
+	}
+	// Drop the dns service.
+	again.Services = again.Services[:1]
+	if ch, err := b.Apply(again); err != nil || ch != (Changes{ServicesDeleted: 1, BackendsDeleted: 1}) {
+		t.Fatalf("removed service: %v (err %v)", ch, err)
+	}
+	if _, ok := b.backendIDs[netip.MustParseAddrPort("10.244.2.2:8080")]; !ok {
+		t.Fatal("remaining backend lost")
+	}
+}

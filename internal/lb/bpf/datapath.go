@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package bpf loads the load balancer's tc program (lb.c) and reads and
+// writes its maps. It knows the map layouts and nothing about where services
+// come from. A Datapath is safe for concurrent use: every method is a single
+// map operation or a sequence whose intermediate states the program
+// tolerates (see PutService).
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// Proto is an IP protocol number the program translates.
+type Proto uint8
+
+const (
+	TCP Proto = 6
+	UDP Proto = 17
+)
+
+func (p Proto) String() string {
+	switch p {
+	case TCP:
+		return "TCP"
+	case UDP:
+		return "UDP"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// SNATTries is the most ports one allocation tries (SNAT_TRIES in lb.h).
+const SNATTries = 5
+
+// Constants are fixed when the program is loaded.
+type Constants struct {
+	SNATPortMin, SNATPortMax uint16 // inclusive; must not overlap the NodePort range
+	NodePortMin, NodePortMax uint16
+	HairpinAddr              netip.Addr // IPv4 source for a backend reaching its own service
+	FIBRedirect              bool       // false only in unit tests: leave forwarding to the stack
+	SessionEntries           uint32     // LRU capacity, two entries per connection; 0 = default
+}
+
+// Validate names the offending field and how to fix it.
+func (c Constants) Validate() error {
+	if c.SNATPortMin == 0 || c.SNATPortMin > c.SNATPortMax {
+		return fmt.Errorf("SNAT port range %d-%d: min must be >0 and <= max", c.SNATPortMin, c.SNATPortMax)
+	}
+	if c.NodePortMin > c.NodePortMax {
+		return fmt.Errorf("NodePort range %d-%d: min must be <= max", c.NodePortMin, c.NodePortMax)
+	}
+	if c.SNATPortMin <= c.NodePortMax && c.NodePortMin <= c.SNATPortMax {
+		return fmt.Errorf("SNAT port range %d-%d overlaps NodePort range %d-%d: move the SNAT range (e.g. 32768-60999)",
+			c.SNATPortMin, c.SNATPortMax, c.NodePortMin, c.NodePortMax)
+	}
+	if !c.HairpinAddr.Is4() {
+		return fmt.Errorf("hairpin address %v: must be an IPv4 address reserved for hairpin SNAT (e.g. 169.254.42.1)", c.HairpinAddr)
+	}
+	return nil
+}
+
+// Datapath is the loaded program and its maps.
+type Datapath struct {
+	objs lbObjects
+}
+
+// Load sets the constants and loads the program into the kernel. On a
+// verifier rejection the error wraps *ebpf.VerifierError.
+func Load(c Constants) (*Datapath, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := loadLb()
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]any{
+		lbVarSnatPortMin: c.SNATPortMin,
+		lbVarSnatPortMax: c.SNATPortMax,
+		lbVarNodeportMin: c.NodePortMin,
+		lbVarNodeportMax: c.NodePortMax,
+		lbVarHairpinAddr: addrBE(c.HairpinAddr),
+		lbVarFibRedirect: c.FIBRedirect,
+	}
+	for name, v := range set {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	if c.SessionEntries > 0 {
+		spec.Maps[lbMapSessions].MaxEntries = c.SessionEntries
+	}
+	d := &Datapath{}
+	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+		return nil, fmt.Errorf("load lb program: %w", err)
+	}
+	return d, nil
+}
+
+// Close releases the program and maps (attachments hold their own references).
+func (d *Datapath) Close() error { return d.objs.Close() }
+
+// Program is the tc ingress program to attach.
+func (d *Datapath) Program() *ebpf.Program { return d.objs.LbIngress }
+
+// addrBE is an IPv4 address as the program stores it: network byte order in
+// memory, read as a native uint32.
+func addrBE(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+func addrFromBE(v uint32) netip.Addr {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+func portBE(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+func portFromBE(v uint16) uint16 {
+	var b [2]byte
+	binary.NativeEndian.PutUint16(b[:], v)
+	return binary.BigEndian.Uint16(b[:])
+}
+
+// Frontend is what clients connect to: ClusterIP:port or nodeAddress:nodePort.
+type Frontend struct {
+	Addr  netip.Addr
+	Port  uint16
+	Proto Proto
+}
+
+func (f Frontend) String() string {
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
+}
+
+func (f Frontend) key() lbSvcKey {
+	return lbSvcKey{Addr: addrBE(f.Addr), Port: portBE(f.Port), Proto: uint8(f.Proto)}
+}
+
+// PutBackend adds or replaces backend id. Replacing the address makes
+// existing sessions to the old address re-balance on their next packet.
+func (d *Datapath) PutBackend(id uint32, ap netip.AddrPort) error {
+	if !ap.Addr().Is4() {
+		return fmt.Errorf("backend %v: only IPv4 is supported", ap)
+	}
+	v := lbBackend{Addr: addrBE(ap.Addr()), Port: portBE(ap.Port())}
+	if err := d.objs.Backends.Put(id, v); err != nil {
+		return fmt.Errorf("put backend %d (%v): %w", id, ap, err)
+	}
+	return nil
+}
+
+// DeleteBackend removes backend id; its sessions re-balance on their next
+// forward packet, and replies still in flight are still translated.
+func (d *Datapath) DeleteBackend(id uint32) error {
+	if err := d.objs.Backends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete backend %d: %w", id, err)
+	}
+	return nil
+}
+
+// PutService points frontend fe (service id) at the backends, in slot order.
+// oldCount is how many slots the service had before (0 if new). Slots are
+// written before the count grows and deleted after it shrinks, so a
+// concurrent packet never reads a slot beyond the count it saw, except a
+// shrink race which the program resolves by falling back to slot 0.
+func (d *Datapath) PutService(fe Frontend, id uint32, snat bool, backendIDs []uint32, oldCount int) error {
+	if !fe.Addr.Is4() {
+		return fmt.Errorf("frontend %v: only IPv4 is supported", fe)
+	}
+	for i, b := range backendIDs {
+		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: id, Slot: uint32(i)}, b); err != nil {
+			return fmt.Errorf("service %v slot %d: %w", fe, i, err)
+		}
+	}
+	v := lbSvcVal{Id: id, Count: uint32(len(backendIDs))}
+	if snat {
+		v.Flags |= 1 // SVC_F_SNAT
+	}
+	if err := d.objs.Services.Put(fe.key(), v); err != nil {
+		return fmt.Errorf("service %v: %w", fe, err)
+	}
+	return d.deleteSlots(id, len(backendIDs), oldCount)
+}
+
+// DeleteService removes frontend fe and its slots.
+func (d *Datapath) DeleteService(fe Frontend, id uint32, oldCount int) error {
+	if err := d.objs.Services.Delete(fe.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete service %v: %w", fe, err)
+	}
+	return d.deleteSlots(id, 0, oldCount)
+}
+
+func (d *Datapath) deleteSlots(id uint32, from, to int) error {
+	for i := from; i < to; i++ {
+		err := d.objs.BackendSlots.Delete(lbSlotKey{SvcId: id, Slot: uint32(i)})
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete slot %d of service %d: %w", i, id, err)
+		}
+	}
+	return nil
+}
+
+// SetPeerInterface marks ifindex as a veth whose peer lives in another
+// namespace, so translated packets are handed straight to the peer.
+func (d *Datapath) SetPeerInterface(ifindex int, on bool) error {
+	var err error
+	if on {
+		err = d.objs.PeerIfaces.Put(uint32(ifindex), uint8(1))
+	} else if err = d.objs.PeerIfaces.Delete(uint32(ifindex)); errors.Is(err, ebpf.ErrKeyNotExist) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("peer interface %d: %w", ifindex, err)
+	}
+	return nil
+}

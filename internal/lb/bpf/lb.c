@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//go:build ignore
+
+// Service load balancer at tc ingress, IPv4 TCP and UDP.
+//
+// One program on every pod-facing interface and on the node's uplink:
+//   client -> frontend  forward: pick a backend, DNAT (and SNAT for NodePort
+//                       and hairpin), record a forward and a reply session.
+//   backend -> client   reply: the reply session restores the frontend tuple.
+// Translated packets are redirected straight to the egress device found by a
+// FIB lookup, so they never reach the node's netfilter hooks and create no
+// nf_conntrack entries; our LRU session map is the only connection state.
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lb.h"
+
+// Sizes are defaults; the loader overrides max_entries from the config.
+#define MAX_SERVICES 16384
+#define MAX_SLOTS 262144
+#define MAX_BACKENDS 65536
+#define MAX_SESSIONS 262144 // two entries per connection
+#define MAX_FRAGS 8192
+
+#define AF_INET 2
+// <linux/icmp.h> drags in libc headers, so the few ICMP bits live here.
+#define ICMP_DEST_UNREACH 3
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
+struct icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 rest;
+};
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
+
+// No VLAN tags: the program runs on veths and plain Ethernet uplinks.
+#define IP_OFF ETH_HLEN
+#define IP_TTL_OFF (IP_OFF + offsetof(struct iphdr, ttl))
+#define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
+#define IP_SADDR_OFF (IP_OFF + offsetof(struct iphdr, saddr))
+#define IP_DADDR_OFF (IP_OFF + offsetof(struct iphdr, daddr))
+
+// Source ports handed out for SNAT, host order, inclusive. The loader
+// refuses ranges that overlap the NodePort range; the check below is a
+// second line of defence so a bad constant can never leak such a port.
+const volatile __u16 snat_port_min = 32768;
+const volatile __u16 snat_port_max = 60999;
+const volatile __u16 nodeport_min = 30000;
+const volatile __u16 nodeport_max = 32767;
+// Source address for hairpin connections (a backend reaching its own
+// service): the backend would otherwise answer itself directly.
+const volatile __be32 hairpin_addr = 0;
+// Redirect translated packets via a FIB lookup (production). Unit tests turn
+// it off to read the rewritten packet back from BPF_PROG_TEST_RUN.
+const volatile bool fib_redirect = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, struct svc_key);
+	__type(value, struct svc_val);
+} services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, struct slot_key);
+	__type(value, __u32); // backend id
+} backend_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct backend);
+} backends SEC(".maps");
+
+// Forward and reply entries share one LRU map so both compete for the same
+// capacity; the loader sizes it so eviction only happens under overload.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS);
+	__type(key, struct flow);
+	__type(value, struct session);
+} sessions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FRAGS);
+	__type(key, struct frag_key);
+	__type(value, struct frag_val);
+} frags SEC(".maps");
+
+// Interfaces (by ifindex) that are one end of a veth pair whose other end is
+// in a pod's namespace. Packets for them skip the host-side transmit and
+// backlog and enter the pod directly (bpf_redirect_peer).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} peer_ifaces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_stats);
+} stats SEC(".maps");
+
+// port_tries[i]: allocations that succeeded on try i+1; [SNAT_TRIES]: failed.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SNAT_TRIES + 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} port_tries SEC(".maps");
+
+static __always_inline struct lb_stats *lookup_stats(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+#define STAT_INC(field)                                  \
+	do {                                             \
+		struct lb_stats *__st = lookup_stats(); \
+		if (__st)                                \
+			__st->field++;                   \
+	} while (0)
+
+static __always_inline void count_tries(__u32 idx)
+{
+	__u64 *n = bpf_map_lookup_elem(&port_tries, &idx);
+	if (n)
+		(*n)++;
+}
+
+// The reply tuple a forward session's packets will come back with.
+static __always_inline void reply_key(struct flow *rk, const struct session *fwd, __u8 proto)
+{
+	rk->saddr = fwd->daddr;
+	rk->daddr = fwd->saddr;
+	rk->sport = fwd->dport;
+	rk->dport = fwd->sport;
+	rk->proto = proto;
+	rk->pad[0] = rk->pad[1] = rk->pad[2] = 0;
+}
+
+static __always_inline void delete_pair(const struct flow *f, const struct session *fwd)
+{
+	struct flow rk;
+
+	reply_key(&rk, fwd, f->proto);
+	bpf_map_delete_elem(&sessions, &rk);
+	bpf_map_delete_elem(&sessions, f);
+}
+
+static __always_inline bool backend_alive(const struct session *s)
+{
+	__u32 id = s->backend_id;
+	struct backend *b = bpf_map_lookup_elem(&backends, &id);
+
+	return b && b->addr == s->daddr && b->port == s->dport;
+}
+
+static __always_inline __u16 random_port(void)
+{
+	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
+
+	return snat_port_min + bpf_get_prandom_u32() % span;
+}
+
+static __always_inline bool port_allowed(__u16 port)
+{
+	return port >= snat_port_min && port <= snat_port_max &&
+	       (port < nodeport_min || port > nodeport_max);
+}
+
+// Choose a backend and insert the session pair. Returns the forward entry
+// to apply, or NULL after counting the drop reason.
+static __always_inline int create_session(const struct flow *f, const struct svc_val *svc,
+					  struct session *out)
+{
+	struct slot_key sk = { .svc_id = svc->id };
+	struct lb_stats *st = lookup_stats();
+	__u64 now = bpf_ktime_get_ns();
+	struct backend *b = NULL;
+	__u32 *bid = NULL;
+	__u32 count = svc->count;
+
+	if (count) {
+		sk.slot = bpf_get_prandom_u32() % count;
+		bid = bpf_map_lookup_elem(&backend_slots, &sk);
+		if (!bid) { // the set shrank under us; slot 0 is always written first
+			sk.slot = 0;
+			bid = bpf_map_lookup_elem(&backend_slots, &sk);
+		}
+		if (bid)
+			b = bpf_map_lookup_elem(&backends, bid);
+	}
+	if (!b) {
+		if (st)
+			st->drop_no_backend++;
+		return -1;
+	}
+
+	struct session fwd = {
+		.saddr = f->saddr, .daddr = b->addr, .sport = f->sport, .dport = b->port,
+		.backend_id = *bid, .last_seen = now,
+	};
+	struct session rev = {
+		.saddr = f->daddr, .daddr = f->saddr, .sport = f->dport, .dport = f->sport,
+		.backend_id = *bid, .last_seen = now, .flags = SESS_F_REPLY,
+	};
+	bool snat = false, tried_own = false;
+
+	if (svc->flags & SVC_F_SNAT) {
+		fwd.saddr = f->daddr; // the node address the client reached
+		snat = true;
+	} else if (b->addr == f->saddr) {
+		fwd.saddr = hairpin_addr;
+		snat = true;
+	}
+
+	struct flow rk;
+	reply_key(&rk, &fwd, f->proto);
+
+	if (!snat) {
+		// Keep the client's tuple unless another frontend already maps the
+		// same client port onto this backend; then translate the port.
+		if (bpf_map_update_elem(&sessions, &rk, &rev, BPF_NOEXIST) == 0)
+			goto insert_fwd;
+		fwd.saddr = f->saddr;
+		tried_own = true;
+	}
+
+	fwd.flags |= SESS_F_SNAT;
+	rev.flags |= SESS_F_SNAT;
+	__u32 i;
+	bool ok = false;
+	for (i = 0; i < SNAT_TRIES; i++) {
+		__u16 port = bpf_ntohs(f->sport);
+
+		// First choice is the client's own port, as netfilter does: it is
+		// usually free and keeps the tuple recognisable in captures.
+		if (i > 0 || tried_own || !port_allowed(port))
+			port = random_port();
+		if (!port_allowed(port))
+			continue;
+		rk.dport = bpf_htons(port);
+		if (bpf_map_update_elem(&sessions, &rk, &rev, BPF_NOEXIST) == 0) {
+			ok = true;
+			break;
+		}
+	}
+	count_tries(ok ? i : SNAT_TRIES);
+	if (!ok) {
+		if (st)
+			st->drop_no_port++;
+		return -1;
+	}
+	fwd.sport = rk.dport;
+	if (st)
+		st->snat_allocations++;
+
+insert_fwd:
+	// NOEXIST: if another CPU created this flow's session first, keep its
+	// choice and withdraw ours, so a flow never has two reply entries.
+	if (bpf_map_update_elem(&sessions, f, &fwd, BPF_NOEXIST) != 0) {
+		bpf_map_delete_elem(&sessions, &rk);
+		struct session *won = bpf_map_lookup_elem(&sessions, f);
+		if (!won) {
+			if (st)
+				st->drop_session_map++;
+			return -1;
+		}
+		*out = *won;
+		return 0;
+	}
+	if (st)
+		st->sessions_created++;
+	*out = fwd;
+	return 0;
+}
+
+static __always_inline int set_addr(struct __sk_buff *skb, __u32 off, __be32 from, __be32 to,
+				    __u32 l4csum, __u64 l4flags)
+{
+	if (from == to)
+		return 0;
+	if (l4csum && bpf_l4_csum_replace(skb, l4csum, from, to, l4flags | BPF_F_PSEUDO_HDR | 4))
+		return -1;
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, from, to, 4))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, 4, 0);
+}
+
+static __always_inline int set_port(struct __sk_buff *skb, __u32 off, __be16 from, __be16 to,
+				    __u32 l4csum, __u64 l4flags)
+{
+	if (from == to)
+		return 0;
+	if (bpf_l4_csum_replace(skb, l4csum, from, to, l4flags | 2))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, 2, 0);
+}
+
+// Rewrite addresses (always) and ports (when this fragment has the L4 header).
+static __always_inline int rewrite(struct __sk_buff *skb, __u32 l4off, bool has_l4,
+				   const struct flow *old, const struct session *to)
+{
+	__u32 csum = 0;
+	__u64 flags = 0;
+
+	if (has_l4) {
+		if (old->proto == IPPROTO_TCP) {
+			csum = l4off + offsetof(struct tcphdr, check);
+		} else {
+			csum = l4off + offsetof(struct udphdr, check);
+			flags = BPF_F_MARK_MANGLED_0; // UDP checksum 0 means "none"
+		}
+	}
+	if (set_addr(skb, IP_SADDR_OFF, old->saddr, to->saddr, csum, flags) ||
+	    set_addr(skb, IP_DADDR_OFF, old->daddr, to->daddr, csum, flags))
+		return -1;
+	if (!has_l4)
+		return 0;
+	if (set_port(skb, l4off, old->sport, to->sport, csum, flags) ||
+	    set_port(skb, l4off + 2, old->dport, to->dport, csum, flags))
+		return -1;
+	return 0;
+}
+
+// Send a translated packet straight to its egress device. Anything we cannot
+// forward ourselves goes to the stack (which then may track it).
+static __always_inline int forward(struct __sk_buff *skb)
+{
+	struct bpf_fib_lookup p = {};
+	struct iphdr ip;
+
+	if (!fib_redirect)
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)))
+		return TC_ACT_OK;
+	if (ip.ttl <= 1)
+		goto stack; // the stack sends Time Exceeded
+
+	p.family = AF_INET;
+	p.tos = ip.tos;
+	p.l4_protocol = ip.protocol;
+	// tot_len stays 0: the helper then checks the skb against the egress
+	// MTU itself, which is right for GSO packets (tot_len would be 64K).
+	p.ipv4_src = ip.saddr;
+	p.ipv4_dst = ip.daddr;
+	p.ifindex = skb->ingress_ifindex;
+
+	long rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		if (rc == BPF_FIB_LKUP_RET_BLACKHOLE || rc == BPF_FIB_LKUP_RET_UNREACHABLE ||
+		    rc == BPF_FIB_LKUP_RET_PROHIBIT) {
+			STAT_INC(drop_fib);
+			return TC_ACT_SHOT;
+		}
+		goto stack;
+	}
+
+	// We route, so we decrement the TTL like a router would.
+	__be16 old_word, new_word;
+	if (bpf_skb_load_bytes(skb, IP_TTL_OFF, &old_word, 2))
+		return TC_ACT_SHOT;
+	((__u8 *)&new_word)[0] = ip.ttl - 1;
+	((__u8 *)&new_word)[1] = ip.protocol;
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_word, new_word, 2) ||
+	    bpf_skb_store_bytes(skb, IP_TTL_OFF, &new_word, 2, 0))
+		return TC_ACT_SHOT;
+
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = p.ipv4_dst };
+		return bpf_redirect_neigh(p.ifindex, &nh, sizeof(nh), 0);
+	}
+	if (bpf_skb_store_bytes(skb, 0, p.dmac, ETH_ALEN, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_ALEN, p.smac, ETH_ALEN, 0))
+		return TC_ACT_SHOT;
+	__u32 out = p.ifindex;
+	if (bpf_map_lookup_elem(&peer_ifaces, &out))
+		return bpf_redirect_peer(out, 0);
+	return bpf_redirect(out, 0);
+stack:
+	STAT_INC(passed_to_stack);
+	return TC_ACT_OK;
+}
+
+// Header of the packet quoted inside an ICMP error: IPv4 without options and
+// the first 8 bytes of TCP/UDP, which hold both ports.
+struct quoted {
+	struct iphdr ip;
+	__be16 sport;
+	__be16 dport;
+	__be32 rest;
+};
+
+static __always_inline __u16 ip_csum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
+}
+
+// An ICMP error quotes a packet we translated on its way out; give the
+// quoted packet and the outer addresses the tuple its sender knows, or the
+// sender's socket never learns about the error (e.g. UDP port unreachable).
+static __always_inline int handle_icmp(struct __sk_buff *skb, const struct iphdr *outer,
+				       __u32 l4off)
+{
+	struct icmphdr ic;
+	struct quoted q, old;
+
+	if (bpf_skb_load_bytes(skb, l4off, &ic, sizeof(ic)))
+		return TC_ACT_UNSPEC;
+	if (ic.type != ICMP_DEST_UNREACH && ic.type != ICMP_TIME_EXCEEDED &&
+	    ic.type != ICMP_PARAMETERPROB)
+		return TC_ACT_UNSPEC;
+	__u32 qoff = l4off + sizeof(ic);
+	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)))
+		return TC_ACT_UNSPEC;
+	if (q.ip.ihl != 5 || (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
+		return TC_ACT_UNSPEC;
+
+	// The quoted packet went the other way, so its reverse is a session key.
+	struct flow k = {
+		.saddr = q.ip.daddr, .daddr = q.ip.saddr,
+		.sport = q.dport, .dport = q.sport, .proto = q.ip.protocol,
+	};
+	struct session *s = bpf_map_lookup_elem(&sessions, &k);
+	if (!s)
+		return TC_ACT_UNSPEC;
+
+	old = q;
+	q.ip.saddr = s->daddr;
+	q.ip.daddr = s->saddr;
+	q.sport = s->dport;
+	q.dport = s->sport;
+	q.ip.check = 0;
+	q.ip.check = ip_csum(&q.ip);
+
+	// ICMP has no pseudo header: the checksum only covers the bytes we changed.
+	__s64 diff = bpf_csum_diff((__be32 *)&old, sizeof(old), (__be32 *)&q, sizeof(q), 0);
+	if (diff < 0 ||
+	    bpf_l4_csum_replace(skb, l4off + offsetof(struct icmphdr, checksum), 0, diff, 0) ||
+	    bpf_skb_store_bytes(skb, qoff, &q, sizeof(q), 0))
+		return TC_ACT_SHOT;
+
+	__be32 new_saddr = outer->saddr == old.ip.daddr ? q.ip.daddr : outer->saddr;
+	if (set_addr(skb, IP_DADDR_OFF, outer->daddr, q.ip.saddr, 0, 0) ||
+	    set_addr(skb, IP_SADDR_OFF, outer->saddr, new_saddr, 0, 0))
+		return TC_ACT_SHOT;
+	STAT_INC(icmp_translated);
+	return forward(skb);
+}
+
+SEC("tc")
+int lb_ingress(struct __sk_buff *skb)
+{
+	struct iphdr ip;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP))
+		return TC_ACT_UNSPEC;
+	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || ip.ihl < 5)
+		return TC_ACT_UNSPEC;
+
+	__u32 l4off = IP_OFF + ip.ihl * 4;
+	__u16 frag = bpf_ntohs(ip.frag_off);
+	bool has_l4 = (frag & IP_OFFSET) == 0;
+	bool first_frag = has_l4 && (frag & IP_MF);
+
+	if (ip.protocol == IPPROTO_ICMP)
+		return has_l4 ? handle_icmp(skb, &ip, l4off) : TC_ACT_UNSPEC;
+	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
+		return TC_ACT_UNSPEC;
+
+	struct flow f = { .saddr = ip.saddr, .daddr = ip.daddr, .proto = ip.protocol };
+	struct frag_key fk = { .saddr = ip.saddr, .daddr = ip.daddr, .id = ip.id, .proto = ip.protocol };
+	__u8 tcp_flags = 0;
+
+	if (has_l4) {
+		__be16 ports[2];
+		if (bpf_skb_load_bytes(skb, l4off, ports, sizeof(ports)))
+			return TC_ACT_UNSPEC; // truncated: the stack drops it
+		f.sport = ports[0];
+		f.dport = ports[1];
+		if (ip.protocol == IPPROTO_TCP &&
+		    bpf_skb_load_bytes(skb, l4off + 13, &tcp_flags, 1))
+			return TC_ACT_UNSPEC;
+	} else {
+		// Later fragments carry no ports: take them from the first one.
+		struct frag_val *fv = bpf_map_lookup_elem(&frags, &fk);
+		if (!fv)
+			return TC_ACT_UNSPEC;
+		f.sport = fv->sport;
+		f.dport = fv->dport;
+	}
+
+	struct session s;
+	struct session *cur = bpf_map_lookup_elem(&sessions, &f);
+	if (cur && !(cur->flags & SESS_F_REPLY)) {
+		// A removed backend's TCP connections drain where they are, as
+		// kube-proxy leaves their conntrack entries alone: moving one would
+		// only earn it a RST. UDP flows and new connections re-balance.
+		bool syn = (tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+		bool reopen = syn && (cur->flags & SESS_F_CLOSING);
+		bool gone = (f.proto == IPPROTO_UDP || syn) && !backend_alive(cur);
+		if (gone || reopen) {
+			if (gone)
+				STAT_INC(stale_backend);
+			s = *cur;
+			delete_pair(&f, &s);
+			cur = NULL;
+		}
+	}
+	if (cur) {
+		cur->last_seen = bpf_ktime_get_ns();
+		if (tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
+			cur->flags |= SESS_F_CLOSING; // a lost race only delays expiry
+		s = *cur;
+	} else {
+		struct svc_key k = { .addr = f.daddr, .port = f.dport, .proto = f.proto };
+		struct svc_val *svc = bpf_map_lookup_elem(&services, &k);
+		if (!svc)
+			return TC_ACT_UNSPEC; // not service traffic
+		if (!has_l4) {
+			STAT_INC(drop_frag);
+			return TC_ACT_SHOT;
+		}
+		if (create_session(&f, svc, &s))
+			return TC_ACT_SHOT;
+	}
+
+	if (first_frag) {
+		struct frag_val fv = { .sport = f.sport, .dport = f.dport };
+		bpf_map_update_elem(&frags, &fk, &fv, BPF_ANY);
+	}
+	if (rewrite(skb, l4off, has_l4, &f, &s))
+		return TC_ACT_SHOT;
+
+	struct lb_stats *st = lookup_stats();
+	if (st) {
+		if (s.flags & SESS_F_REPLY)
+			st->reply_packets++;
+		else
+			st->fwd_packets++;
+		if (!has_l4)
+			st->frag_translated++;
+	}
+	return forward(skb);
+}
+
+char __license[] SEC("license") = "GPL";

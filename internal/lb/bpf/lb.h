@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//go:build ignore
+
+// Types shared by lb.c and the Go loader. bpf2go generates the Go side from
+// the BTF of these structs (-type flags in gen.go), so both sides agree on the
+// layout by construction; keep every field naturally aligned and padded
+// explicitly so the generated Go structs have no hidden holes.
+
+#ifndef SWIFTLANE_LB_H
+#define SWIFTLANE_LB_H
+
+#include <linux/types.h>
+
+// Tries per source-port allocation. Each try picks a port and inserts the
+// reply-direction session in one step, so a concurrent CPU can never win the
+// same port between "check" and "insert".
+#define SNAT_TRIES 5
+
+// svc_val.flags
+#define SVC_F_SNAT 0x1 // NodePort: rewrite the source to the node address
+
+// session.flags
+#define SESS_F_REPLY 0x1   // entry translates backend -> client packets
+#define SESS_F_SNAT 0x2    // the forward direction rewrites the source too
+#define SESS_F_CLOSING 0x4 // TCP FIN or RST seen; user space expires it soon
+
+// A service frontend: ClusterIP:port/proto, or node address:nodePort/proto.
+struct svc_key {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_val {
+	__u32 id;    // key prefix of its slots in backend_slots
+	__u32 count; // number of valid slots, 0..count-1
+	__u32 flags; // SVC_F_*
+	__u32 pad;
+};
+
+struct slot_key {
+	__u32 svc_id;
+	__u32 slot;
+};
+
+struct backend {
+	__be32 addr;
+	__be16 port;
+	__u16 pad;
+};
+
+// A 5-tuple as it appears on the wire when a packet reaches the program.
+struct flow {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+// One direction of a translated connection: the tuple to write into packets
+// that match the key. Forward and reply entries are created together.
+struct session {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u32 backend_id; // forward entries: checked so removed backends stop receiving
+	__u64 last_seen;  // bpf_ktime_get_ns() of the last packet
+	__u32 flags;      // SESS_F_*
+	__u32 pad;
+};
+
+// First fragment's ports, keyed by what every fragment of a datagram shares.
+struct frag_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct frag_val {
+	__be16 sport;
+	__be16 dport;
+};
+
+// Per-CPU counters; user space sums the CPUs.
+struct lb_stats {
+	__u64 fwd_packets;      // client -> backend packets translated
+	__u64 reply_packets;    // backend -> client packets translated
+	__u64 icmp_translated;  // ICMP errors about a session rewritten
+	__u64 frag_translated;  // non-first fragments translated via frag map
+	__u64 sessions_created; // forward+reply pairs inserted
+	__u64 snat_allocations; // source ports allocated
+	__u64 stale_backend;    // sessions re-balanced because their backend left
+	__u64 passed_to_stack;  // translated but not forwardable by us (local, TTL)
+	__u64 drop_no_backend;  // service has no ready backend
+	__u64 drop_no_port;     // SNAT_TRIES tries found no free port
+	__u64 drop_session_map; // forward insert failed after the reply insert
+	__u64 drop_frag;        // later fragment whose first fragment's session is gone
+	__u64 drop_fib;         // route lookup says unreachable/blackhole
+};
+
+#endif

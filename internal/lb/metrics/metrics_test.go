@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/swiftlane/swiftlane/internal/lb/bpf"
+)
+
+type fake struct{}
+
+func (fake) Stats() (bpf.Stats, error) {
+	return bpf.Stats{FwdPackets: 10, ReplyPackets: 9, Drops: map[string]uint64{"no_port": 2},
+		PortTries: [bpf.SNATTries]uint64{3, 1}}, nil
+}
+func (fake) LiveSessions() int { return 4 }
+func (fake) Attached() int     { return 2 }
+
+func TestCollectorExposesStats(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(fake{}))
+	want := `
+# HELP swiftlane_lb_drops_total Packets dropped, by reason.
+# TYPE swiftlane_lb_drops_total counter
+swiftlane_lb_drops_total{reason="fib"} 0
+swiftlane_lb_drops_total{reason="frag"} 0
+swiftlane_lb_drops_total{reason="no_backend"} 0
+swiftlane_lb_drops_total{reason="no_port"} 2
+swiftlane_lb_drops_total{reason="session_map"} 0
+# HELP swiftlane_lb_sessions Live connections (forward+reply session pairs) at the last sweep.
+# TYPE swiftlane_lb_sessions gauge
+swiftlane_lb_sessions 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "swiftlane_lb_drops_total", "swiftlane_lb_sessions"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "swiftlane_lb_snat_port_tries"); err != nil || n != 1 {
+		t.Fatalf("tries histogram count %d err %v", n, err)
+	}
+}

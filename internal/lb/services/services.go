@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package services reads the load balancer's static YAML source: node
+// settings plus a list of Services, each with ports and endpoints, shaped
+// like their Kubernetes counterparts so a Kubernetes source can produce the
+// same Config later.
+package services
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is one snapshot of everything the load balancer serves.
+type Config struct {
+	// NodeAddresses are the addresses NodePorts answer on (IPv4).
+	NodeAddresses []netip.Addr `yaml:"nodeAddresses"`
+	// HairpinAddress is the source given to a backend that reaches its own
+	// service; it must not be used anywhere else on the node.
+	HairpinAddress netip.Addr `yaml:"hairpinAddress"`
+	SNATPorts      PortRange  `yaml:"snatPorts"`
+	NodePortRange  PortRange  `yaml:"nodePortRange"`
+	// Interfaces to attach to, as shell patterns ("eth0", "veth*").
+	Interfaces []string  `yaml:"interfaces"`
+	Sessions   Sessions  `yaml:"sessions"`
+	Services   []Service `yaml:"services"`
+}
+
+type PortRange struct {
+	Min uint16 `yaml:"min"`
+	Max uint16 `yaml:"max"`
+}
+
+type Sessions struct {
+	Max         uint32        `yaml:"max"`         // connections (two map entries each)
+	TCPIdle     time.Duration `yaml:"tcpIdle"`     // idle established TCP
+	UDPIdle     time.Duration `yaml:"udpIdle"`     // idle UDP
+	ClosingIdle time.Duration `yaml:"closingIdle"` // after FIN/RST
+}
+
+type Service struct {
+	Name      string     `yaml:"name"`
+	ClusterIP netip.Addr `yaml:"clusterIP"`
+	Ports     []Port     `yaml:"ports"`
+	Endpoints []Endpoint `yaml:"endpoints"`
+}
+
+type Port struct {
+	Name       string `yaml:"name"`
+	Protocol   string `yaml:"protocol"` // TCP (default) or UDP
+	Port       uint16 `yaml:"port"`
+	TargetPort uint16 `yaml:"targetPort"` // default: Port
+	NodePort   uint16 `yaml:"nodePort"`   // 0: ClusterIP only
+}
+
+type Endpoint struct {
+	Address netip.Addr `yaml:"address"`
+	// Terminating endpoints keep their existing connections but get no new ones.
+	Terminating bool `yaml:"terminating"`
+}
+
+// Defaults fills what the file left out.
+func (c *Config) Defaults() {
+	if !c.HairpinAddress.IsValid() {
+		c.HairpinAddress = netip.MustParseAddr("169.254.42.1")
+	}
+	if c.SNATPorts == (PortRange{}) {
+		c.SNATPorts = PortRange{32768, 60999}
+	}
+	if c.NodePortRange == (PortRange{}) {
+		c.NodePortRange = PortRange{30000, 32767}
+	}
+	if c.Sessions.Max == 0 {
+		c.Sessions.Max = 131072
+	}
+	if c.Sessions.TCPIdle == 0 {
+		c.Sessions.TCPIdle = 2 * time.Hour
+	}
+	if c.Sessions.UDPIdle == 0 {
+		c.Sessions.UDPIdle = time.Minute
+	}
+	if c.Sessions.ClosingIdle == 0 {
+		c.Sessions.ClosingIdle = 10 * time.Second
+	}
+	for i := range c.Services {
+		for j := range c.Services[i].Ports {
+			p := &c.Services[i].Ports[j]
+			if p.Protocol == "" {
+				p.Protocol = "TCP"
+			}
+			if p.TargetPort == 0 {
+				p.TargetPort = p.Port
+			}
+		}
+	}
+}
+
+// Validate reports every problem, each naming the field and the fix.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for i, a := range c.NodeAddresses {
+		if !a.Is4() {
+			bad("nodeAddresses[%d] %v: only IPv4 addresses are supported", i, a)
+		}
+	}
+	if !c.HairpinAddress.Is4() {
+		bad("hairpinAddress %v: set an IPv4 address reserved for hairpin SNAT, e.g. 169.254.42.1", c.HairpinAddress)
+	}
+	if c.SNATPorts.Min == 0 || c.SNATPorts.Min > c.SNATPorts.Max {
+		bad("snatPorts %d-%d: min must be >0 and <= max", c.SNATPorts.Min, c.SNATPorts.Max)
+	}
+	if c.NodePortRange.Min > c.NodePortRange.Max {
+		bad("nodePortRange %d-%d: min must be <= max", c.NodePortRange.Min, c.NodePortRange.Max)
+	}
+	if c.SNATPorts.Min <= c.NodePortRange.Max && c.NodePortRange.Min <= c.SNATPorts.Max {
+		bad("snatPorts %d-%d overlaps nodePortRange %d-%d: SNAT must never hand out a NodePort; use e.g. 32768-60999",
+			c.SNATPorts.Min, c.SNATPorts.Max, c.NodePortRange.Min, c.NodePortRange.Max)
+	}
+	if len(c.Interfaces) == 0 {
+		bad("interfaces: list the interfaces to attach to, e.g. [eth0, \"veth*\"]")
+	}
+	names := map[string]bool{}
+	frontends := map[string]string{}
+	claim := func(key, owner string) {
+		if prev, ok := frontends[key]; ok {
+			bad("%s: frontend %s is also used by %s; give each a distinct port", owner, key, prev)
+		}
+		frontends[key] = owner
+	}
+	for i, s := range c.Services {
+		where := fmt.Sprintf("services[%d] (%s)", i, s.Name)
+		if s.Name == "" {
+			bad("services[%d].name: required", i)
+		} else if names[s.Name] {
+			bad("%s.name: duplicate service name", where)
+		}
+		names[s.Name] = true
+		if !s.ClusterIP.Is4() {
+			bad("%s.clusterIP %v: set an IPv4 service address", where, s.ClusterIP)
+		}
+		if len(s.Ports) == 0 {
+			bad("%s.ports: list at least one port", where)
+		}
+		for j, p := range s.Ports {
+			pw := fmt.Sprintf("%s.ports[%d]", where, j)
+			if p.Protocol != "TCP" && p.Protocol != "UDP" {
+				bad("%s.protocol %q: use TCP or UDP", pw, p.Protocol)
+			}
+			if p.Port == 0 {
+				bad("%s.port: required (1-65535)", pw)
+			}
+			if p.NodePort != 0 {
+				if p.NodePort < c.NodePortRange.Min || p.NodePort > c.NodePortRange.Max {
+					bad("%s.nodePort %d: outside nodePortRange %d-%d", pw, p.NodePort, c.NodePortRange.Min, c.NodePortRange.Max)
+				}
+				if len(c.NodeAddresses) == 0 {
+					bad("%s.nodePort: set nodeAddresses so the NodePort has an address to answer on", pw)
+				}
+				claim(fmt.Sprintf("node:%d/%s", p.NodePort, p.Protocol), pw)
+			}
+			claim(fmt.Sprintf("%v:%d/%s", s.ClusterIP, p.Port, p.Protocol), pw)
+		}
+		for j, e := range s.Endpoints {
+			if !e.Address.Is4() {
+				bad("%s.endpoints[%d].address %v: set the backend's IPv4 address", where, j, e.Address)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Parse decodes, defaults and validates a YAML document. Unknown fields are
+// errors so typos do not silently become defaults.
+func Parse(data []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("parse services YAML: %w", err)
+	}
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load reads and parses the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}

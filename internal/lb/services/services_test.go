@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package services
+
+import (
+	"strings"
+	"testing"
+)
+
+const example = `
+nodeAddresses: [198.18.0.1]
+interfaces: [ext0, "veth*"]
+services:
+  - name: web
+    clusterIP: 10.96.0.10
+    ports:
+      - {name: http, port: 80, targetPort: 8080, nodePort: 30080}
+      - {name: dns, protocol: UDP, port: 53}
+    endpoints:
+      - address: 10.244.2.2
+      - {address: 10.244.3.2, terminating: true}
+`
+
+func TestParseAppliesDefaults(t *testing.T) {
+	c, err := Parse([]byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Services[0].Ports
+	if p[0].Protocol != "TCP" || p[1].TargetPort != 53 || c.SNATPorts.Min != 32768 || c.HairpinAddress.String() != "169.254.42.1" {
+		t.Fatalf("defaults not applied: %+v %+v", p, c)
+	}
+	if !c.Services[0].Endpoints[1].Terminating {
+		t.Fatal("terminating lost")
+	}
+}
+
+func TestValidateNamesFieldAndFix(t *testing.T) {
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"overlap":  {"snatPorts: {min: 30000, max: 40000}\n", "snatPorts 30000-40000 overlaps nodePortRange"},
+		"typo":     {"nodeAdresses: [1.2.3.4]\n", "field nodeAdresses not found"},
+		"protocol": {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, protocol: SCTP}]}]\n", "services[0] (a).ports[0].protocol \"SCTP\": use TCP or UDP"},
+		"nodeport": {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 80}]}]\n", "nodePort 80: outside nodePortRange"},
+		"dup":      {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 30001}]}, {name: b, clusterIP: 10.0.0.2, ports: [{port: 1, nodePort: 30001}]}]\n", "also used by"},
+	} {
+		_, err := Parse([]byte("interfaces: [eth0]\n" + tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to contain %q", name, err, tc.want)
+		}
+	}
+}
