@@ -62,6 +62,7 @@ func newProbeCmd() *cobra.Command {
 	rtt.Flags().IntVar(&o.Samples, "samples", 500, "round trips to time")
 	rtt.Flags().DurationVar(&o.Interval, "interval", 2*time.Millisecond, "pause between round trips")
 	rtt.Flags().DurationVar(&o.Timeout, "timeout", time.Second, "per round trip")
+	rtt.Flags().DurationVar(&o.Duration, "duration", 0, "stop after this long even if fewer samples were taken (0: no limit)")
 	rtt.Flags().StringVar(&jsonOut, "json", "", "also write the result as JSON to this file")
 	rtt.Flags().BoolVar(&raw, "raw", false, "include every sample in the JSON")
 	root.AddCommand(echo, rtt)

@@ -192,5 +192,6 @@ func serveMetrics(addr string, slot *collectorSlot) (*http.Server, error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
+	fmt.Fprintf(os.Stderr, "swiftlane: metrics on http://%s/metrics\n", ln.Addr())
 	return srv, nil
 }

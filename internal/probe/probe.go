@@ -40,6 +40,7 @@ type Options struct {
 	Samples  int           // round trips to time
 	Interval time.Duration // pause between round trips (a sleeping client, like a ping)
 	Timeout  time.Duration // per round trip; a lost reply counts as a timeout
+	Duration time.Duration // stop early after this long (0: no limit)
 }
 
 // Result summarises round-trip times in microseconds.
@@ -72,9 +73,13 @@ func RTT(ctx context.Context, o Options) (Result, error) {
 	rtts := make([]float64, 0, o.Samples)
 	out := make([]byte, 64)
 	in := make([]byte, 2048)
+	began := time.Now()
 	for seq := uint64(1); len(rtts)+res.Timeouts < o.Samples; seq++ {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
+		}
+		if o.Duration > 0 && time.Since(began) > o.Duration {
+			break
 		}
 		binary.LittleEndian.PutUint64(out, seq)
 		start := time.Now()

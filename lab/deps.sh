@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Host setup for the VM lab and the BPF build; idempotent, and quick when
+# everything is already there (no apt run at all then).
+#
+# Usage: lab/deps.sh
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+VNG_VERSION=1.42 # virtme-ng from PyPI, the sched_ext community CI's runner
+
+[[ $(id -u) = 0 ]] || die "deps.sh needs root (apt-get install)"
+
+# From bookworm: compiler, the lab's tools. busybox-static builds virtme-ng's
+# initramfs; kmod (depmod/modprobe) and file are used by virtme-ng too.
+main_pkgs=(clang-19 llvm-19 stress-ng zstd iproute2 kmod busybox-static file binutils python3-venv)
+# From bookworm-backports: bookworm's QEMU 7.2 oopses guests on sched_ext
+# attach/detach under multi-threaded TCG; bpftool/libbpf 1.1 predate
+# struct_ops links and the kfunc BTF we need.
+bpo_libs=(libbpf-dev libbpf1 bpftool)
+
+# Version checks (dpkg --compare-versions) of what must come from backports.
+ver() { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '/^install ok installed/ {print $4}'; }
+ge() { [[ -n $1 ]] && dpkg --compare-versions "$1" ge "$2"; }
+
+need_qemu=0 need_pkgs=()
+ge "$(ver qemu-system-x86)" 1:10 || need_qemu=1
+ge "$(ver libbpf-dev)" 1:1.4 || need_pkgs+=("${bpo_libs[@]/%//bookworm-backports}")
+ge "$(ver bpftool)" 7.5 || need_pkgs+=(bpftool/bookworm-backports libbpf1/bookworm-backports)
+for p in "${main_pkgs[@]}"; do [[ -n $(ver "$p") ]] || need_pkgs+=("$p"); done
+vng_ok=0
+compgen -G "$VENV/lib/python3*/site-packages/virtme_ng-$VNG_VERSION.dist-info" >/dev/null && vng_ok=1
+
+if [[ $need_qemu = 1 || ${#need_pkgs[@]} -gt 0 ]]; then
+	bash "$LAB_DIR/apt-sources.sh"
+	apt=(apt-get -y -q --no-install-recommends -o DPkg::Lock::Timeout=600)
+	export DEBIAN_FRONTEND=noninteractive
+	if [[ $need_qemu = 1 ]]; then
+		# -t lets QEMU's own packages (qemu-system-common/-data, seabios)
+		# come from backports too, upgrading 7.2 in place instead of mixing.
+		log "installing QEMU 10 from bookworm-backports"
+		"${apt[@]}" -t bookworm-backports install qemu-system-x86 >&2 ||
+			die "apt-get install qemu-system-x86 (bookworm-backports) failed"
+	fi
+	if [[ ${#need_pkgs[@]} -gt 0 ]]; then
+		mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
+		log "installing ${need_pkgs[*]}"
+		# pkg/bookworm-backports pins just those packages, nothing else moves.
+		"${apt[@]}" install "${need_pkgs[@]}" >&2 || die "apt-get install ${need_pkgs[*]} failed"
+	fi
+fi
+qemu_bin >/dev/null
+
+if [[ $vng_ok = 0 ]]; then
+	log "installing virtme-ng $VNG_VERSION into $VENV"
+	# Debian's python, not whatever python3 is first on PATH (pyenv).
+	[[ -x $VENV/bin/python ]] || /usr/bin/python3 -m venv "$VENV" || die "cannot create venv $VENV (python3-venv)"
+	"$VENV/bin/pip" install -q --disable-pip-version-check "virtme-ng==$VNG_VERSION" >&2 ||
+		die "pip install virtme-ng==$VNG_VERSION failed"
+fi
+
+# With udev on the host, virtme-ng's init runs a full udev coldplug in the
+# guest: +15-20 s per boot under TCG. The lab does without it.
+if [[ -x /usr/lib/systemd/systemd-udevd || -x /lib/systemd/systemd-udevd ]]; then
+	log "note: udev is installed; VM boots will be ~15 s slower (apt-get purge udev, if nothing here needs it)"
+fi

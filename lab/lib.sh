@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: Apache-2.0
+# Shared by the lab scripts (sourced, not run): paths, logging, tool lookup.
+
+LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$LAB_DIR/.." && pwd)
+CACHE=${SWIFTLANE_CACHE:-$REPO/.cache}
+LAB_CACHE=$CACHE/lab
+VENV=$LAB_CACHE/venv
+KERNELS=$LAB_CACHE/kernels
+
+# clang/llvm-strip/bpftool: Debian installs clang-19 without the unversioned
+# names, so put LLVM 19 first; bpftool lives in /usr/sbin.
+export PATH=/usr/lib/llvm-19/bin:$PATH:/usr/sbin:/sbin
+
+log() { echo "lab: $*" >&2; }
+die() { echo "lab: error: $*" >&2; exit "${LAB_DIE_RC:-1}"; }
+
+# QEMU 7.2 corrupts guests that attach/detach a sched_ext scheduler under
+# multi-threaded TCG; refuse anything older than 10.
+qemu_bin() {
+	local q=/usr/bin/qemu-system-x86_64 v
+	[[ -x $q ]] || die "qemu-system-x86_64 missing: run lab/deps.sh"
+	v=$("$q" --version | sed -n 's/^QEMU emulator version \([0-9]*\).*/\1/p')
+	[[ ${v:-0} -ge 10 ]] || die "QEMU $v found, need >= 10 (bookworm-backports): run lab/deps.sh"
+	echo "$q"
+}

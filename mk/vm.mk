@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: Apache-2.0
+# The VM lab: a Debian sched_ext kernel under QEMU (TCG), see lab/.
+# Included by the top Makefile.
+
+# Kernels the scheduler tests run on: the newest 6.18 (old kfunc API) and the
+# newest sched_ext kernel in trixie-backports.
+KERNELS ?= older newest
+KERNEL  ?= newest
+VMTEST  := $(BUILD)/vmtest.test
+VM      := bash lab/vm.sh
+
+.PHONY: vm-bins
+vm-bins: build
+	$(GO) test -c -tags vmtest -o $(VMTEST) ./test/vm
+	$(GO) build -o $(BUILD)/bench-sched ./bench/sched
+
+.PHONY: test-vm
+test-vm: deps vm-bins ## Scheduler tests on real sched_ext kernels in the VM lab (fails if the VM cannot boot)
+	@for k in $(KERNELS); do \
+	  echo "== VM tests on kernel '$$k'"; \
+	  $(VM) --kernel $$k -- env SWIFTLANE_BIN=$(BUILD)/swiftlane $(VMTEST) -test.v -test.timeout 20m || exit 1; \
+	done
+
+.PHONY: vm-shell
+vm-shell: deps vm-bins ## Interactive root shell in the VM lab (KERNEL=newest|older|VERSION)
+	$(VM) --kernel $(KERNEL) shell
+
+.PHONY: peers
+peers: deps ## Build scx_bpfland and scx_rustland from crates.io for side-by-side runs (~10 min)
+	bash lab/peers.sh
+
+.PHONY: bench-sched
+bench-sched: deps vm-bins peers ## Scheduler latency benchmark, all variants in one boot -> bench/results/sched.json + .png
+	$(VM) --kernel $(KERNEL) -- $(BUILD)/bench-sched -swiftlane $(BUILD)/swiftlane -out bench/results/sched.json
+	$(GO) run ./bench/plot -in bench/results/sched.json -out bench/results/sched.png
+
+.PHONY: demo
+demo: deps vm-bins ## Build, boot the lab, attach swiftlane, show saturated vs critical latency, detach
+	$(VM) --kernel $(KERNEL) -- bash lab/demo.sh

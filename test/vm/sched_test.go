@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build vmtest
+
+package vm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const noStrategies = "strategies: []\n"
+
+func TestAttachDetachCyclesUnderLoad(t *testing.T) {
+	mark := logMark(t)
+	// Hogs on every CPU, niced so that loading the scheduler (BTF parsing and
+	// the verifier, slow under TCG) does not take minutes under EEVDF; once
+	// swiftlane is attached they compete as ordinary tasks.
+	startNiceStress(t, "--cpu", fmt.Sprint(2*runtime.NumCPU()))
+	for i := 0; i < 20; i++ {
+		p := startScheduler(t, noStrategies)
+		if err := p.stop(); err != nil {
+			t.Fatalf("cycle %d: swiftlane exited with %v\n%s", i, err, p.out)
+		}
+		waitState(t, "disabled")
+		if !strings.Contains(p.out.String(), "detached: unregistered from user space") {
+			t.Fatalf("cycle %d: no clean detach reported:\n%s", i, p.out)
+		}
+	}
+	checkKernelLog(t, mark)
+}
+
+func TestMixedStressStaysAttached(t *testing.T) {
+	mark := logMark(t)
+	p := startScheduler(t, noStrategies)
+	n := fmt.Sprint(runtime.NumCPU())
+	// CPU hogs on every CPU, a fork storm and tasks hopping between CPUs.
+	cmd := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--quiet",
+		"--cpu", n, "--fork", n, "--affinity", n, "--timeout", "30s")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("stress-ng: %v\n%s", err, out)
+	}
+	if !p.alive() {
+		t.Fatalf("swiftlane exited during the stress run:\n%s", p.out)
+	}
+	requireState(t, "enabled", "swiftlane")
+	m := p.scrape(t)
+	if m["swiftlane_dispatch_total{path=shared}"]+m["swiftlane_dispatch_total{path=direct}"] == 0 {
+		t.Fatalf("no dispatches counted: %v", m)
+	}
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkKernelLog(t, mark)
+}
+
+func TestKill9RestoresDefaultScheduler(t *testing.T) {
+	p := startScheduler(t, noStrategies)
+	saturate(t)
+	p.cmd.Process.Kill()
+	p.wait(stateTimeout)
+	waitState(t, "disabled")
+	// Every task runs again: a fresh process completes under load.
+	ctx := runCtx(t, 60*time.Second)
+	if out, err := exec.CommandContext(ctx, "sh", "-c", "echo alive").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "alive" {
+		t.Fatalf("a new task did not run after kill -9: %v %q", err, out)
+	}
+}
+
+func TestRefusesWhenAnotherSchedulerIsAttached(t *testing.T) {
+	startScheduler(t, noStrategies)
+	out, err := exec.Command(swiftlaneBin(t), "run", "--metrics-addr", "").CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("second swiftlane: err %v, want exit status 2\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "another sched_ext scheduler is attached (swiftlane)") {
+		t.Fatalf("unclear refusal: %s", out)
+	}
+}
+
+func TestKernelEjectionIsReported(t *testing.T) {
+	p := startScheduler(t, noStrategies)
+	if err := os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// sysrq-S makes the kernel drop the BPF scheduler, as it would on an error.
+	if err := os.WriteFile("/proc/sysrq-trigger", []byte("S"), 0); err != nil {
+		t.Fatal(err)
+	}
+	err := p.wait(stateTimeout)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want status 1", err)
+	}
+	if !strings.Contains(p.out.String(), "the kernel stopped the scheduler: disabled by sysrq-S (kind 67)") {
+		t.Fatalf("exit reason not reported:\n%s", p.out)
+	}
+	waitState(t, "disabled")
+}
+
+func TestCPUHotplug(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Fatal("needs 2 CPUs")
+	}
+	mark := logMark(t)
+	p := startScheduler(t, noStrategies)
+	saturate(t)
+	online := "/sys/devices/system/cpu/cpu1/online"
+	if err := os.WriteFile(online, []byte("0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(online, []byte("1"), 0) })
+	if out, err := exec.Command("sh", "-c", "echo offline-ok").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if err := os.WriteFile(online, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.waitMetric(t, "two hotplug events", func(m map[string]float64) bool { return m["swiftlane_cpu_hotplug_total"] >= 2 })
+	if !p.alive() {
+		t.Fatalf("swiftlane exited on hotplug:\n%s", p.out)
+	}
+	requireState(t, "enabled", "swiftlane")
+	checkKernelLog(t, mark)
+}
+
+// A process started after the strategy, its threads, and its children
+// (inherit) get the class; an exited child loses it.
+func TestStrategyCoversNewProcessThreadsAndChildren(t *testing.T) {
+	marker := "swl-helper-threads"
+	p := startScheduler(t, fmt.Sprintf(`strategies:
+  - name: helper
+    class: high
+    inherit: true
+    command_regex: %q
+`, marker))
+	before := p.scrape(t)["swiftlane_enqueued_total{class=high}"]
+
+	helper := exec.Command(os.Args[0], "-test.run=^$", marker)
+	helper.Env = append(os.Environ(), "SWL_HELPER=threads")
+	stdin, _ := helper.StdinPipe()
+	stdout, _ := helper.StdoutPipe()
+	helper.Stderr = os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); helper.Process.Kill(); helper.Wait() })
+	lines := bufio.NewScanner(stdout)
+	expect := func(prefix string) string {
+		t.Helper()
+		if !lines.Scan() || !strings.HasPrefix(lines.Text(), prefix) {
+			t.Fatalf("helper said %q, want %s...", lines.Text(), prefix)
+		}
+		return lines.Text()
+	}
+	expect("started")
+	// Caught by its exec event, not by a rescan.
+	p.waitMetric(t, "the helper to be matched", func(m map[string]float64) bool {
+		return m["swiftlane_strategy_processes{class=high}"] == 1
+	})
+	fmt.Fprintln(stdin, "go")
+	threads := expect("threads")
+	t.Log("helper:", threads)
+	expect("child")
+	p.waitMetric(t, "the child to inherit", func(m map[string]float64) bool {
+		return m["swiftlane_strategy_processes{class=high}"] == 2
+	})
+	after := p.scrape(t)["swiftlane_enqueued_total{class=high}"]
+	// 4 new threads x 200 sleeps each, all queued as high.
+	if after-before < 800 {
+		t.Fatalf("only %v high-class enqueues from the helper's new threads, want >= 800", after-before)
+	}
+	fmt.Fprintln(stdin, "kill-child")
+	expect("child-gone")
+	p.waitMetric(t, "the exited child to be dropped", func(m map[string]float64) bool {
+		return m["swiftlane_strategy_processes{class=high}"] == 1
+	})
+}
+
+// Every process in a cgroup (strategy by cgroup_path), resolved in BPF.
+func TestCgroupStrategy(t *testing.T) {
+	dir := "/sys/fs/cgroup/swl-vmtest"
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	p := startScheduler(t, `strategies:
+  - name: batch
+    class: background
+    cgroup_path: /swl-vmtest
+`)
+	before := p.scrape(t)["swiftlane_enqueued_total{class=background}"]
+	// Joins the cgroup, then does 300 short sleeps.
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("echo $$ > %s/cgroup.procs && for i in $(seq 300); do sleep 0.001; done", dir))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	after := p.scrape(t)["swiftlane_enqueued_total{class=background}"]
+	if after-before < 300 {
+		t.Fatalf("only %v background enqueues from the cgroup's processes, want >= 300", after-before)
+	}
+}
+
+// The measured effect of a strategy: the UDP echo probe, with every CPU
+// saturated, with and without a critical strategy for it.
+func TestCriticalProbeBeatsPlainUnderSaturation(t *testing.T) {
+	mark := logMark(t)
+	saturate(t)
+	plain := probeUnder(t, noStrategies)
+	critical := probeUnder(t, `strategies:
+  - name: probe
+    class: critical
+    command_regex: 'swiftlane probe'
+`)
+	t.Logf("saturated RTT avg: plain %.0f µs, critical %.0f µs (%.1fx); p99: %.0f vs %.0f µs",
+		plain.AvgUs, critical.AvgUs, plain.AvgUs/critical.AvgUs, plain.P99Us, critical.P99Us)
+	if critical.AvgUs >= plain.AvgUs {
+		t.Fatalf("critical strategy did not help: avg %.0f µs vs %.0f µs without it", critical.AvgUs, plain.AvgUs)
+	}
+	checkKernelLog(t, mark)
+}
+
+type rttResult struct {
+	Samples int     `json:"samples"`
+	AvgUs   float64 `json:"avg_us"`
+	P99Us   float64 `json:"p99_us"`
+}
+
+func probeUnder(t *testing.T, config string) rttResult {
+	t.Helper()
+	p := startScheduler(t, config)
+	defer p.stop()
+	bin := swiftlaneBin(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	echo := exec.CommandContext(ctx, bin, "probe", "echo", "--listen", "127.0.0.1:7777")
+	if err := echo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); echo.Wait() }()
+	out := filepath.Join(t.TempDir(), "rtt.json")
+	cmd := exec.Command(bin, "probe", "rtt", "--target", "127.0.0.1:7777", "--samples", "300", "--interval", "1ms", "--json", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("probe: %v\n%s", err, b)
+	}
+	var r rttResult
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &r); err != nil || r.Samples == 0 {
+		t.Fatalf("probe result %s: %v", b, err)
+	}
+	return r
+}
+
+// runHelper is the body of helper processes started by the tests.
+func runHelper(kind string) int {
+	switch kind {
+	case "threads":
+		return threadsHelper()
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper", kind)
+	return 2
+}
+
+func taskCount() int {
+	ents, _ := os.ReadDir("/proc/self/task")
+	return len(ents)
+}
+
+// threadsHelper starts new threads and a child when told to, so the test can
+// check they are covered by a strategy that matched the process earlier.
+func threadsHelper() int {
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("started")
+	if !in.Scan() || in.Text() != "go" {
+		return 1
+	}
+	before := taskCount()
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A locked goroutine keeps its OS thread while it sleeps, so the
+			// runtime must create new threads for the others.
+			runtime.LockOSThread()
+			for j := 0; j < 200; j++ {
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	during := taskCount()
+	wg.Wait()
+	fmt.Printf("threads before=%d during=%d\n", before, during)
+	child := exec.Command("sleep", "300")
+	if err := child.Start(); err != nil {
+		return 1
+	}
+	fmt.Printf("child %d\n", child.Process.Pid)
+	for in.Scan() {
+		if in.Text() == "kill-child" {
+			child.Process.Signal(syscall.SIGKILL)
+			child.Wait()
+			fmt.Println("child-gone")
+		}
+	}
+	return 0
+}
