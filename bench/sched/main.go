@@ -142,7 +142,8 @@ func runVariant(name string) (*Variant, error) {
 	hogYAML := filepath.Join(os.TempDir(), "hog-"+name+".yaml")
 	if loaded {
 		total := *duration + 4*time.Second
-		hog = exec.Command("stress-ng", "--temp-path", os.TempDir(), "--quiet", "--cpu", fmt.Sprint(2*runtime.NumCPU()),
+		// Not --quiet: that also drops the metrics from the YAML report.
+		hog = exec.Command("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(2*runtime.NumCPU()),
 			"--timeout", fmt.Sprintf("%ds", int(total.Seconds())), "--metrics-brief", "--yaml", hogYAML)
 		if err := hog.Start(); err != nil {
 			return nil, fmt.Errorf("stress-ng: %w", err)

@@ -25,6 +25,7 @@ type Stats struct {
 	CriticalDispatch  uint64
 	KthreadDispatch   uint64
 	PreemptKicks      uint64
+	WakeupPreempts    uint64
 	CriticalDemoted   uint64
 	StarvationRescues uint64
 	EventsDropped     uint64
@@ -63,6 +64,7 @@ func (s *Scheduler) ReadStats() (Stats, error) {
 		t.CriticalDispatch += c.CriticalDispatch
 		t.KthreadDispatch += c.KthreadDispatch
 		t.PreemptKicks += c.PreemptKicks
+		t.WakeupPreempts += c.WakeupPreempts
 		t.CriticalDemoted += c.CriticalDemoted
 		t.StarvationRescues += c.StarvationRescues
 		t.EventsDropped += c.EventsDropped
@@ -78,6 +80,7 @@ var (
 	descEnqueued  = prometheus.NewDesc("swiftlane_enqueued_total", "Tasks queued, by scheduling class.", []string{"class"}, nil)
 	descDispatch  = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: direct (idle CPU at wakeup), critical, shared, kthread.", []string{"path"}, nil)
 	descPreempt   = prometheus.NewDesc("swiftlane_preempt_kicks_total", "CPUs preempted to run a critical task.", nil, nil)
+	descWakePre   = prometheus.NewDesc("swiftlane_wakeup_preempts_total", "Woken tasks that preempted a later-deadline task on their CPU.", nil, nil)
 	descDemoted   = prometheus.NewDesc("swiftlane_critical_demoted_total", "Critical tasks queued as normal because they used up their CPU budget.", nil, nil)
 	descStarve    = prometheus.NewDesc("swiftlane_starvation_rescues_total", "Times the shared queue was served ahead of critical work to avoid starvation.", nil, nil)
 	descDropped   = prometheus.NewDesc("swiftlane_events_dropped_total", "Process events lost because the ring buffer was full.", nil, nil)
@@ -94,7 +97,7 @@ type Collector struct {
 }
 
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEnqueued, descDispatch, descPreempt, descDemoted, descStarve, descDropped, descHotplug, descQueued, descWait, descProcesses} {
+	for _, d := range []*prometheus.Desc{descEnqueued, descDispatch, descPreempt, descWakePre, descDemoted, descStarve, descDropped, descHotplug, descQueued, descWait, descProcesses} {
 		ch <- d
 	}
 }
@@ -124,6 +127,7 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDispatch, st.SharedDispatch, "shared")
 	counter(descDispatch, st.KthreadDispatch, "kthread")
 	counter(descPreempt, st.PreemptKicks)
+	counter(descWakePre, st.WakeupPreempts)
 	counter(descDemoted, st.CriticalDemoted)
 	counter(descStarve, st.StarvationRescues)
 	counter(descDropped, st.EventsDropped)

@@ -38,6 +38,7 @@ type swiftlaneSwlStats struct {
 	CriticalDispatch  uint64
 	KthreadDispatch   uint64
 	PreemptKicks      uint64
+	WakeupPreempts    uint64
 	CriticalDemoted   uint64
 	StarvationRescues uint64
 	EventsDropped     uint64

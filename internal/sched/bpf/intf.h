@@ -45,6 +45,7 @@ struct swl_stats {
 	__u64 critical_dispatch;  /* taken from the critical queue */
 	__u64 kthread_dispatch;   /* per-CPU kthread put on its CPU's local queue */
 	__u64 preempt_kicks;      /* CPUs kicked to make room for a critical task */
+	__u64 wakeup_preempts;    /* woken task preempted a later-deadline task on its CPU */
 	__u64 critical_demoted;   /* critical task over its CPU budget, queued as normal */
 	__u64 starvation_rescues; /* shared queue served ahead of critical work */
 	__u64 events_dropped;     /* process events lost because the ring was full */

@@ -131,8 +131,9 @@ struct {
 
 /* What each CPU runs now, to find a CPU a critical task may preempt. */
 struct cpu_state {
-	u32 class; /* class of the running task */
-	u32 busy;  /* 0 once the CPU went idle */
+	u64 deadline; /* deadline of the running task */
+	u32 class;    /* class of the running task */
+	u32 busy;     /* 0 once the CPU went idle */
 };
 
 struct {
@@ -160,6 +161,7 @@ struct task_ctx {
 	u64 budget_at;    /* last budget refill */
 	u64 strat_gen;    /* strategy_gen + 1 when class and slice were resolved */
 	u64 strat_slice;  /* slice from its strategy, 0 for the default */
+	u64 deadline;     /* deadline it was queued with */
 	u32 class;        /* class from its strategy */
 	u32 run_class;    /* class it was queued with this time */
 };
@@ -375,6 +377,16 @@ static bool can_preempt(const struct task_struct *p, u32 cpu)
 	       bpf_cpumask_test_cpu(cpu, p->cpus_ptr);
 }
 
+/* A woken normal task preempts only non-critical work with a later deadline by a slice or more. */
+static bool should_preempt(const struct task_struct *p, u32 cpu, u64 deadline)
+{
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+
+	return cs && cs->busy && cs->class > SWL_CLASS_HIGH &&
+	       time_before(deadline + slice_ns, cs->deadline) &&
+	       bpf_cpumask_test_cpu(cpu, p->cpus_ptr);
+}
+
 /*
  * Make a CPU available to a queued critical task: wake an idle one, or
  * preempt a CPU running non-critical work, its previous CPU first.
@@ -456,6 +468,7 @@ s32 BPF_STRUCT_OPS(swl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 		now = bpf_ktime_get_ns();
 		resolve_strategy(p, tctx);
 		tctx->run_class = effective_class(tctx, now);
+		tctx->deadline = task_deadline(p, tctx, tctx->run_class);
 		if (!tctx->enq_at)
 			tctx->enq_at = now;
 		STAT_INC(direct_dispatch);
@@ -470,7 +483,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	struct task_ctx *tctx = lookup_task_ctx(p);
 	u64 now = bpf_ktime_get_ns();
 	u32 class;
-	s32 cpu;
+	s32 cpu, prev;
 
 	if (!tctx) {
 		swl_insert(p, DSQ_SHARED, slice_ns, enq_flags);
@@ -497,18 +510,32 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->run_class = class;
 	STAT_INC(enqueued[class & (SWL_NR_CLASSES - 1)]);
 
+	tctx->deadline = task_deadline(p, tctx, class);
 	if (class == SWL_CLASS_CRITICAL) {
-		swl_insert_vtime(p, DSQ_CRITICAL, task_slice(tctx), task_deadline(p, tctx, class), enq_flags);
+		swl_insert_vtime(p, DSQ_CRITICAL, task_slice(tctx), tctx->deadline, enq_flags);
 		kick_for_critical(p);
 		return;
 	}
 
-	swl_insert_vtime(p, DSQ_SHARED, task_slice(tctx), task_deadline(p, tctx, class), enq_flags);
+	swl_insert_vtime(p, DSQ_SHARED, task_slice(tctx), tctx->deadline, enq_flags);
 
 	/* Wake an idle CPU for it (pinned tasks and re-queues skip select_cpu). */
-	cpu = pick_idle_cpu(p, scx_bpf_task_cpu(p));
-	if (cpu >= 0)
+	prev = scx_bpf_task_cpu(p);
+	cpu = pick_idle_cpu(p, prev);
+	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		return;
+	}
+
+	/*
+	 * Wakeup preemption: a task that slept and whose deadline is well ahead
+	 * of the task running on its previous CPU takes that CPU now rather than
+	 * waiting out a CPU hog's slice (what EEVDF does for woken tasks).
+	 */
+	if ((enq_flags & SCX_ENQ_WAKEUP) && prev >= 0 && should_preempt(p, prev, tctx->deadline)) {
+		scx_bpf_kick_cpu(prev, SCX_KICK_PREEMPT);
+		STAT_INC(wakeup_preempts);
+	}
 }
 
 void BPF_STRUCT_OPS(swl_dispatch, s32 cpu, struct task_struct *prev)
@@ -582,6 +609,7 @@ void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs) {
 		cs->class = tctx->run_class;
+		cs->deadline = tctx->deadline;
 		cs->busy = 1;
 	}
 }
