@@ -55,10 +55,12 @@ releases() {
 # Packages making up one kernel: the image and, from 6.19 on, the
 # linux-binary/-base/-modules packages it is a meta package over.
 packages_of() {
-	local rel=$1
+	local rel=$1 re
+	re=${1//./[.]}
+	re=${re//+/[+]}
 	echo "linux-image-$rel"
 	apt-cache depends --no-recommends --no-suggests "linux-image-$rel" 2>/dev/null |
-		sed -n "s/^ *Depends: \(linux-\(base\|binary\|modules\)-$(sed 's/[.+]/[&]/g' <<<"$rel")\)$/\1/p"
+		sed -n "s/^ *Depends: \(linux-\(base\|binary\|modules\)-$re\)$/\1/p"
 }
 
 first_of() { for f in "$@"; do [[ -e $f ]] && { echo "$f"; return 0; }; done; return 1; }

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Shared by the lab scripts (sourced, not run): paths, logging, tool lookup.
+# shellcheck disable=SC2034 # the variables are for the scripts sourcing this
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$LAB_DIR/.." && pwd)

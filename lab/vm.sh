@@ -6,7 +6,8 @@
 # (build/, stress-ng, go test binaries) are all there.
 #
 # Usage: lab/vm.sh [--kernel newest|older|VERSION] [--cpus N] [--memory SIZE]
-#                  [--rwdir DIR]... [--timeout SECS] [--verbose] -- COMMAND...
+#                  [--rwdir DIR]... [--timeout SECS] [--append KARGS]...
+#                  [--verbose] -- COMMAND...
 #        lab/vm.sh [--kernel ...] [--cpus N] [--memory SIZE] shell
 #
 # Exit status: the command's; 124 if --timeout hit; 125 if the VM failed to
@@ -17,10 +18,10 @@ LAB_DIE_RC=125 # a lab failure must not pass for the command's own status
 
 usage() {
 	sed -n 's/^# \{0,1\}\(Usage:\|       \)\(.*\)$/\1\2/p' "$0" | sed 's/^/  /' >&2
-	exit 125
+	exit "${1:-125}"
 }
 
-kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 rwdirs=() mode=
+kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 rwdirs=() kargs=() mode=
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--kernel) kernel=${2:?--kernel needs a value}; shift 2 ;;
@@ -28,10 +29,11 @@ while [[ $# -gt 0 ]]; do
 	--memory) memory=${2:?--memory needs a value}; shift 2 ;;
 	--rwdir) rwdirs+=("$(realpath -m "${2:?--rwdir needs a value}")"); shift 2 ;;
 	--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
+	--append) kargs+=(--append "${2:?--append needs kernel arguments}"); shift 2 ;;
 	--verbose | -v) verbose=1; shift ;;
 	--) shift; mode=run; break ;;
 	shell) shift; mode=shell; break ;;
-	-h | --help) usage ;;
+	-h | --help) usage 0 ;;
 	*) echo "lab: error: unknown argument '$1'" >&2; usage ;;
 	esac
 done
@@ -50,18 +52,19 @@ vng=(vng --run "$kdir/vmlinuz" --disable-kvm --force-9p
 	# MTTCG: one host thread per vCPU. Safe with sched_ext on QEMU >= 10
 	# only (7.2 oopses the guest on scheduler attach/detach).
 	--qemu-opts='-accel tcg,thread=multi'
-	# q35's chipset devices (AHCI, LPC, SMBus, watchdogs, kvm on -cpu max)
-	# would each cost a module load under TCG if udev is around: skip them.
 	# A loaded host delays the guest's clocksource watchdog reads and can
 	# demote the TSC to the (much slower under TCG) HPET mid-benchmark; the
 	# TCG TSC follows the host clock, so trust it.
 	--append 'tsc=reliable'
+	# q35's chipset devices (AHCI, LPC, SMBus, watchdogs, kvm on -cpu max)
+	# would each cost a module load under TCG if udev is around: skip them.
 	--append 'modprobe.blacklist=kvm_amd,kvm_intel,kvm,ccp,sr_mod,cdrom,sg,ahci,libahci,libata,iTCO_wdt,intel_pmc_bxt,evdev,psmouse,aesni_intel,i2c_i801,serio_raw,i6300esb,pcspkr,lpc_ich,i2c_smbus,qemu_fw_cfg,button'
 	--rwdir "$REPO" --cwd "$REPO")
 for d in "${rwdirs[@]}"; do
 	mkdir -p "$d"
-	vng+=(--rwdir "$d")
+	case $d/ in "$REPO"/*) ;; *) vng+=(--rwdir "$d") ;; esac # the repo is rw already
 done
+vng+=("${kargs[@]}")
 [[ $verbose = 0 ]] || vng+=(--verbose)
 
 if [[ $mode = shell ]]; then

@@ -212,10 +212,14 @@ func TestCgroupStrategy(t *testing.T) {
 }
 
 // The measured effect of a strategy: the UDP echo probe, with every CPU
-// saturated, with and without a critical strategy for it.
+// saturated, with and without a critical strategy for it. The load mixes CPU
+// hogs with context-switch storms: against hogs alone a plain woken task
+// already preempts (wakeup preemption), against other waking tasks only the
+// critical class puts the probe first.
 func TestCriticalProbeBeatsPlainUnderSaturation(t *testing.T) {
 	mark := logMark(t)
-	saturate(t)
+	n := runtime.NumCPU()
+	startStress(t, "--cpu", fmt.Sprint(2*n), "--switch", fmt.Sprint(n))
 	plain := probeUnder(t, noStrategies)
 	critical := probeUnder(t, `strategies:
   - name: probe

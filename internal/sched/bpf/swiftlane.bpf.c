@@ -51,6 +51,13 @@ char _license[] SEC("license") = "GPL";
 /* task_struct->flags bit for kernel threads (include/linux/sched.h). */
 #define PF_KTHREAD 0x00200000
 
+/*
+ * Enqueue flags are renumbered between kernels (SCX_ENQ_HEAD is 16 on 6.18,
+ * 65536 on 7.3): take their values from the running kernel's BTF (CO-RE).
+ */
+#define ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
+#define ENQ_PREEMPT bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_PREEMPT)
+
 /* Our dispatch queues (ids below the kernel's built-in range). */
 #define DSQ_CRITICAL 1
 #define DSQ_SHARED 2
@@ -501,7 +508,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	if (is_percpu_kthread(p)) {
 		tctx->run_class = SWL_CLASS_HIGH;
 		STAT_INC(kthread_dispatch);
-		swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | (early_processing ? SCX_ENQ_PREEMPT : 0));
+		swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | (early_processing ? ENQ_PREEMPT : 0));
 		return;
 	}
 
@@ -532,7 +539,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * of the task running on its previous CPU takes that CPU now rather than
 	 * waiting out a CPU hog's slice (what EEVDF does for woken tasks).
 	 */
-	if ((enq_flags & SCX_ENQ_WAKEUP) && prev >= 0 && should_preempt(p, prev, tctx->deadline)) {
+	if ((enq_flags & ENQ_WAKEUP) && prev >= 0 && should_preempt(p, prev, tctx->deadline)) {
 		scx_bpf_kick_cpu(prev, SCX_KICK_PREEMPT);
 		STAT_INC(wakeup_preempts);
 	}
