@@ -31,6 +31,8 @@ func newRoot() *cobra.Command {
 		newStatsCmd(),
 		newProbeCmd(),
 		newLBCmd(),
+		newTraceCmd(), newLabCmd(),
+		newAPICmd(), newAgentCmd(), newCtlCmd(), newTokenCmd(),
 	)
 	return root
 }

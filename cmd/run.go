@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swiftlane/swiftlane/internal/config"
+	"github.com/swiftlane/swiftlane/internal/operator"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -78,7 +79,7 @@ func runScheduler(ctx context.Context, cfg config.Config, metricsAddr string) er
 	}
 
 	for {
-		exit, err := runOnce(ctx, opts, set, log, &current)
+		exit, err := runOnce(ctx, opts, set, cfg.Strategies, cfg.Automatic, log, &current)
 		if err != nil {
 			var ue *sched.UnsupportedError
 			if errors.As(err, &ue) {
@@ -101,7 +102,7 @@ func runScheduler(ctx context.Context, cfg config.Config, metricsAddr string) er
 
 // runOnce loads, attaches and serves until a signal (nil exit) or until the
 // kernel ejects the scheduler (its exit record).
-func runOnce(ctx context.Context, opts sched.Options, set *strategy.Set, log *slog.Logger, slot *collectorSlot) (*sched.ExitInfo, error) {
+func runOnce(ctx context.Context, opts sched.Options, set *strategy.Set, base []strategy.Strategy, auto config.Automatic, log *slog.Logger, slot *collectorSlot) (*sched.ExitInfo, error) {
 	s, err := sched.Load(opts)
 	if err != nil {
 		return nil, err
@@ -121,6 +122,14 @@ func runOnce(ctx context.Context, opts sched.Options, set *strategy.Set, log *sl
 		state, ops, set.Len(), len(applier.Applied()))
 	slot.set(sched.Collector{S: s, A: applier})
 	defer slot.set(nil)
+
+	if auto.Enabled {
+		a, err := operator.StartAutomatic(auto, applier, base, log)
+		if err != nil {
+			return nil, err
+		}
+		defer a.Stop()
+	}
 
 	exit, err := s.RunEvents(ctx, applier)
 	if ctx.Err() != nil {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -32,6 +33,26 @@ type Config struct {
 	BuiltinIdle bool `yaml:"builtin_idle"`
 	// Strategies give matched processes a class and optionally a slice.
 	Strategies []strategy.Strategy `yaml:"strategies"`
+	// Automatic prioritises the processes found carrying GTP-U traffic.
+	Automatic Automatic `yaml:"automatic"`
+}
+
+// Automatic configures the GTP-U tracer and operator (docs/gtp.md).
+type Automatic struct {
+	Enabled bool `yaml:"enabled"`
+	// Functions are the kernel functions traced; empty: the gtp and gtp5g
+	// defaults (internal/trace.DefaultFunctions).
+	Functions []string `yaml:"functions"`
+	// Class given to a process that carries GTP-U traffic.
+	Class strategy.Class `yaml:"class"`
+	// SliceNs is its slice (ns); 0 keeps the scheduler's.
+	SliceNs uint64 `yaml:"slice_ns"`
+	// IdleTimeoutMs: a process that carried no GTP-U packet for this long
+	// loses its entry.
+	IdleTimeoutMs int `yaml:"idle_timeout_ms"`
+	// Companions are RE2 command regexes (e.g. the UE simulator, ping) given
+	// the same class while any process carries GTP-U traffic.
+	Companions []string `yaml:"companions"`
 }
 
 // Scheduler holds the in-kernel scheduler's tunables.
@@ -61,6 +82,7 @@ func Default() Config {
 	return Config{
 		Scheduler: Scheduler{SliceNsDefault: 2_000_000, SliceNsMin: 500_000},
 		API:       API{URL: "http://127.0.0.1:8080", Interval: 5},
+		Automatic: Automatic{Class: strategy.Critical, IdleTimeoutMs: 5000},
 	}
 }
 
@@ -132,6 +154,9 @@ func (c *Config) Validate() error {
 			return &FieldError{Key: "api.url", Msg: fmt.Sprintf("%q is not an http(s) URL: use e.g. https://127.0.0.1:8443", c.API.URL)}
 		}
 	}
+	if err := c.Automatic.validate(); err != nil {
+		return err
+	}
 	names := map[string]int{}
 	for i := range c.Strategies {
 		st := &c.Strategies[i]
@@ -152,6 +177,31 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+func (a *Automatic) validate() error {
+	if a.Class > strategy.Background {
+		return &FieldError{Key: "automatic.class", Msg: fmt.Sprintf("%s is not a class: use critical, high, normal or background", a.Class)}
+	}
+	if a.SliceNs != 0 && (a.SliceNs < strategy.MinSliceNs || a.SliceNs > strategy.MaxSliceNs) {
+		return &FieldError{Key: "automatic.slice_ns", Msg: fmt.Sprintf("%d is out of range: use %d..%d ns, or 0 for the scheduler's slice", a.SliceNs, strategy.MinSliceNs, strategy.MaxSliceNs)}
+	}
+	if a.IdleTimeoutMs < 100 || a.IdleTimeoutMs > 3_600_000 {
+		return &FieldError{Key: "automatic.idle_timeout_ms", Msg: fmt.Sprintf("%d is out of range: use 100..3600000 ms (e.g. 5000)", a.IdleTimeoutMs)}
+	}
+	for i, fn := range a.Functions {
+		if !funcNameRE.MatchString(fn) {
+			return &FieldError{Key: fmt.Sprintf("automatic.functions[%d]", i), Msg: fmt.Sprintf("%q is not a kernel function name: use e.g. gtp_encap_recv", fn)}
+		}
+	}
+	for i, re := range a.Companions {
+		if _, err := regexp.Compile(re); err != nil {
+			return &FieldError{Key: fmt.Sprintf("automatic.companions[%d]", i), Msg: fmt.Sprintf("invalid RE2 regular expression: %v", err)}
+		}
+	}
+	return nil
+}
+
+var funcNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 
 // checkKeys walks a mapping node against a struct type and reports the first
 // key the struct does not have, with its full dotted path.

@@ -60,6 +60,15 @@ type Applier struct {
 	set        *Set
 	procs      map[uint32]procState
 	cgroups    map[uint64]int
+	// dynamic entries come from a second source (the GTP-U operator); a
+	// configured strategy that matches the same process wins over them.
+	dynamic map[uint32]dynamicEntry
+	onExit  []func(tgid uint32)
+}
+
+type dynamicEntry struct {
+	e      Entry
+	source string
 }
 
 // NewApplier returns an Applier over procfs and the cgroup v2 mount.
@@ -75,6 +84,7 @@ func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *A
 		set:        &Set{},
 		procs:      map[uint32]procState{},
 		cgroups:    map[uint64]int{},
+		dynamic:    map[uint32]dynamicEntry{},
 	}
 }
 
@@ -171,6 +181,9 @@ func (a *Applier) rematchLocked(tgid uint32, keepInherited bool) error {
 	case had:
 		delete(a.procs, tgid)
 		a.log.Debug("strategy removed", "pid", tgid)
+		if d, ok := a.dynamic[tgid]; ok {
+			return a.target.SetProcess(tgid, d.e)
+		}
 		return a.target.DeleteProcess(tgid)
 	}
 	return nil
@@ -206,10 +219,75 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 }
 
 // HandleExit forgets a process; the scheduler already dropped its entry.
+// Functions registered with OnExit are told too.
 func (a *Applier) HandleExit(tgid uint32) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	delete(a.procs, tgid)
+	delete(a.dynamic, tgid)
+	hooks := a.onExit
+	a.mu.Unlock()
+	for _, f := range hooks {
+		f(tgid)
+	}
+}
+
+// OnExit registers f to be called (without the Applier's lock) for every
+// process exit, so a dynamic source can keep its own state in step.
+func (a *Applier) OnExit(f func(tgid uint32)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onExit = append(a.onExit, f)
+}
+
+// SetDynamic gives a process an entry from a source other than the
+// configured strategies (e.g. "gtp-auto"). Re-matching the strategies leaves
+// it in place; a configured strategy that matches the process wins while it
+// matches. The entry is visible to tasks when SetDynamic returns.
+func (a *Applier) SetDynamic(tgid uint32, e Entry, source string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.dynamic[tgid] = dynamicEntry{e: e, source: source}
+	if _, static := a.procs[tgid]; static {
+		return nil
+	}
+	a.log.Debug("dynamic strategy applied", "pid", tgid, "source", source, "class", e.Class)
+	if err := a.target.SetProcess(tgid, e); err != nil {
+		return err
+	}
+	return a.target.Commit()
+}
+
+// ClearDynamic removes the entry source set for a process, if it has one.
+func (a *Applier) ClearDynamic(tgid uint32, source string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, ok := a.dynamic[tgid]
+	if !ok || d.source != source {
+		return nil
+	}
+	delete(a.dynamic, tgid)
+	if _, static := a.procs[tgid]; static {
+		return nil
+	}
+	a.log.Debug("dynamic strategy removed", "pid", tgid, "source", source)
+	if err := a.target.DeleteProcess(tgid); err != nil {
+		return err
+	}
+	return a.target.Commit()
+}
+
+// Dynamic lists the processes with a dynamic entry from source.
+func (a *Applier) Dynamic(source string) []uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []uint32
+	for tgid, d := range a.dynamic {
+		if d.source == source {
+			out = append(out, tgid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // Applied lists the processes strategies currently apply to, by PID.

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// clientFlags are the connection flags shared by ctl and token.
+type clientFlags struct {
+	server, tokenFile, caFile string
+}
+
+func (f *clientFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.server, "server", envOr("SWIFTLANE_SERVER", "https://127.0.0.1:8443"), "control-plane URL ($SWIFTLANE_SERVER)")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", os.Getenv("SWIFTLANE_TOKEN_FILE"), "file with a token ($SWIFTLANE_TOKEN_FILE, or the token itself in $SWIFTLANE_TOKEN)")
+	cmd.Flags().StringVar(&f.caFile, "ca-file", envOr("SWIFTLANE_CA_FILE", ""), "PEM certificate to trust for the server, e.g. <data-dir>/tls.crt ($SWIFTLANE_CA_FILE)")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (f *clientFlags) client() (*api.Client, error) {
+	tok := os.Getenv("SWIFTLANE_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	tlsCfg, err := auth.ClientTLS(f.caFile)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(f.server, tok, tlsCfg), nil
+}
+
+func newCtlCmd() *cobra.Command {
+	var cf clientFlags
+	var output string
+	ctl := &cobra.Command{
+		Use:   "ctl",
+		Short: "Control-plane CLI: get/apply/delete strategies, get nodes and workloads, log in",
+	}
+	ctl.PersistentFlags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
+	persist := func(c *cobra.Command) *cobra.Command {
+		cf.add(c)
+		return c
+	}
+
+	get := &cobra.Command{
+		Use:       "get strategies|nodes|workloads NODE",
+		Short:     "List strategies, nodes, or a node's resolved workloads",
+		Args:      cobra.RangeArgs(1, 2),
+		ValidArgs: []string{"strategies", "nodes", "workloads"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			switch args[0] {
+			case "strategies", "strategy", "st":
+				l, err := c.ListStrategies(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return show(output, l, func(w io.Writer) {
+					fmt.Fprintln(w, "NAME\tCLASS\tSLICE\tMATCH\tNODES\tREVISION")
+					for _, s := range l.Strategies {
+						slice := "-"
+						if s.ExecutionTime > 0 {
+							slice = time.Duration(s.ExecutionTime).String()
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", s.Name, s.EffectiveClass(), slice, matchers(s), selector(s.NodeSelector), s.Revision)
+					}
+				})
+			case "nodes", "node", "no":
+				l, err := c.ListNodes(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return show(output, l, func(w io.Writer) {
+					fmt.Fprintln(w, "NAME\tHEALTHY\tMODE\tSCHEDULER\tKERNEL\tVERSION\tAPPLIED\tWORKLOADS\tLAST HEARTBEAT")
+					for _, n := range l.Nodes {
+						fmt.Fprintf(w, "%s\t%v\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.Name, n.Healthy, n.Mode, n.SchedulerState, n.Kernel, n.Version,
+							n.AppliedRevision, len(n.Workloads), n.LastHeartbeat.Local().Format(time.DateTime))
+					}
+				})
+			case "workloads", "wl":
+				if len(args) != 2 {
+					return fmt.Errorf("get workloads needs a node name: swiftlane ctl get workloads NODE")
+				}
+				l, err := c.Workloads(cmd.Context(), args[1])
+				if err != nil {
+					return err
+				}
+				return show(output, l, func(w io.Writer) {
+					fmt.Fprintln(w, "PID\tSTRATEGY\tCLASS\tINHERITED\tCOMMAND")
+					for _, x := range l.Workloads {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%v\t%s\n", x.PID, x.Strategy, x.Class, x.Inherited, x.Cmdline)
+					}
+				})
+			}
+			return fmt.Errorf("unknown resource %q: use strategies, nodes or workloads", args[0])
+		},
+	}
+	var file string
+	apply := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Create or replace the strategies in a YAML/JSON file (one strategy, a list, or {strategies: [...]}); - reads stdin",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := readStrategies(file)
+			if err != nil {
+				return err
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			for i, s := range list {
+				out, err := c.PutStrategy(cmd.Context(), s)
+				if err != nil {
+					return fmt.Errorf("%s: strategies[%d] (%s): %w", file, i, s.Name, err)
+				}
+				fmt.Printf("strategy/%s applied (revision %d)\n", out.Name, out.Revision)
+			}
+			return nil
+		},
+	}
+	apply.Flags().StringVarP(&file, "filename", "f", "", "file to apply (- for stdin)")
+	_ = apply.MarkFlagRequired("filename")
+
+	del := &cobra.Command{
+		Use:   "delete strategy NAME...",
+		Short: "Delete strategies",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != "strategy" && args[0] != "strategies" {
+				return fmt.Errorf("unknown resource %q: only strategies can be deleted here", args[0])
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			for _, name := range args[1:] {
+				d, err := c.DeleteStrategy(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("strategy/%s deleted (revision %d)\n", name, d.Revision)
+			}
+			return nil
+		},
+	}
+	login := &cobra.Command{
+		Use:   "login",
+		Short: "Exchange the admin credential (read from stdin) for a token, printed to stdout",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			secret, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+			if err != nil {
+				return err
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.Login(cmd.Context(), auth.AdminUser, strings.TrimSpace(string(secret)))
+			if err != nil {
+				return err
+			}
+			fmt.Println(t.Token)
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{get, apply, del, login} {
+		ctl.AddCommand(persist(c))
+	}
+	ctl.AddCommand(newTokenCmd())
+	return ctl
+}
+
+func matchers(s store.Strategy) string {
+	var m []string
+	if s.CommandRegex != "" {
+		m = append(m, "cmd~"+s.CommandRegex)
+	}
+	if s.PID != 0 {
+		m = append(m, fmt.Sprintf("pid=%d", s.PID))
+	}
+	if s.CgroupPath != "" {
+		m = append(m, "cgroup="+s.CgroupPath)
+	}
+	for _, sel := range s.Selectors {
+		m = append(m, "pod:"+sel.Key+"="+sel.Value)
+	}
+	if len(s.Namespaces) > 0 {
+		m = append(m, "ns="+strings.Join(s.Namespaces, "|"))
+	}
+	return strings.Join(m, " ")
+}
+
+func selector(m map[string]string) string {
+	if len(m) == 0 {
+		return "*"
+	}
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return strings.Join(out, ",")
+}
+
+func show(format string, v any, table func(io.Writer)) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		// Through JSON so the keys are the API's.
+		b, _ := json.Marshal(v)
+		var generic any
+		_ = json.Unmarshal(b, &generic)
+		return yaml.NewEncoder(os.Stdout).Encode(generic)
+	case "table", "":
+		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+		table(w)
+		return w.Flush()
+	}
+	return fmt.Errorf("-o %q: use table, json or yaml", format)
+}
+
+// readStrategies accepts one strategy, a list, or {strategies: [...]} in
+// YAML or JSON, strictly (unknown fields are errors, as in the API).
+func readStrategies(file string) ([]store.Strategy, error) {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var generic any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if m, ok := generic.(map[string]any); ok {
+		if inner, ok := m["strategies"]; ok && len(m) == 1 {
+			generic = inner
+		}
+	}
+	if _, ok := generic.([]any); !ok {
+		generic = []any{generic}
+	}
+	js, err := json.Marshal(generic)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var list []store.Strategy
+	if err := dec.Decode(&list); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	for i := range list {
+		if err := list[i].Validate(); err != nil {
+			return nil, fmt.Errorf("%s: strategies[%d].%w", file, i, err)
+		}
+	}
+	return list, nil
+}

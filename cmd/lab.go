@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swiftlane/swiftlane/internal/gtplab"
+)
+
+func newLabCmd() *cobra.Command {
+	root := &cobra.Command{Use: "lab", Short: "The 5G user-plane lab (network namespaces, kernel gtp UPF, our gNB)"}
+	t := gtplab.Default()
+
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Create the UE, gNB and UPF namespaces and the UPF's gtp device; remove them on SIGINT/SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := gtplab.Up(t)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			fmt.Fprintf(os.Stderr, "swiftlane: lab up: UE %s in %s, gNB N3 %s in %s, UPF N3 %s / N6 %s in %s\n",
+				t.UEAddr, t.UENetns, t.GNBN3, t.GNBNetns, t.UPFN3, t.N6Addr, t.UPFNetns)
+			<-cmd.Context().Done()
+			if s, err := l.Stats(); err == nil {
+				fmt.Fprintf(os.Stderr, "swiftlane: lab down: %s rx %d tx %d packets\n", t.GTPDev, s.RxPackets, s.TxPackets)
+			}
+			return nil
+		},
+	}
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Remove the lab's namespaces (after a crash)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return (&gtplab.Lab{T: t}).Close() // fds are zero: nothing to close but the namespaces
+		},
+	}
+	gnb := &cobra.Command{
+		Use:   "gnb",
+		Short: "Run the gNB: the UE's tunnel interface <-> GTP-U over UDP to the UPF",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g, err := gtplab.NewGnb(t)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "swiftlane: gnb ready: %s in %s <-> GTP-U %s -> %s\n", t.TUN, t.UENetns, t.GNBN3, t.UPFN3)
+			return g.Run(cmd.Context())
+		},
+	}
+	var count int
+	var interval, timeout time.Duration
+	var asJSON bool
+	ping := &cobra.Command{
+		Use:   "ping",
+		Short: "Ping the UPF's N6 address from the UE through the GTP-U tunnel; print RTTs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := gtplab.NewPinger(t, timeout)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			rtts := make([]float64, 0, count)
+			for i := 0; i < count && cmd.Context().Err() == nil; i++ {
+				if i > 0 && interval > 0 {
+					time.Sleep(interval) // the probe's pacing, not synchronisation
+				}
+				d, err := p.Ping()
+				if err != nil {
+					return err
+				}
+				rtts = append(rtts, float64(d.Microseconds())/1000)
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "seq %d rtt %.3f ms\n", i+1, rtts[i])
+				}
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"rtt_ms": rtts})
+			}
+			return nil
+		},
+	}
+	ping.Flags().IntVarP(&count, "count", "c", 10, "echo requests to send")
+	ping.Flags().DurationVarP(&interval, "interval", "i", 20*time.Millisecond, "gap between a reply and the next request")
+	ping.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for each reply")
+	ping.Flags().BoolVar(&asJSON, "json", false, `print {"rtt_ms": [...]} instead of one line per reply`)
+	root.AddCommand(up, down, gnb, ping)
+	return root
+}

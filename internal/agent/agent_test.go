@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
+
+type server struct {
+	addr string
+	stop func()
+}
+
+// serve runs a real API server on loopback over dir (addr "" picks a port).
+func serve(t *testing.T, dir, addr string) *server {
+	t.Helper()
+	a, _, err := auth.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Options{Store: st, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx, ln, nil); close(done) }()
+	s := &server{addr: ln.Addr().String()}
+	stopped := false
+	s.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+			st.Close()
+		}
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func token(t *testing.T, dir string, role auth.Role, node string) string {
+	a, err := auth.LoadSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := a.Issue("test", role, node, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// fakeProc makes a procfs-like tree with one process per command line.
+func fakeProc(t *testing.T, cmds map[int]string) string {
+	root := t.TempDir()
+	for pid, cmd := range cmds {
+		d := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "cmdline"), []byte(cmd+"\x00"), 0o644)
+		os.WriteFile(filepath.Join(d, "comm"), []byte(cmd), 0o644)
+	}
+	return root
+}
+
+type harness struct {
+	agent   *Agent
+	target  *RecordingTarget
+	applied chan uint64
+	beats   chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func startAgent(t *testing.T, url, tok, procRoot, stateFile string, mode string) *harness {
+	h := &harness{target: NewRecordingTarget(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
+	app := strategy.NewApplier(h.target, procRoot, t.TempDir(), nil)
+	a, err := New(Options{
+		Client: api.NewClient(url, tok, nil), Node: "n1", Labels: map[string]string{"zone": "a"},
+		Version: "test", Kernel: "k", Interval: time.Second, Applier: app, Mode: mode, Reason: "no sched_ext",
+		StateFile: stateFile, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		OnApplied:   func(rev uint64) { h.applied <- rev },
+		OnHeartbeat: func() { h.beats <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { a.Run(ctx); close(h.done) }()
+	t.Cleanup(func() { cancel(); <-h.done })
+	return h
+}
+
+// waitApplied waits for the agent to apply revision rev or later.
+func (h *harness) waitApplied(t *testing.T, rev uint64) {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case got := <-h.applied:
+			if got >= rev {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("agent did not apply revision %d within 15 s (at %d)", rev, h.agent.Revision())
+		}
+	}
+}
+
+func (h *harness) waitBeat(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.beats:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no heartbeat within 15 s")
+	}
+}
+
+func crit(name, re string) store.Strategy {
+	c := strategy.Critical
+	return store.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
+}
+
+func TestAgentAppliesPushAndReports(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
+	proc := fakeProc(t, map[int]string{100: "nr-gnb -c gnb.yaml", 200: "stress-ng -c 20"})
+	h := startAgent(t, url, token(t, dir, auth.Agent, "n1"), proc, "", ModeObserve)
+	h.waitApplied(t, 0) // the initial sync
+
+	s, err := admin.CreateStrategy(context.Background(), crit("gnb", "nr-gnb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, s.Revision)
+	if e, ok := h.target.Process(100); !ok || e.Class != strategy.Critical {
+		t.Fatalf("pid 100 not critical after the push: %+v %v", e, ok)
+	}
+	if _, ok := h.target.Process(200); ok {
+		t.Fatal("pid 200 matched")
+	}
+	// A strategy for another zone never reaches this node.
+	other := crit("elsewhere", "stress")
+	other.NodeSelector = map[string]string{"zone": "b"}
+	o, _ := admin.CreateStrategy(context.Background(), other)
+	h.waitApplied(t, o.Revision)
+	if _, ok := h.target.Process(200); ok {
+		t.Fatal("strategy for zone b applied on a zone-a node")
+	}
+	// The next heartbeat carries the resolved workloads and observe mode.
+	for {
+		h.waitBeat(t)
+		n, err := admin.GetNode(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.AppliedRevision < o.Revision {
+			continue
+		}
+		if n.Mode != ModeObserve || n.Reason != "no sched_ext" || !n.Healthy || len(n.Workloads) != 1 || n.Workloads[0].PID != 100 || n.Workloads[0].Strategy != "gnb" {
+			t.Fatalf("node as reported: %+v", n)
+		}
+		break
+	}
+	if _, err := admin.DeleteStrategy(context.Background(), "gnb"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, o.Revision+1)
+	if _, ok := h.target.Process(100); ok {
+		t.Fatal("pid 100 still critical after the strategy was deleted")
+	}
+}
+
+func TestAgentReconnectsAfterServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	adminTok := token(t, dir, auth.Admin, "")
+	proc := fakeProc(t, map[int]string{100: "nr-gnb", 300: "upf"})
+	h := startAgent(t, url, token(t, dir, auth.Agent, "n1"), proc, filepath.Join(t.TempDir(), "state.json"), ModeSchedule)
+	admin := api.NewClient(url, adminTok, nil)
+	s, err := admin.CreateStrategy(context.Background(), crit("gnb", "nr-gnb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, s.Revision)
+
+	srv.stop()
+	// Server down: the last strategies stay applied.
+	if _, ok := h.target.Process(100); !ok {
+		t.Fatal("strategy dropped while the server is down")
+	}
+	srv = serve(t, dir, srv.addr)
+	admin = api.NewClient(url, adminTok, nil)
+	s2, err := admin.CreateStrategy(context.Background(), crit("upf", "upf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, s2.Revision)
+	if _, ok := h.target.Process(300); !ok {
+		t.Fatal("change after the restart not applied")
+	}
+	if _, ok := h.target.Process(100); !ok {
+		t.Fatal("strategy lost across the restart")
+	}
+}
+
+func TestAgentStartsFromStateWhenServerIsDown(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	state := filepath.Join(t.TempDir(), "state.json")
+	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
+	h := startAgent(t, url, token(t, dir, auth.Agent, "n1"), proc, state, ModeSchedule)
+	s, err := api.NewClient(url, token(t, dir, auth.Admin, ""), nil).CreateStrategy(context.Background(), crit("gnb", "nr-gnb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, s.Revision)
+	h.cancel()
+	<-h.done
+	srv.stop()
+
+	// A new agent process, no server: strategies come from the state file.
+	target := NewRecordingTarget()
+	a, err := New(Options{Client: api.NewClient(url, "x", nil), Node: "n1", Applier: strategy.NewApplier(target, proc, t.TempDir(), nil), StateFile: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := target.Process(100); !ok || a.Revision() != s.Revision {
+		t.Fatalf("state file not applied at start (revision %d)", a.Revision())
+	}
+}

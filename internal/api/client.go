@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// Client talks to the API (used by the agent, `swiftlane ctl` and tests).
+// It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client // requests with a deadline
+	watch *http.Client // long-lived streams
+}
+
+// NewClient returns a client for base (e.g. https://127.0.0.1:8443) that
+// sends token. tlsCfg may be nil for plain HTTP or the system roots.
+func NewClient(base, token string, tlsCfg *tls.Config) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsCfg
+	tr.MaxIdleConnsPerHost = 16
+	return &Client{
+		base:  strings.TrimRight(base, "/"),
+		token: token,
+		http:  &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		watch: &http.Client{Transport: tr},
+	}
+}
+
+// WithToken returns a client sharing connections but sending another token.
+func (c *Client) WithToken(token string) *Client {
+	cc := *c
+	cc.token = token
+	return &cc
+}
+
+// CloseIdle drops idle connections.
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+// Do sends in as JSON (if non-nil) and decodes the answer into out (if
+// non-nil). API errors come back as *Error.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, out)
+}
+
+func decodeResponse(resp *http.Response, out any) error {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 400 {
+		e := &Error{Status: resp.StatusCode}
+		if json.Unmarshal(data, e) != nil || e.Err == "" {
+			e.Err = strings.TrimSpace(string(data))
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	if s, ok := out.(*string); ok {
+		*s = string(data)
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// IsStatus reports whether err is an API error with that HTTP status.
+func IsStatus(err error, status int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == status
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	return h, c.Do(ctx, "GET", "/health", nil, &h)
+}
+
+// Login exchanges the admin credential for a token.
+func (c *Client) Login(ctx context.Context, user, password string) (TokenResponse, error) {
+	var t TokenResponse
+	return t, c.Do(ctx, "POST", "/api/v1/auth/token", LoginRequest{Username: user, Password: password}, &t)
+}
+
+func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (TokenResponse, error) {
+	var t TokenResponse
+	return t, c.Do(ctx, "POST", "/api/v1/tokens", req, &t)
+}
+
+func (c *Client) ListStrategies(ctx context.Context) (StrategyList, error) {
+	var l StrategyList
+	return l, c.Do(ctx, "GET", "/api/v1/strategies", nil, &l)
+}
+
+func (c *Client) GetStrategy(ctx context.Context, name string) (store.Strategy, error) {
+	var s store.Strategy
+	return s, c.Do(ctx, "GET", "/api/v1/strategies/"+esc(name), nil, &s)
+}
+
+func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (store.Strategy, error) {
+	var s store.Strategy
+	return s, c.Do(ctx, "POST", "/api/v1/strategies", st, &s)
+}
+
+// PutStrategy creates or replaces a strategy by name.
+func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (store.Strategy, error) {
+	var s store.Strategy
+	return s, c.Do(ctx, "PUT", "/api/v1/strategies/"+esc(st.Name), st, &s)
+}
+
+func (c *Client) DeleteStrategy(ctx context.Context, name string) (Deleted, error) {
+	var d Deleted
+	return d, c.Do(ctx, "DELETE", "/api/v1/strategies/"+esc(name), nil, &d)
+}
+
+func (c *Client) ListNodes(ctx context.Context) (NodeList, error) {
+	var l NodeList
+	return l, c.Do(ctx, "GET", "/api/v1/nodes", nil, &l)
+}
+
+func (c *Client) GetNode(ctx context.Context, name string) (store.Node, error) {
+	var n store.Node
+	return n, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name), nil, &n)
+}
+
+func (c *Client) DeleteNode(ctx context.Context, name string) error {
+	return c.Do(ctx, "DELETE", "/api/v1/nodes/"+esc(name), nil, nil)
+}
+
+func (c *Client) RegisterNode(ctx context.Context, name string, r store.Registration) (store.Node, error) {
+	var n store.Node
+	return n, c.Do(ctx, "PUT", "/api/v1/nodes/"+esc(name), r, &n)
+}
+
+func (c *Client) Heartbeat(ctx context.Context, name string, h store.Heartbeat) (HeartbeatReply, error) {
+	var r HeartbeatReply
+	return r, c.Do(ctx, "POST", "/api/v1/nodes/"+esc(name)+"/heartbeat", h, &r)
+}
+
+func (c *Client) Workloads(ctx context.Context, name string) (WorkloadList, error) {
+	var l WorkloadList
+	return l, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name)+"/workloads", nil, &l)
+}
+
+// Watch streams strategy events after revision since (0: start with a sync
+// event) to fn until ctx ends, the stream breaks, or fn fails. It returns
+// the error that ended it; the caller reconnects from the last revision fn
+// saw. connected (if non-nil) runs once the server has accepted the stream.
+func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn func(WatchEvent) error) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/watch/strategies?revision="+strconv.FormatUint(since, 10), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.watch.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeResponse(resp, nil)
+	}
+	if connected != nil {
+		connected()
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0:
+			if len(data) == 0 {
+				continue
+			}
+			var ev WatchEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return fmt.Errorf("watch event: %w", err)
+			}
+			data = data[:0]
+			if err := fn(ev); err != nil {
+				return err
+			}
+		case bytes.HasPrefix(line, []byte("data:")):
+			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
+		}
+		// id:, event: and ":" comments add nothing: the data repeats them.
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return io.ErrUnexpectedEOF
+}

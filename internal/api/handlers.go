@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// decode reads one JSON value strictly: unknown fields and trailing data
+// are refused. The body size is already bounded by wrap.
+func (s *Server) decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, s.o.MaxBody)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var big *http.MaxBytesError
+		if errors.As(err, &big) {
+			return decodeError(err, s.o.MaxBody)
+		}
+		return errorf(http.StatusBadRequest, "", "send exactly one JSON object", "unexpected data after the JSON body")
+	}
+	return nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	_, rev, err := s.o.Store.Changes(r.Context(), 0, 1)
+	if err != nil && !errors.Is(err, store.ErrCompacted) {
+		return errorf(http.StatusServiceUnavailable, "", "see the server log", "store: %v", err)
+	}
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: s.o.Version, Revision: rev})
+	return nil
+}
+
+func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ *auth.Claims) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, err := w.Write(s.doc)
+	return err
+}
+
+const (
+	loginTTL = 12 * time.Hour
+	agentTTL = 365 * 24 * time.Hour
+)
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	var req LoginRequest
+	if err := s.decode(r, &req); err != nil {
+		return err
+	}
+	if !s.o.Auth.CheckAdmin(req.Username, req.Password) {
+		// One answer for unknown user and wrong password.
+		return errorf(http.StatusUnauthorized, "password", "use user admin and the credential printed on the server's first start (also in <data-dir>/admin.credential)", "wrong user name or password")
+	}
+	return s.issue(w, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, loginTTL)
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
+	var req TokenRequest
+	if err := s.decode(r, &req); err != nil {
+		return err
+	}
+	def := loginTTL
+	if auth.Role(req.Role) == auth.Agent {
+		def = agentTTL
+	}
+	subject := req.Subject
+	if subject == "" {
+		subject = "by:" + c.Subject
+	}
+	return s.issue(w, http.StatusCreated, subject, auth.Role(req.Role), req.Node, req.TTLSeconds, def)
+}
+
+func (s *Server) issue(w http.ResponseWriter, status int, subject string, role auth.Role, node string, ttlSec int64, def time.Duration) error {
+	ttl := def
+	if ttlSec != 0 {
+		ttl = time.Duration(ttlSec) * time.Second
+	}
+	tok, exp, err := s.o.Auth.Issue(subject, role, node, ttl)
+	if err != nil {
+		return fieldFromAuth(err)
+	}
+	writeJSON(w, status, TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC()})
+	return nil
+}
+
+// fieldFromAuth maps auth's "field: message" errors to API errors.
+func fieldFromAuth(err error) *Error {
+	msg := err.Error()
+	field, rest := "", msg
+	for _, f := range []string{"role", "node", "ttl"} {
+		if r, ok := strings.CutPrefix(msg, f+": "); ok {
+			field, rest = f, r
+		}
+	}
+	if field == "ttl" {
+		field = "ttl_seconds"
+	}
+	e := &Error{Status: http.StatusBadRequest, Err: field + ": " + rest, Field: field, Hint: "fix " + field}
+	if i := strings.Index(rest, ": use "); i >= 0 {
+		e.Hint = rest[i+2:]
+	}
+	return e
+}
+
+func (s *Server) listStrategies(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
+	list, rev, err := s.o.Store.ListStrategies(r.Context())
+	if err != nil {
+		return storeError("strategies", err)
+	}
+	writeJSON(w, http.StatusOK, StrategyList{Strategies: nonNil(s.forClaims(r.Context(), c, list)), Revision: rev})
+	return nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
+	name := r.PathValue("name")
+	st, err := s.o.Store.GetStrategy(r.Context(), name)
+	if err != nil {
+		return storeError("strategy "+name, err)
+	}
+	if len(s.forClaims(r.Context(), c, []store.Strategy{st})) == 0 {
+		return storeError("strategy "+name, store.ErrNotFound) // not for this agent's node
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// readStrategy decodes and validates a strategy body; the store is not
+// touched when this fails.
+func (s *Server) readStrategy(r *http.Request, name string) (store.Strategy, error) {
+	var st store.Strategy
+	if err := s.decode(r, &st); err != nil {
+		return st, err
+	}
+	if name != "" {
+		if st.Name == "" {
+			st.Name = name
+		} else if st.Name != name {
+			return st, errorf(http.StatusBadRequest, "name", "leave name out of the body or make it "+name, "name %q in the body differs from %q in the URL", st.Name, name)
+		}
+	}
+	st.Revision, st.CreatedRevision = 0, 0 // assigned by the store
+	if err := st.Validate(); err != nil {
+		return st, fieldError("", err)
+	}
+	return st, nil
+}
+
+func (s *Server) createStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	st, err := s.readStrategy(r, "")
+	if err != nil {
+		return err
+	}
+	st, err = s.o.Store.CreateStrategy(r.Context(), st)
+	if err != nil {
+		return storeError("strategy "+st.Name, err)
+	}
+	s.hub.notify()
+	w.Header().Set("Location", "/api/v1/strategies/"+st.Name)
+	writeJSON(w, http.StatusCreated, st)
+	return nil
+}
+
+func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	st, err := s.readStrategy(r, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	out, err := s.o.Store.UpdateStrategy(r.Context(), st)
+	if errors.Is(err, store.ErrNotFound) {
+		status = http.StatusCreated
+		out, err = s.o.Store.CreateStrategy(r.Context(), st)
+	}
+	if err != nil {
+		return storeError("strategy "+st.Name, err)
+	}
+	s.hub.notify()
+	writeJSON(w, status, out)
+	return nil
+}
+
+func (s *Server) deleteStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	rev, err := s.o.Store.DeleteStrategy(r.Context(), name)
+	if err != nil {
+		return storeError("strategy "+name, err)
+	}
+	s.hub.notify()
+	writeJSON(w, http.StatusOK, Deleted{Name: name, Revision: rev})
+	return nil
+}
+
+func (s *Server) withHealth(n store.Node) store.Node {
+	n.Healthy = n.IsHealthy(time.Now())
+	if n.Workloads == nil {
+		n.Workloads = []store.Workload{}
+	}
+	return n
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	nodes, err := s.o.Store.ListNodes(r.Context())
+	if err != nil {
+		return storeError("nodes", err)
+	}
+	for i := range nodes {
+		nodes[i] = s.withHealth(nodes[i])
+	}
+	sortNodes(nodes)
+	writeJSON(w, http.StatusOK, NodeList{Nodes: nonNil(nodes)})
+	return nil
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	n, err := s.o.Store.GetNode(r.Context(), name)
+	if err != nil {
+		return storeError("node "+name, err)
+	}
+	writeJSON(w, http.StatusOK, s.withHealth(n))
+	return nil
+}
+
+func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	if !auth.ValidNodeName(name) {
+		return errorf(http.StatusBadRequest, "name", "use lower-case letters, digits, '.', '_' or '-'", "%q is not a node name", name)
+	}
+	var reg store.Registration
+	if err := s.decode(r, &reg); err != nil {
+		return err
+	}
+	if reg.Mode != "schedule" && reg.Mode != "observe" {
+		return errorf(http.StatusBadRequest, "mode", "use schedule or observe", "mode %q is unknown", reg.Mode)
+	}
+	if reg.HeartbeatSeconds < 1 || reg.HeartbeatSeconds > 3600 {
+		return errorf(http.StatusBadRequest, "heartbeat_seconds", "use 1..3600", "heartbeat_seconds %d is out of range", reg.HeartbeatSeconds)
+	}
+	n, err := s.o.Store.RegisterNode(r.Context(), name, reg, time.Now())
+	if err != nil {
+		return storeError("node "+name, err)
+	}
+	writeJSON(w, http.StatusOK, s.withHealth(n))
+	return nil
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	var hb store.Heartbeat
+	if err := s.decode(r, &hb); err != nil {
+		return err
+	}
+	if hb.Counters != nil {
+		for class, h := range hb.Counters.RunqueueWait {
+			if len(h.Buckets) > 64 {
+				return errorf(http.StatusBadRequest, "counters.runqueue_wait."+class+".buckets", "send at most 64 log2 buckets", "%d buckets", len(h.Buckets))
+			}
+		}
+	}
+	if _, err := s.o.Store.Heartbeat(r.Context(), name, hb, time.Now()); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(http.StatusNotFound, "name", "register first with PUT /api/v1/nodes/"+name, "node %s is not registered", name)
+		}
+		return storeError("node "+name, err)
+	}
+	_, rev, err := s.o.Store.Changes(r.Context(), 0, 1)
+	if err != nil && !errors.Is(err, store.ErrCompacted) {
+		return storeError("revision", err)
+	}
+	writeJSON(w, http.StatusOK, HeartbeatReply{Revision: rev})
+	return nil
+}
+
+func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	if err := s.o.Store.DeleteNode(r.Context(), name); err != nil {
+		return storeError("node "+name, err)
+	}
+	writeJSON(w, http.StatusOK, Deleted{Name: name})
+	return nil
+}
+
+func (s *Server) workloads(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	n, err := s.o.Store.GetNode(r.Context(), name)
+	if err != nil {
+		return storeError("node "+name, err)
+	}
+	writeJSON(w, http.StatusOK, WorkloadList{Node: name, AppliedRevision: n.AppliedRevision, Workloads: nonNil(n.Workloads)})
+	return nil
+}

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
+
+// testServer is a real server on a loopback port over a real data dir.
+type testServer struct {
+	t         *testing.T
+	dir, addr string
+	url       string
+	bootstrap string
+	auth      *auth.Authority
+	store     *store.Bolt
+	srv       *Server
+	tls       *tls.Config // client side, trusting the generated cert
+	stop      func()
+}
+
+type serverOpt struct {
+	logSize int
+	tls     bool
+	addr    string
+}
+
+func startServer(t *testing.T, dir string, o serverOpt) *testServer {
+	t.Helper()
+	a, boot, err := auth.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.logSize == 0 {
+		o.logSize = store.DefaultLogSize
+	}
+	st, err := store.OpenWithLogSize(dir, o.logSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Store: st, Auth: a, Version: "test", MaxBody: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.addr == "" {
+		o.addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{t: t, dir: dir, addr: ln.Addr().String(), bootstrap: boot, auth: a, store: st, srv: srv}
+	var cert *tls.Certificate
+	scheme := "http"
+	if o.tls {
+		c, err := auth.LoadOrCreateCert(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, scheme = &c, "https"
+		if ts.tls, err = auth.ClientTLS(filepath.Join(dir, auth.CertFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts.url = scheme + "://" + ts.addr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln, cert) }()
+	stopped := false
+	ts.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		st.Close()
+	}
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+func (ts *testServer) token(role auth.Role, node string) string {
+	ts.t.Helper()
+	tok, _, err := ts.auth.Issue("test", role, node, time.Hour)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	return tok
+}
+
+func (ts *testServer) client(token string) *Client { return NewClient(ts.url, token, ts.tls) }
+
+// raw sends a request and returns the status and the body (streams are cut
+// after the headers).
+func (ts *testServer) raw(method, path, token, body string) (int, []byte) {
+	ts.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, ts.url+path, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	tr := &http.Transport{TLSClientConfig: ts.tls}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		ts.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return resp.StatusCode, nil
+	}
+	var b bytes.Buffer
+	_, _ = io.Copy(&b, resp.Body)
+	return resp.StatusCode, b.Bytes()
+}
+
+func critical(name, re string) store.Strategy {
+	c := strategy.Critical
+	return store.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
+}
+
+func bg() context.Context { return context.Background() }

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"net/http"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// route is one endpoint. The server's mux and the OpenAPI document are both
+// built from the routes table, so they cannot disagree.
+type route struct {
+	method, path string
+	op, summary  string
+	// roles may call it; nil means no token needed.
+	roles []auth.Role
+	// nodeScoped: an agent token may call it only for its own node ({name}).
+	nodeScoped bool
+	in         any // request body (a zero value), nil for none
+	out        any // response body (a zero value)
+	status     int // success status (default 200)
+	stream     bool
+	contentOut string // non-JSON response media type
+	query      []param
+	handle     func(s *Server, w http.ResponseWriter, r *http.Request, c *auth.Claims) error
+}
+
+type param struct {
+	name, desc string
+}
+
+var (
+	anyRole    = []auth.Role{auth.Admin, auth.Viewer, auth.Agent}
+	readers    = []auth.Role{auth.Admin, auth.Viewer}
+	adminOnly  = []auth.Role{auth.Admin}
+	nodeWriter = []auth.Role{auth.Admin, auth.Agent}
+)
+
+func routes() []route {
+	return []route{
+		{method: "GET", path: "/health", op: "health", summary: "Liveness and the current strategy revision",
+			out: Health{}, handle: (*Server).health},
+		{method: "GET", path: "/openapi.json", op: "openapi", summary: "This document",
+			out: map[string]any{}, handle: (*Server).openapi},
+		{method: "GET", path: "/metrics", op: "prometheusMetrics", summary: "Prometheus metrics of the server and the nodes' counters",
+			roles: readers, out: "", contentOut: "text/plain", handle: (*Server).prometheus},
+
+		{method: "POST", path: "/api/v1/auth/token", op: "login", summary: "Exchange the admin credential for a token (generation-1 path)",
+			in: LoginRequest{}, out: TokenResponse{}, handle: (*Server).login},
+		{method: "POST", path: "/api/v1/tokens", op: "createToken", summary: "Mint a token for a role (agent tokens are bound to a node)",
+			roles: adminOnly, in: TokenRequest{}, out: TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
+
+		{method: "GET", path: "/api/v1/strategies", op: "listStrategies", summary: "List strategies in precedence order (agents: those for their node)",
+			roles: anyRole, out: StrategyList{}, handle: (*Server).listStrategies},
+		{method: "POST", path: "/api/v1/strategies", op: "createStrategy", summary: "Create a strategy",
+			roles: adminOnly, in: store.Strategy{}, out: store.Strategy{}, status: http.StatusCreated, handle: (*Server).createStrategy},
+		{method: "GET", path: "/api/v1/strategies/{name}", op: "getStrategy", summary: "Read one strategy",
+			roles: anyRole, out: store.Strategy{}, handle: (*Server).getStrategy},
+		{method: "PUT", path: "/api/v1/strategies/{name}", op: "putStrategy", summary: "Create or replace a strategy (200 replaced, 201 created)",
+			roles: adminOnly, in: store.Strategy{}, out: store.Strategy{}, handle: (*Server).putStrategy},
+		{method: "DELETE", path: "/api/v1/strategies/{name}", op: "deleteStrategy", summary: "Delete a strategy",
+			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteStrategy},
+		{method: "GET", path: "/api/v1/watch/strategies", op: "watchStrategies",
+			summary: "Server-sent events: a sync event (the whole list) unless resuming, then every change. Resume with ?revision= or Last-Event-ID",
+			roles:   anyRole, out: WatchEvent{}, stream: true, contentOut: "text/event-stream",
+			query: []param{{"revision", "resume after this revision (0: start with a sync event)"}}, handle: (*Server).watch},
+
+		{method: "GET", path: "/api/v1/nodes", op: "listNodes", summary: "Registered nodes with health, state and counters",
+			roles: readers, out: NodeList{}, handle: (*Server).listNodes},
+		{method: "GET", path: "/api/v1/nodes/{name}", op: "getNode", summary: "One node",
+			roles: anyRole, nodeScoped: true, out: store.Node{}, handle: (*Server).getNode},
+		{method: "PUT", path: "/api/v1/nodes/{name}", op: "registerNode", summary: "Register (or re-register) a node's agent",
+			roles: nodeWriter, nodeScoped: true, in: store.Registration{}, out: store.Node{}, handle: (*Server).registerNode},
+		{method: "DELETE", path: "/api/v1/nodes/{name}", op: "deleteNode", summary: "Forget a node",
+			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteNode},
+		{method: "POST", path: "/api/v1/nodes/{name}/heartbeat", op: "heartbeat", summary: "An agent's status: scheduler state, counters, resolved workloads",
+			roles: nodeWriter, nodeScoped: true, in: store.Heartbeat{}, out: HeartbeatReply{}, handle: (*Server).heartbeat},
+		{method: "GET", path: "/api/v1/nodes/{name}/workloads", op: "listWorkloads", summary: "Processes the strategies resolved to on a node",
+			roles: anyRole, nodeScoped: true, out: WorkloadList{}, handle: (*Server).workloads},
+
+		// Generation 1 (the reference API), kept for existing clients.
+		{method: "GET", path: "/api/v1/scheduling/strategies", op: "gen1ListStrategies", summary: "Generation 1: list strategies as {strategies: [...]} with priority: bool",
+			roles: anyRole, out: Gen1Strategies{}, handle: (*Server).gen1List},
+		{method: "POST", path: "/api/v1/scheduling/strategies", op: "gen1ReplaceStrategies", summary: "Generation 1: replace the whole list; unnamed entries are named strategy-<index>",
+			roles: adminOnly, in: Gen1Strategies{}, out: Gen1Strategies{}, handle: (*Server).gen1Replace},
+		{method: "POST", path: "/api/v1/metrics", op: "gen1PostMetrics", summary: "Generation 1: a node's scheduler pushes named numbers",
+			roles: nodeWriter, in: Gen1Metrics{}, out: HeartbeatReply{}, handle: (*Server).gen1PostMetrics},
+		{method: "GET", path: "/api/v1/metrics", op: "gen1GetMetrics", summary: "Generation 1: metrics by node (pushed numbers and heartbeat counters)",
+			roles: readers, out: MetricsList{}, handle: (*Server).gen1GetMetrics},
+		{method: "GET", path: "/api/v1/pods/pids", op: "gen1PodPIDs", summary: "Generation 1: resolved processes on every node",
+			roles: readers, out: PodPIDList{}, handle: (*Server).gen1PodPIDs},
+	}
+}

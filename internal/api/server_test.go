@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// sampleBody is a valid body for each operation that takes one.
+func sampleBody(op string, i int) string {
+	switch op {
+	case "login":
+		return `{"username":"admin","password":"wrong"}`
+	case "createToken":
+		return `{"role":"viewer"}`
+	case "createStrategy":
+		return fmt.Sprintf(`{"name":"m%d","class":"high","command_regex":"x"}`, i)
+	case "putStrategy":
+		return `{"class":"critical","command_regex":"nr-gnb"}`
+	case "registerNode":
+		return `{"version":"t","kernel":"6.18","mode":"observe","heartbeat_seconds":5}`
+	case "heartbeat":
+		return `{"scheduler_state":"disabled","applied_revision":0,"workloads":[]}`
+	case "gen1ReplaceStrategies":
+		return `{"strategies":[{"name":"s1","priority":true,"command_regex":"nr-gnb"}]}`
+	case "gen1PostMetrics":
+		return `{"nr_queued":3}`
+	}
+	return ""
+}
+
+// TestAuthMatrix calls every endpoint with every kind of token and checks
+// who gets through.
+func TestAuthMatrix(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	stranger := auth.New(other)
+	forged, _, _ := stranger.Issue("x", auth.Admin, "", time.Hour)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, auth.Claims{Role: auth.Admin, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: "swiftlane", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}).SignedString(jwt.UnsafeAllowNoneSignatureType)
+
+	type caller struct {
+		name  string
+		token string
+		role  auth.Role // "" for refused tokens
+	}
+	callers := []caller{
+		{"admin", ts.token(auth.Admin, ""), auth.Admin},
+		{"viewer", ts.token(auth.Viewer, ""), auth.Viewer},
+		{"agent-n1", ts.token(auth.Agent, "n1"), auth.Agent},
+		{"agent-n2", ts.token(auth.Agent, "n2"), auth.Agent},
+		{"no token", "", ""},
+		{"wrong key", forged, ""},
+		{"alg=none", none, ""},
+	}
+	// The node and strategy the {name} routes address exist.
+	admin := ts.client(callers[0].token)
+	if _, err := admin.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateStrategy(bg(), critical("s1", "nr-gnb")); err != nil {
+		t.Fatal(err)
+	}
+	rs := routes()
+	// Deletions last, so the other calls find what they address.
+	slices.SortStableFunc(rs, func(a, b route) int {
+		return boolInt(a.method == "DELETE") - boolInt(b.method == "DELETE")
+	})
+	for i, rt := range rs {
+		path := strings.ReplaceAll(rt.path, "{name}", map[bool]string{true: "n1", false: "s1"}[strings.Contains(rt.path, "/nodes/")])
+		for _, c := range callers {
+			in := sampleBody(rt.op, i)
+			if rt.op == "login" {
+				in = fmt.Sprintf(`{"username":"admin","password":%q}`, ts.bootstrap)
+			}
+			code, body := ts.raw(rt.method, path, c.token, in)
+			var want string
+			switch {
+			case rt.roles == nil:
+				want = "through"
+			case c.role == "":
+				want = "401"
+			case !slices.Contains(rt.roles, c.role):
+				want = "403"
+			case rt.nodeScoped && c.role == auth.Agent && c.name != "agent-n1":
+				want = "403"
+			default:
+				want = "through"
+			}
+			got := fmt.Sprint(code)
+			if code != 401 && code != 403 {
+				got = "through"
+			}
+			if got != want {
+				t.Errorf("%s %s as %s: %d %s, want %s", rt.method, path, c.name, code, body, want)
+			}
+			if code >= 400 {
+				var e Error
+				if json.Unmarshal(body, &e) != nil || e.Err == "" || e.Hint == "" {
+					t.Errorf("%s %s as %s: error body %q lacks error/hint", rt.method, path, c.name, body)
+				}
+			}
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestStrategyCRUD(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{tls: true})
+	c := ts.client(ts.token(auth.Admin, ""))
+	s1, err := c.CreateStrategy(bg(), critical("gnb", "nr-gnb|nr-ue"))
+	if err != nil || s1.Revision != 1 {
+		t.Fatalf("create: %+v %v", s1, err)
+	}
+	if _, err := c.CreateStrategy(bg(), critical("gnb", "x")); !IsStatus(err, http.StatusConflict) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	got, err := c.GetStrategy(bg(), "gnb")
+	if err != nil || got.CommandRegex != "nr-gnb|nr-ue" || got.EffectiveClass().String() != "critical" {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	upd := critical("gnb", "nr-gnb")
+	upd.ExecutionTime = 20_000_000
+	upd.Namespaces = []string{"free5gc"}
+	upd.NodeSelector = map[string]string{"zone": "a"}
+	code, body := ts.raw("PUT", "/api/v1/strategies/gnb", ts.token(auth.Admin, ""), mustJSON(upd))
+	if code != http.StatusOK {
+		t.Fatalf("put existing: %d %s", code, body)
+	}
+	code, body = ts.raw("PUT", "/api/v1/strategies/batch", ts.token(auth.Admin, ""), `{"class":"background","cgroup_path":"/batch.slice"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("put new: %d %s", code, body)
+	}
+	list, err := c.ListStrategies(bg())
+	if err != nil || len(list.Strategies) != 2 || list.Revision != 3 || list.Strategies[0].Name != "gnb" ||
+		list.Strategies[0].ExecutionTime != 20_000_000 || list.Strategies[0].NodeSelector["zone"] != "a" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if d, err := c.DeleteStrategy(bg(), "gnb"); err != nil || d.Revision != 4 {
+		t.Fatalf("delete: %+v %v", d, err)
+	}
+	if _, err := c.DeleteStrategy(bg(), "gnb"); !IsStatus(err, http.StatusNotFound) {
+		t.Fatalf("delete again: %v", err)
+	}
+	if _, err := c.GetStrategy(bg(), "gnb"); !IsStatus(err, http.StatusNotFound) {
+		t.Fatalf("get deleted: %v", err)
+	}
+	// Plain HTTP against the TLS port and an untrusting client both fail.
+	if _, err := NewClient(ts.url, "", nil).Health(bg()); err == nil {
+		t.Fatal("client without the server's certificate connected")
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// TestRejectedWritesChangeNothing checks every validation error: a 4xx with
+// error, field and hint, and the store revision unchanged.
+func TestRejectedWritesChangeNothing(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.token(auth.Admin, "")
+	c := ts.client(admin)
+	if _, err := c.CreateStrategy(bg(), critical("keep", "x")); err != nil {
+		t.Fatal(err)
+	}
+	huge := `{"name":"big","class":"high","command_regex":"` + strings.Repeat("a", 70<<10) + `"}`
+	cases := []struct {
+		method, path, body string
+		status             int
+		field              string
+	}{
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"("}`, 400, "command_regex"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x","execution_time":10000}`, 400, "execution_time"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x","execution_time":2000000000}`, 400, "execution_time"},
+		{"POST", "/api/v1/strategies", `{"name":"Bad Name","class":"high","command_regex":"x"}`, 400, "name"},
+		{"POST", "/api/v1/strategies", `{"class":"high","command_regex":"x"}`, 400, "name"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"urgent","command_regex":"x"}`, 400, "class"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high"}`, 400, "command_regex"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x","colour":"red"}`, 400, "colour"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x","pid":"12"}`, 400, "pid"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x","namespaces":["Bad_NS"]}`, 400, "namespaces[0]"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","priority":true,"command_regex":"x"}`, 400, "priority"},
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x"} {}`, 400, ""},
+		{"POST", "/api/v1/strategies", `{"name":"a",`, 400, ""},
+		{"POST", "/api/v1/strategies", huge, 413, ""},
+		{"POST", "/api/v1/strategies", `{"name":"keep","class":"high","command_regex":"x"}`, 409, "name"},
+		{"PUT", "/api/v1/strategies/keep", `{"name":"other","class":"high","command_regex":"x"}`, 400, "name"},
+		{"PUT", "/api/v1/strategies/keep", `{"class":"high","command_regex":"x","cgroup_path":"../etc"}`, 400, "cgroup_path"},
+		{"POST", "/api/v1/scheduling/strategies", `{"strategies":[{"priority":true,"command_regex":"x"},{"priority":true,"command_regex":"["}]}`, 400, "strategies[1].command_regex"},
+		{"POST", "/api/v1/scheduling/strategies", `{}`, 400, "strategies"},
+		{"POST", "/api/v1/tokens", `{"role":"agent"}`, 400, "node"},
+		{"POST", "/api/v1/tokens", `{"role":"root"}`, 400, "role"},
+		{"POST", "/api/v1/tokens", `{"role":"viewer","ttl_seconds":1}`, 400, "ttl_seconds"},
+		{"PUT", "/api/v1/nodes/n1", `{"mode":"fast","heartbeat_seconds":5}`, 400, "mode"},
+		{"PUT", "/api/v1/nodes/N_1", `{"mode":"observe","heartbeat_seconds":5}`, 400, "name"},
+		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[]}`, 404, "name"},
+	}
+	before, _ := c.ListStrategies(bg())
+	for _, tc := range cases {
+		code, body := ts.raw(tc.method, tc.path, admin, tc.body)
+		var e Error
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Errorf("%s %s %.60s: body %q is not an error object", tc.method, tc.path, tc.body, body)
+			continue
+		}
+		if code != tc.status || e.Field != tc.field || e.Err == "" || e.Hint == "" {
+			t.Errorf("%s %s %.60s: %d %+v, want %d field %q with error and hint", tc.method, tc.path, tc.body, code, e, tc.status, tc.field)
+		}
+		after, _ := c.ListStrategies(bg())
+		if after.Revision != before.Revision || mustJSON(after) != mustJSON(before) {
+			t.Errorf("%s %s %.60s: store changed on a rejected write", tc.method, tc.path, tc.body)
+		}
+	}
+	if _, err := c.ListNodes(bg()); err != nil {
+		t.Fatal(err)
+	}
+	// Wrong methods and unknown paths are JSON errors too.
+	if code, body := ts.raw("PATCH", "/api/v1/strategies", admin, ""); code != 405 || !strings.Contains(string(body), `"hint"`) {
+		t.Errorf("PATCH: %d %s", code, body)
+	}
+	if code, body := ts.raw("GET", "/api/v1/nope", admin, ""); code != 404 || !strings.Contains(string(body), `"hint"`) {
+		t.Errorf("unknown path: %d %s", code, body)
+	}
+}
+
+func TestRestartLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServer(t, dir, serverOpt{tls: true})
+	if ts.bootstrap == "" {
+		t.Fatal("no bootstrap credential on first start")
+	}
+	c := ts.client("")
+	login, err := c.Login(bg(), "admin", ts.bootstrap)
+	if err != nil || !login.Success || login.Role != "admin" {
+		t.Fatalf("login: %+v %v", login, err)
+	}
+	c = ts.client(login.Token)
+	agentTok, err := c.CreateToken(bg(), TokenRequest{Role: "agent", Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := c.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ag := ts.client(agentTok.Token)
+	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ag.Heartbeat(bg(), "n1", store.Heartbeat{AppliedRevision: 5, Workloads: []store.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := c.ListStrategies(bg())
+	ts.stop()
+
+	ts2 := startServer(t, dir, serverOpt{tls: true, addr: ts.addr})
+	if ts2.bootstrap != "" {
+		t.Fatal("bootstrap credential printed again on restart")
+	}
+	c2 := ts2.client(login.Token) // tokens survive the restart
+	after, err := c2.ListStrategies(bg())
+	if err != nil || mustJSON(after) != mustJSON(before) {
+		t.Fatalf("strategies after restart: %+v %v\nbefore: %+v", after, err, before)
+	}
+	wl, err := ts2.client(agentTok.Token).Workloads(bg(), "n1")
+	if err != nil || len(wl.Workloads) != 1 || wl.AppliedRevision != 5 {
+		t.Fatalf("workloads after restart: %+v %v", wl, err)
+	}
+	if _, err := ts2.client("").Login(bg(), "admin", ts.bootstrap); err != nil {
+		t.Fatalf("credential after restart: %v", err)
+	}
+}
+
+func TestAgentSeesOnlyItsNode(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	ag := ts.client(ts.token(auth.Agent, "n1"))
+	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	a := critical("for-a", "x")
+	a.NodeSelector = map[string]string{"zone": "a"}
+	b := critical("for-b", "y")
+	b.NodeSelector = map[string]string{"zone": "b"}
+	for _, s := range []store.Strategy{a, b, critical("all", "z")} {
+		if _, err := admin.CreateStrategy(bg(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := ag.ListStrategies(bg())
+	if err != nil || len(l.Strategies) != 2 || l.Strategies[0].Name != "for-a" || l.Strategies[1].Name != "all" {
+		t.Fatalf("agent list: %+v %v", l, err)
+	}
+	if _, err := ag.GetStrategy(bg(), "for-b"); !IsStatus(err, http.StatusNotFound) {
+		t.Fatalf("agent get of another node's strategy: %v", err)
+	}
+	if _, err := ag.Heartbeat(bg(), "n2", store.Heartbeat{}); !IsStatus(err, http.StatusForbidden) {
+		t.Fatalf("agent heartbeat for another node: %v", err)
+	}
+	if _, err := ag.CreateStrategy(bg(), critical("evil", "x")); !IsStatus(err, http.StatusForbidden) {
+		t.Fatalf("agent write: %v", err)
+	}
+	n, err := admin.GetNode(bg(), "n1")
+	if err != nil || !n.Healthy || n.Labels["zone"] != "a" {
+		t.Fatalf("node: %+v %v", n, err)
+	}
+}
+
+// TestGeneration1 drives the reference API's endpoints with its JSON.
+func TestGeneration1(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	code, body := ts.raw("GET", "/health", "", "")
+	if code != 200 || !strings.Contains(string(body), `"status":"ok"`) {
+		t.Fatalf("health: %d %s", code, body)
+	}
+	code, body = ts.raw("POST", "/api/v1/auth/token", "", fmt.Sprintf(`{"username":"admin","password":%q}`, ts.bootstrap))
+	var tok TokenResponse
+	if code != 200 || json.Unmarshal(body, &tok) != nil || tok.Token == "" || !tok.Success {
+		t.Fatalf("token: %d %s", code, body)
+	}
+	gen1 := `{"strategies":[{"priority":true,"execution_time":20000000,"selectors":[{"key":"app","value":"ueransim-macvlan"}],"command_regex":"nr-gnb|nr-ue|ping"},{"priority":false,"pid":4242}]}`
+	code, body = ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, gen1)
+	if code != 200 {
+		t.Fatalf("gen1 post: %d %s", code, body)
+	}
+	code, body = ts.raw("GET", "/api/v1/scheduling/strategies", tok.Token, "")
+	var got struct {
+		Strategies []map[string]any `json:"strategies"`
+	}
+	if code != 200 || json.Unmarshal(body, &got) != nil || len(got.Strategies) != 2 {
+		t.Fatalf("gen1 get: %d %s", code, body)
+	}
+	if got.Strategies[0]["priority"] != true || got.Strategies[0]["execution_time"] != 2e7 || got.Strategies[1]["priority"] != false ||
+		got.Strategies[0]["command_regex"] != "nr-gnb|nr-ue|ping" || got.Strategies[1]["pid"] != 4242.0 {
+		t.Fatalf("gen1 get: %s", body)
+	}
+	// The same strategies through the current API: named, with classes.
+	l, err := ts.client(tok.Token).ListStrategies(bg())
+	if err != nil || l.Strategies[0].Name != "strategy-0" || l.Strategies[0].EffectiveClass().String() != "critical" ||
+		l.Strategies[1].EffectiveClass().String() != "normal" {
+		t.Fatalf("v2 view: %+v %v", l, err)
+	}
+	// Posting the same list again changes nothing.
+	rev := l.Revision
+	ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, gen1)
+	if l2, _ := ts.client(tok.Token).ListStrategies(bg()); l2.Revision != rev {
+		t.Fatalf("idempotent gen1 post bumped the revision %d -> %d", rev, l2.Revision)
+	}
+	agent := ts.token(auth.Agent, "n1")
+	if code, body := ts.raw("POST", "/api/v1/metrics", agent, `{"nr_queued":3,"nr_scheduled":7}`); code != 200 {
+		t.Fatalf("gen1 metrics post: %d %s", code, body)
+	}
+	code, body = ts.raw("GET", "/api/v1/metrics", tok.Token, "")
+	if code != 200 || !strings.Contains(string(body), `"nr_scheduled":7`) {
+		t.Fatalf("gen1 metrics get: %d %s", code, body)
+	}
+	code, body = ts.raw("GET", "/api/v1/pods/pids", tok.Token, "")
+	if code != 200 || !strings.Contains(string(body), `"pods":[]`) {
+		t.Fatalf("pods/pids: %d %s", code, body)
+	}
+	// Deleting everything the generation-1 way.
+	if code, body := ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, `{"strategies":[]}`); code != 200 || !strings.Contains(string(body), `"strategies":[]`) {
+		t.Fatalf("gen1 empty post: %d %s", code, body)
+	}
+}
+
+func TestPrometheusMetrics(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	ag := ts.client(ts.token(auth.Agent, "n1"))
+	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	hb := store.Heartbeat{Counters: &store.Counters{
+		Enqueued:     map[string]uint64{"critical": 5},
+		RunqueueWait: map[string]store.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
+	}}
+	if _, err := ag.Heartbeat(bg(), "n1", hb); err != nil {
+		t.Fatal(err)
+	}
+	code, body := ts.raw("GET", "/metrics", ts.token(auth.Viewer, ""), "")
+	for _, want := range []string{`swiftlane_node_healthy{mode="schedule",node="n1"} 1`, `swiftlane_node_enqueued_total{class="critical",node="n1"} 5`,
+		`swiftlane_node_runqueue_wait_seconds_bucket{class="critical",node="n1",le="2e-06"} 3`, `swiftlane_api_requests_total{code="200",op="heartbeat"} 1`} {
+		if code != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// Request and response bodies. The OpenAPI document is generated from these
+// types, so a field added here is documented at once.
+
+// Health is GET /health.
+type Health struct {
+	Status   string `json:"status"`
+	Version  string `json:"version"`
+	Revision uint64 `json:"revision"`
+}
+
+// LoginRequest exchanges the bootstrap admin credential for a token.
+type LoginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	// TTLSeconds is the token lifetime (default 12 h).
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// TokenRequest asks for a token (admin only).
+type TokenRequest struct {
+	Role string `json:"role"`
+	// Node binds an agent token to one node.
+	Node string `json:"node,omitempty"`
+	// TTLSeconds is the lifetime (default: 1 year for agents, 12 h otherwise).
+	TTLSeconds int64  `json:"ttl_seconds,omitempty"`
+	Subject    string `json:"subject,omitempty"`
+}
+
+// TokenResponse carries a signed token.
+type TokenResponse struct {
+	// Success is always true (generation-1 clients check it).
+	Success   bool      `json:"success"`
+	Token     string    `json:"token"`
+	Role      string    `json:"role"`
+	Node      string    `json:"node,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// StrategyList is every strategy (for an agent: those for its node).
+type StrategyList struct {
+	Strategies []store.Strategy `json:"strategies"`
+	Revision   uint64           `json:"revision"`
+}
+
+// Deleted answers a DELETE.
+type Deleted struct {
+	Name     string `json:"name"`
+	Revision uint64 `json:"revision,omitempty"`
+}
+
+// WatchEvent is the data of one server-sent event on the watch stream. The
+// SSE event name is the Type and the SSE id the Revision, so a reconnecting
+// client resumes with Last-Event-ID (or ?revision=).
+type WatchEvent struct {
+	// Type is "sync" (the whole list: start over from it), "put" or "delete".
+	Type     string `json:"type"`
+	Revision uint64 `json:"revision"`
+	Name     string `json:"name,omitempty"`
+	// Strategy is the new value (put).
+	Strategy *store.Strategy `json:"strategy,omitempty"`
+	// Strategies is the whole list (sync).
+	Strategies []store.Strategy `json:"strategies,omitempty"`
+}
+
+// NodeList is every registered node.
+type NodeList struct {
+	Nodes []store.Node `json:"nodes"`
+}
+
+// HeartbeatReply tells the agent the current strategy revision, so it can
+// tell whether its watch is behind.
+type HeartbeatReply struct {
+	Revision uint64 `json:"revision"`
+}
+
+// WorkloadList is what strategies resolved to on one node.
+type WorkloadList struct {
+	Node            string           `json:"node"`
+	AppliedRevision uint64           `json:"applied_revision"`
+	Workloads       []store.Workload `json:"workloads"`
+}
+
+// Gen1Strategies is the generation-1 body of /api/v1/scheduling/strategies.
+type Gen1Strategies struct {
+	Strategies []store.Strategy `json:"strategies"`
+}
+
+// Gen1Metrics is what a generation-1 scheduler posts: named numbers.
+type Gen1Metrics map[string]float64
+
+// NodeMetrics is one node's metrics in GET /api/v1/metrics.
+type NodeMetrics struct {
+	Node     string          `json:"node"`
+	Metrics  Gen1Metrics     `json:"metrics,omitempty"`
+	Counters *store.Counters `json:"counters,omitempty"`
+}
+
+// MetricsList is GET /api/v1/metrics.
+type MetricsList struct {
+	Nodes []NodeMetrics `json:"nodes"`
+}
+
+// PodPID is one resolved process in GET /api/v1/pods/pids.
+type PodPID struct {
+	Node string `json:"node"`
+	store.Workload
+}
+
+// PodPIDList is GET /api/v1/pods/pids.
+type PodPIDList struct {
+	Pods []PodPID `json:"pods"`
+}

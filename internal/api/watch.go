@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// watchBatch bounds how many changes one store read returns.
+const watchBatch = 1000
+
+// watch streams strategy changes as server-sent events. The watcher
+// subscribes before it reads the change log, so a write that lands between
+// the read and the wait still wakes it: nothing is missed, and since every
+// event carries its revision and the log is read strictly after the last
+// one sent, nothing is sent twice.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
+	since, err := resumeRevision(r)
+	if err != nil {
+		return err
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		return errorf(http.StatusInternalServerError, "", "", "streaming unsupported")
+	}
+	sub := s.hub.subscribe()
+	defer s.hub.unsubscribe(sub)
+
+	var labels map[string]string
+	agent := c != nil && c.Role == auth.Agent
+	if agent {
+		labels = s.nodeLabels(r.Context(), c.Node)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	send := func(ev WatchEvent) error {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Revision, ev.Type, data)
+		return err
+	}
+	sync := since == 0
+	keep := time.NewTicker(s.o.KeepAlive)
+	defer keep.Stop()
+	for {
+		if sync {
+			list, rev, err := s.o.Store.ListStrategies(r.Context())
+			if err != nil {
+				return nil // headers are out; the client reconnects
+			}
+			if agent {
+				list = filterForNode(list, labels)
+			}
+			if err := send(WatchEvent{Type: "sync", Revision: rev, Strategies: nonNil(list)}); err != nil {
+				return nil
+			}
+			since, sync = rev, false
+		}
+		changes, _, err := s.o.Store.Changes(r.Context(), since, watchBatch)
+		if errors.Is(err, store.ErrCompacted) {
+			sync = true
+			continue
+		}
+		if err != nil {
+			return nil
+		}
+		for _, ch := range changes {
+			ev := WatchEvent{Type: string(ch.Type), Revision: ch.Revision, Name: ch.Name, Strategy: ch.Strategy}
+			// For an agent, a strategy that no longer selects its node is a
+			// deletion (the agent drops it if it had it).
+			if agent && ch.Type == store.Put && !ch.Strategy.ForNode(labels) {
+				ev = WatchEvent{Type: string(store.Delete), Revision: ch.Revision, Name: ch.Name}
+			}
+			if err := send(ev); err != nil {
+				return nil
+			}
+			since = ch.Revision
+		}
+		fl.Flush()
+		if len(changes) == watchBatch {
+			continue
+		}
+		select {
+		case <-sub:
+		case <-keep.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return nil
+			}
+			fl.Flush()
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+func filterForNode(list []store.Strategy, labels map[string]string) []store.Strategy {
+	out := list[:0:0]
+	for _, st := range list {
+		if st.ForNode(labels) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// resumeRevision reads ?revision= or the SSE Last-Event-ID header.
+func resumeRevision(r *http.Request) (uint64, error) {
+	v := r.URL.Query().Get("revision")
+	field := "revision"
+	if v == "" {
+		v, field = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
+	}
+	if v == "" {
+		return 0, nil
+	}
+	rev, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, errorf(http.StatusBadRequest, field, "use a revision number from a previous event, or 0", "%q is not a revision", v)
+	}
+	return rev, nil
+}

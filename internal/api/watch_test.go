@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// watcher runs Client.Watch in the background and hands events over.
+func watcher(t *testing.T, c *Client, since uint64) (<-chan WatchEvent, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan WatchEvent, 1024)
+	connected := make(chan struct{})
+	go func() {
+		_ = c.Watch(ctx, since, func() { close(connected) }, func(ev WatchEvent) error {
+			ch <- ev
+			return nil
+		})
+		close(ch)
+	}()
+	select {
+	case <-connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not connect")
+	}
+	t.Cleanup(cancel)
+	return ch, cancel
+}
+
+func next(t *testing.T, ch <-chan WatchEvent) WatchEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("watch ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event within 10 s")
+	}
+	return WatchEvent{}
+}
+
+// apply folds events into a name -> strategy map.
+func apply(state map[string]store.Strategy, ev WatchEvent) {
+	switch ev.Type {
+	case "sync":
+		clear(state)
+		for _, s := range ev.Strategies {
+			state[s.Name] = s
+		}
+	case "put":
+		state[ev.Name] = *ev.Strategy
+	case "delete":
+		delete(state, ev.Name)
+	}
+}
+
+func TestWatchResumesWithoutGapsOrDuplicates(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	agent := ts.client(ts.token(auth.Agent, "n1"))
+	for i := range 5 {
+		if _, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := map[string]store.Strategy{}
+	ch, cancel := watcher(t, agent, 0)
+	ev := next(t, ch)
+	if ev.Type != "sync" || ev.Revision != 5 || len(ev.Strategies) != 5 {
+		t.Fatalf("first event: %+v", ev)
+	}
+	apply(state, ev)
+	last := ev.Revision
+	for i := 5; i < 10; i++ {
+		if _, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for last < 10 {
+		ev := next(t, ch)
+		if ev.Revision != last+1 || ev.Type != "put" {
+			t.Fatalf("after %d got %+v", last, ev)
+		}
+		apply(state, ev)
+		last = ev.Revision
+	}
+	cancel()
+	for range ch { // drain until the stream is gone
+	}
+
+	// Changes while disconnected.
+	if _, err := admin.DeleteStrategy(bg(), "s0"); err != nil {
+		t.Fatal(err)
+	}
+	up := critical("s1", "changed")
+	if _, err := admin.PutStrategy(bg(), up); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateStrategy(bg(), critical("s10", "x")); err != nil {
+		t.Fatal(err)
+	}
+	ch, _ = watcher(t, agent, last)
+	for _, want := range []string{"delete s0", "put s1", "put s10"} {
+		ev := next(t, ch)
+		if fmt.Sprintf("%s %s", ev.Type, ev.Name) != want || ev.Revision != last+1 {
+			t.Fatalf("resumed after %d: got %s %s @%d, want %s @%d", last, ev.Type, ev.Name, ev.Revision, want, last+1)
+		}
+		apply(state, ev)
+		last = ev.Revision
+	}
+	list, _ := admin.ListStrategies(bg())
+	if len(list.Strategies) != len(state) {
+		t.Fatalf("watch state has %d strategies, server %d", len(state), len(list.Strategies))
+	}
+	for _, s := range list.Strategies {
+		if mustJSON(state[s.Name]) != mustJSON(s) {
+			t.Fatalf("watch state differs for %s: %+v vs %+v", s.Name, state[s.Name], s)
+		}
+	}
+	select {
+	case ev := <-ch:
+		t.Fatalf("unexpected extra event %+v", ev)
+	default:
+	}
+}
+
+func TestWatchAfterCompactionResyncs(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{logSize: 3})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	for i := range 8 {
+		if _, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, since := range []uint64{1, 99} { // too old; from another server
+		ch, _ := watcher(t, admin, since)
+		if ev := next(t, ch); ev.Type != "sync" || ev.Revision != 8 || len(ev.Strategies) != 8 {
+			t.Fatalf("resume from %d: %+v", since, ev)
+		}
+	}
+}
+
+func TestWatchTurnsUnselectedIntoDelete(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	agent := ts.client(ts.token(auth.Agent, "n1"))
+	if _, err := agent.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := watcher(t, agent, 0)
+	next(t, ch) // empty sync
+	s := critical("moving", "x")
+	s.NodeSelector = map[string]string{"zone": "a"}
+	if _, err := admin.CreateStrategy(bg(), s); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Type != "put" {
+		t.Fatalf("selected: %+v", ev)
+	}
+	s.NodeSelector["zone"] = "b"
+	if _, err := admin.PutStrategy(bg(), s); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Type != "delete" || ev.Name != "moving" || ev.Strategy != nil {
+		t.Fatalf("moved away: %+v", ev)
+	}
+}

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package gtplab is a 5G user plane in network namespaces for the VM lab:
+// a UE namespace whose tunnel interface belongs to our gNB (Gnb: TUN <->
+// GTP-U over UDP, the analogue of UERANSIM's nr-gnb), and a UPF/DN namespace
+// where the kernel's gtp device decapsulates and encapsulates GTP-U with a
+// PDP context set over netlink. The UE pings the UPF's own N6 address, so
+// the whole GTP-U path runs in the gNB process's context.
+package gtplab
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Topology names the namespaces, devices, addresses and tunnel ids.
+type Topology struct {
+	UENetns, GNBNetns, UPFNetns string
+	TUN                         string // the UE's tunnel interface (owned by the gNB)
+	GTPDev                      string // the UPF's gtp device
+	UEAddr                      net.IP // the UE's PDU session address
+	GNBN3, UPFN3                net.IP // N3: gNB <-> UPF over veth
+	N6Addr                      net.IP // the UPF's N6 address, what the UE pings
+	ULTEID, DLTEID              uint32 // uplink (UPF receives), downlink (gNB receives)
+}
+
+// GTPUPort is the GTP-U UDP port (3GPP TS 29.281).
+const GTPUPort = 2152
+
+// Default is the lab's topology.
+func Default() Topology {
+	return Topology{
+		UENetns: "swl-ue", GNBNetns: "swl-gnb", UPFNetns: "swl-upf",
+		TUN: "uesimtun0", GTPDev: "gtp-upf",
+		UEAddr: net.IPv4(10, 60, 0, 1).To4(), GNBN3: net.IPv4(192, 168, 70, 1).To4(),
+		UPFN3: net.IPv4(192, 168, 70, 2).To4(), N6Addr: net.IPv4(10, 100, 0, 1).To4(),
+		ULTEID: 0x100, DLTEID: 0x200,
+	}
+}
+
+// Lab is a set-up topology; Close removes it. The UPF's GTP-U socket lives
+// as long as the Lab: the kernel's gtp device stops working when it closes.
+type Lab struct {
+	T     Topology
+	upfFD int
+	v0FD  int
+}
+
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Up creates the namespaces, the N3 veth pair, the N6 address and the UPF's
+// gtp device with the UE's PDP context. It needs root and the gtp module.
+func Up(t Topology) (*Lab, error) {
+	l := &Lab{T: t, upfFD: -1, v0FD: -1}
+	if err := l.up(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) up() error {
+	t := l.T
+	if err := exec.Command("modprobe", "gtp").Run(); err != nil {
+		return fmt.Errorf("modprobe gtp: %w (the lab needs the kernel's gtp module)", err)
+	}
+	for _, ns := range []string{t.UENetns, t.GNBNetns, t.UPFNetns} {
+		if err := ip("netns", "add", ns); err != nil {
+			return err
+		}
+		if err := ip("-n", ns, "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+	}
+	steps := [][]string{
+		{"-n", t.GNBNetns, "link", "add", "n3", "type", "veth", "peer", "name", "n3", "netns", t.UPFNetns},
+		{"-n", t.GNBNetns, "addr", "add", t.GNBN3.String() + "/24", "dev", "n3"},
+		{"-n", t.UPFNetns, "addr", "add", t.UPFN3.String() + "/24", "dev", "n3"},
+		{"-n", t.GNBNetns, "link", "set", "n3", "up"},
+		{"-n", t.UPFNetns, "link", "set", "n3", "up"},
+		{"-n", t.UPFNetns, "link", "add", "n6", "type", "dummy"},
+		{"-n", t.UPFNetns, "addr", "add", t.N6Addr.String() + "/24", "dev", "n6"},
+		{"-n", t.UPFNetns, "link", "set", "n6", "up"},
+	}
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			return err
+		}
+	}
+	return inNetns(t.UPFNetns, l.upGTP)
+}
+
+// upGTP runs on a thread inside the UPF namespace.
+func (l *Lab) upGTP() error {
+	t := l.T
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("GTP-U socket: %w", err)
+	}
+	l.upfFD = fd
+	sa := &unix.SockaddrInet4{Port: GTPUPort}
+	copy(sa.Addr[:], t.UPFN3)
+	if err := unix.Bind(fd, sa); err != nil {
+		return fmt.Errorf("bind GTP-U socket to %s:%d: %w", t.UPFN3, GTPUPort, err)
+	}
+	// The netlink library always sends the GTPv0 socket attribute, so the
+	// device gets one (port 3386, unused by 5G) rather than fd 0.
+	v0, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("GTPv0 socket: %w", err)
+	}
+	l.v0FD = v0
+	sa0 := &unix.SockaddrInet4{Port: 3386}
+	copy(sa0.Addr[:], t.UPFN3)
+	if err := unix.Bind(v0, sa0); err != nil {
+		return fmt.Errorf("bind GTPv0 socket to %s:3386: %w", t.UPFN3, err)
+	}
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	gtp := &netlink.GTP{LinkAttrs: netlink.LinkAttrs{Name: t.GTPDev}, FD0: v0, FD1: fd, Role: 0 /* GGSN: the network side */}
+	if err := h.LinkAdd(gtp); err != nil {
+		return fmt.Errorf("create gtp device %s: %w", t.GTPDev, err)
+	}
+	link, err := h.LinkByName(t.GTPDev)
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return err
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: t.UEAddr, Mask: net.CIDRMask(32, 32)}}); err != nil {
+		return fmt.Errorf("route to the UE via %s: %w", t.GTPDev, err)
+	}
+	pdp := &netlink.PDP{Version: 1, PeerAddress: t.GNBN3, MSAddress: t.UEAddr, ITEI: t.ULTEID, OTEI: t.DLTEID}
+	if err := h.GTPPDPAdd(link, pdp); err != nil {
+		return fmt.Errorf("add PDP context %s: %w", pdp, err)
+	}
+	return nil
+}
+
+// Close removes the namespaces (and with them every device) and the socket.
+func (l *Lab) Close() error {
+	for _, fd := range []*int{&l.upfFD, &l.v0FD} {
+		if *fd > 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	var first error
+	for _, ns := range []string{l.T.UENetns, l.T.GNBNetns, l.T.UPFNetns} {
+		if err := ip("netns", "del", ns); err != nil && first == nil && !strings.Contains(err.Error(), "No such file") {
+			first = err
+		}
+	}
+	return first
+}
+
+// GTPStats are the UPF gtp device's packet counters.
+type GTPStats struct{ RxPackets, TxPackets uint64 }
+
+// Stats reads the gtp device's counters.
+func (l *Lab) Stats() (GTPStats, error) {
+	var s GTPStats
+	err := inNetns(l.T.UPFNetns, func() error {
+		link, err := netlink.LinkByName(l.T.GTPDev)
+		if err != nil {
+			return err
+		}
+		st := link.Attrs().Statistics
+		if st == nil {
+			return fmt.Errorf("%s has no statistics", l.T.GTPDev)
+		}
+		s = GTPStats{RxPackets: st.RxPackets, TxPackets: st.TxPackets}
+		return nil
+	})
+	return s, err
+}
+
+// Ifindex is a device's index inside a namespace.
+func Ifindex(ns, dev string) (int, error) {
+	var idx int
+	err := inNetns(ns, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err == nil {
+			idx = l.Attrs().Index
+		}
+		return err
+	})
+	return idx, err
+}
+
+// inNetns runs f on an OS thread switched into a named namespace. The thread
+// is not returned to the runtime's pool (it would carry the namespace).
+func inNetns(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		h, err := netns.GetFromPath("/run/netns/" + name) // where ip(8) puts them
+		if err != nil {
+			errc <- fmt.Errorf("netns %s: %w", name, err)
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", name, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package operator
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
+	"github.com/swiftlane/swiftlane/internal/trace"
+)
+
+// recorder is an in-memory scheduler map (strategy.Target).
+type recorder struct {
+	mu      sync.Mutex
+	procs   map[uint32]strategy.Entry
+	commits int
+}
+
+func (r *recorder) SetProcess(tgid uint32, e strategy.Entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs[tgid] = e
+	return nil
+}
+func (r *recorder) DeleteProcess(tgid uint32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.procs, tgid)
+	return nil
+}
+func (r *recorder) SetCgroup(uint64, strategy.Entry) error { return nil }
+func (r *recorder) DeleteCgroup(uint64) error              { return nil }
+func (r *recorder) Commit() error                          { r.mu.Lock(); r.commits++; r.mu.Unlock(); return nil }
+func (r *recorder) get(tgid uint32) (strategy.Entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.procs[tgid]
+	return e, ok
+}
+
+// fixture: an operator over a real Applier over the recorder, with fake clocks.
+type fixture struct {
+	rec     *recorder
+	applier *strategy.Applier
+	op      *Operator
+	now     time.Time
+	mono    uint64
+	dead    map[uint32]bool
+	actives []bool
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{rec: &recorder{procs: map[uint32]strategy.Entry{}}, now: time.Unix(1000, 0), mono: 5e9, dead: map[uint32]bool{}}
+	f.applier = strategy.NewApplier(f.rec, t.TempDir(), t.TempDir(), nil)
+	f.op = New(f.applier, Options{
+		Class: strategy.Critical, SliceNs: 200_000, IdleTimeout: 2 * time.Second,
+		Now:       func() time.Time { return f.now },
+		Monotonic: func() uint64 { return f.mono },
+		Alive:     func(tgid uint32) bool { return !f.dead[tgid] },
+		OnActive:  func(a bool) { f.actives = append(f.actives, a) },
+	})
+	f.applier.OnExit(f.op.HandleExit)
+	return f
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.now = f.now.Add(d)
+	f.mono += uint64(d)
+}
+
+// packet is a process-context event that happened `ago` before now.
+func (f *fixture) packet(tgid uint32, comm string, ago time.Duration) {
+	f.op.Handle(trace.Event{KtimeNs: f.mono - uint64(ago), PID: tgid, TGID: tgid, Comm: comm, Function: "gtp_encap_recv", Context: trace.Process})
+}
+
+func TestCarrierGetsEntryAndDecays(t *testing.T) {
+	f := newFixture(t)
+	f.packet(100, "gnb", 3*time.Millisecond)
+	e, ok := f.rec.get(100)
+	if !ok || e.Class != strategy.Critical || e.SliceNs != 200_000 {
+		t.Fatalf("entry %+v %v, want critical with slice 200000", e, ok)
+	}
+	if lat := f.op.Latencies(); len(lat) != 1 || lat[0] != 3*time.Millisecond {
+		t.Fatalf("latencies %v, want [3ms]", lat)
+	}
+	if len(f.actives) != 1 || !f.actives[0] {
+		t.Fatalf("OnActive calls %v, want [true]", f.actives)
+	}
+
+	// Traffic keeps it; the deadline follows the last event.
+	f.advance(1500 * time.Millisecond)
+	f.packet(100, "gnb", 0)
+	if next := f.op.Expire(); !next.Equal(f.now.Add(2 * time.Second)) {
+		t.Fatalf("next expiry %v, want %v", next, f.now.Add(2*time.Second))
+	}
+	f.advance(1999 * time.Millisecond)
+	f.op.Expire()
+	if _, ok := f.rec.get(100); !ok {
+		t.Fatal("entry removed before the idle timeout")
+	}
+	f.advance(time.Millisecond)
+	if next := f.op.Expire(); !next.IsZero() {
+		t.Fatalf("next expiry %v after the last entry went", next)
+	}
+	if _, ok := f.rec.get(100); ok {
+		t.Fatal("entry kept after the idle timeout")
+	}
+	if len(f.op.Carriers()) != 0 || len(f.actives) != 2 || f.actives[1] {
+		t.Fatalf("carriers %v, OnActive calls %v", f.op.Carriers(), f.actives)
+	}
+}
+
+func TestSoftirqIsReportedNotPrioritised(t *testing.T) {
+	f := newFixture(t)
+	for _, ev := range []trace.Event{
+		{TGID: 0, CPU: 1, Function: "gtp_encap_recv", Context: trace.Idle},
+		{TGID: 0, PID: 15, Comm: "ksoftirqd/1", CPU: 1, Function: "gtp_rx", Context: trace.KernelThread},
+		// A hog interrupted in user mode: the packet is not its.
+		{TGID: 0, CPU: 0, Comm: "stress-ng-cpu", Function: "gtp_encap_recv", Context: trace.Interrupt},
+	} {
+		f.op.Handle(ev)
+	}
+	if len(f.rec.procs) != 0 || len(f.op.Carriers()) != 0 || len(f.actives) != 0 {
+		t.Fatalf("softirq events made entries: %v", f.rec.procs)
+	}
+	cpus := f.op.CPUs()
+	if len(cpus) != 2 || cpus[0].CPU != 0 || cpus[1].CPU != 1 || cpus[1].Events != 2 {
+		t.Fatalf("CPU report %+v", cpus)
+	}
+	f.advance(2 * time.Second)
+	f.op.Expire()
+	if len(f.op.CPUs()) != 0 {
+		t.Fatal("CPU report kept after the idle timeout")
+	}
+}
+
+// A gNB restart: the old process exits (the scheduler's exit event), the new
+// one gets its entry on its first packet; a late event of the old one does
+// not bring a stale entry back.
+func TestRestartedCarrier(t *testing.T) {
+	f := newFixture(t)
+	f.packet(100, "gnb", time.Millisecond)
+	f.rec.DeleteProcess(100) // what the BPF exit hook does
+	f.dead[100] = true
+	f.applier.HandleExit(100)
+	if len(f.op.Carriers()) != 0 || len(f.applier.Dynamic(Source)) != 0 {
+		t.Fatalf("state kept after exit: %v %v", f.op.Carriers(), f.applier.Dynamic(Source))
+	}
+	f.packet(100, "gnb", 0) // late event from the ring
+	if _, ok := f.rec.get(100); ok {
+		t.Fatal("late event of an exited process re-created its entry")
+	}
+
+	f.advance(50 * time.Millisecond)
+	f.packet(101, "gnb", 2*time.Millisecond)
+	if _, ok := f.rec.get(101); !ok {
+		t.Fatal("restarted carrier not prioritised")
+	}
+	lat := f.op.Latencies()
+	if len(lat) != 2 || lat[1] != 2*time.Millisecond {
+		t.Fatalf("latencies %v", lat)
+	}
+	if want := []bool{true, false, true}; len(f.actives) != 3 || f.actives[0] != want[0] || f.actives[1] != want[1] || f.actives[2] != want[2] {
+		t.Fatalf("OnActive calls %v, want %v", f.actives, want)
+	}
+}
+
+// Re-matching the configured strategies keeps the operator's entries.
+func TestEntriesSurviveStrategyChanges(t *testing.T) {
+	f := newFixture(t)
+	f.packet(100, "gnb", 0)
+	empty, _ := strategy.Compile(nil)
+	if err := f.applier.SetStrategies(empty); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.rec.get(100); !ok {
+		t.Fatal("SetStrategies removed the operator's entry")
+	}
+}
+
+func TestEmitIntervalBelowIdleTimeout(t *testing.T) {
+	for _, idle := range []time.Duration{100 * time.Millisecond, 5 * time.Second, time.Hour} {
+		if e := EmitInterval(idle); e <= 0 || e >= idle || e > time.Second {
+			t.Errorf("EmitInterval(%v) = %v", idle, e)
+		}
+	}
+}

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "swiftlane.db"
+
+// DefaultLogSize is how many changes the log keeps for watches to resume.
+const DefaultLogSize = 10000
+
+var (
+	bStrategies = []byte("strategies")
+	bChanges    = []byte("changes")
+	bNodes      = []byte("nodes")
+	bMeta       = []byte("meta")
+	kRevision   = []byte("revision")
+	kCompacted  = []byte("compacted") // highest revision dropped from the log
+)
+
+// Bolt is the embedded store: one bbolt file, fsynced on every commit.
+type Bolt struct {
+	db      *bolt.DB
+	logSize uint64
+}
+
+// Open opens (creating if needed) the store in dir.
+func Open(dir string) (*Bolt, error) {
+	return OpenWithLogSize(dir, DefaultLogSize)
+}
+
+// OpenWithLogSize is Open with a change-log length (tests use small ones).
+func OpenWithLogSize(dir string, logSize int) (*Bolt, error) {
+	// A generous initial mapping avoids remaps while the file grows: a remap
+	// waits for every open read, which would stall all watch streams at once.
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{Timeout: 5 * time.Second, InitialMmapSize: 64 << 20})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open store %s: locked by another process (is another `swiftlane api` using this --data-dir?)", filepath.Join(dir, FileName))
+		}
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bStrategies, bChanges, bNodes, bMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return &Bolt{db: db, logSize: uint64(max(logSize, 1))}, nil
+}
+
+// Close releases the file.
+func (b *Bolt) Close() error { return b.db.Close() }
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func getU64(bk *bolt.Bucket, k []byte) uint64 {
+	v := bk.Get(k)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// nextRevision bumps the store revision inside a write transaction.
+func nextRevision(tx *bolt.Tx) (uint64, error) {
+	meta := tx.Bucket(bMeta)
+	rev := getU64(meta, kRevision) + 1
+	return rev, meta.Put(kRevision, u64(rev))
+}
+
+// logChange appends to the change log and drops entries beyond its length.
+func (b *Bolt) logChange(tx *bolt.Tx, c Change) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	bk := tx.Bucket(bChanges)
+	if err := bk.Put(u64(c.Revision), data); err != nil {
+		return err
+	}
+	if c.Revision <= b.logSize {
+		return nil
+	}
+	keep := c.Revision - b.logSize // drop revisions <= keep
+	cur := bk.Cursor()
+	var dropped uint64
+	for k, _ := cur.First(); k != nil && binary.BigEndian.Uint64(k) <= keep; k, _ = cur.Next() {
+		dropped = binary.BigEndian.Uint64(k)
+		if err := cur.Delete(); err != nil {
+			return err
+		}
+	}
+	if dropped > 0 {
+		return tx.Bucket(bMeta).Put(kCompacted, u64(dropped))
+	}
+	return nil
+}
+
+func (b *Bolt) ListStrategies(_ context.Context) ([]Strategy, uint64, error) {
+	var list []Strategy
+	var rev uint64
+	err := b.db.View(func(tx *bolt.Tx) error {
+		rev = getU64(tx.Bucket(bMeta), kRevision)
+		return tx.Bucket(bStrategies).ForEach(func(_, v []byte) error {
+			var s Strategy
+			if err := json.Unmarshal(v, &s); err != nil {
+				return err
+			}
+			list = append(list, s)
+			return nil
+		})
+	})
+	SortByPrecedence(list)
+	return list, rev, err
+}
+
+func (b *Bolt) GetStrategy(_ context.Context, name string) (Strategy, error) {
+	var s Strategy
+	err := b.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bStrategies).Get([]byte(name))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &s)
+	})
+	return s, err
+}
+
+func (b *Bolt) putLocked(tx *bolt.Tx, s *Strategy) error {
+	rev, err := nextRevision(tx)
+	if err != nil {
+		return err
+	}
+	s.Revision = rev
+	if s.CreatedRevision == 0 {
+		s.CreatedRevision = rev
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if err := tx.Bucket(bStrategies).Put([]byte(s.Name), data); err != nil {
+		return err
+	}
+	c := *s
+	return b.logChange(tx, Change{Revision: rev, Type: Put, Name: s.Name, Strategy: &c})
+}
+
+func (b *Bolt) CreateStrategy(_ context.Context, s Strategy) (Strategy, error) {
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bStrategies).Get([]byte(s.Name)) != nil {
+			return ErrExists
+		}
+		s.CreatedRevision = 0
+		return b.putLocked(tx, &s)
+	})
+	return s, err
+}
+
+func (b *Bolt) UpdateStrategy(_ context.Context, s Strategy) (Strategy, error) {
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		old := tx.Bucket(bStrategies).Get([]byte(s.Name))
+		if old == nil {
+			return ErrNotFound
+		}
+		var prev Strategy
+		if err := json.Unmarshal(old, &prev); err != nil {
+			return err
+		}
+		s.CreatedRevision = prev.CreatedRevision // keeps its precedence
+		return b.putLocked(tx, &s)
+	})
+	return s, err
+}
+
+func (b *Bolt) deleteLocked(tx *bolt.Tx, name string) (uint64, error) {
+	if err := tx.Bucket(bStrategies).Delete([]byte(name)); err != nil {
+		return 0, err
+	}
+	rev, err := nextRevision(tx)
+	if err != nil {
+		return 0, err
+	}
+	return rev, b.logChange(tx, Change{Revision: rev, Type: Delete, Name: name})
+}
+
+func (b *Bolt) DeleteStrategy(_ context.Context, name string) (uint64, error) {
+	var rev uint64
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bStrategies).Get([]byte(name)) == nil {
+			return ErrNotFound
+		}
+		var err error
+		rev, err = b.deleteLocked(tx, name)
+		return err
+	})
+	return rev, err
+}
+
+func (b *Bolt) ReplaceStrategies(ctx context.Context, list []Strategy) ([]Strategy, uint64, error) {
+	want := map[string]bool{}
+	for _, s := range list {
+		if want[s.Name] {
+			return nil, 0, fmt.Errorf("%w: strategy %q twice in one list", ErrExists, s.Name)
+		}
+		want[s.Name] = true
+	}
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bStrategies)
+		var gone []string
+		if err := bk.ForEach(func(k, _ []byte) error {
+			if !want[string(k)] {
+				gone = append(gone, string(k))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		sort.Strings(gone)
+		for _, name := range gone {
+			if _, err := b.deleteLocked(tx, name); err != nil {
+				return err
+			}
+		}
+		// The list order is the precedence: re-create every entry in order.
+		for i := range list {
+			s := list[i]
+			if old := bk.Get([]byte(s.Name)); old != nil {
+				var prev Strategy
+				if err := json.Unmarshal(old, &prev); err != nil {
+					return err
+				}
+				// Unchanged and still in order: no change event.
+				s.Revision, s.CreatedRevision = prev.Revision, prev.CreatedRevision
+				if sameStrategy(prev, s) && (i == 0 || prev.CreatedRevision > list[i-1].CreatedRevision) {
+					list[i] = prev
+					continue
+				}
+			}
+			s.CreatedRevision = 0
+			if err := b.putLocked(tx, &s); err != nil {
+				return err
+			}
+			list[i] = s
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	out, rev, err := b.ListStrategies(ctx)
+	return out, rev, err
+}
+
+func sameStrategy(a, b Strategy) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+func (b *Bolt) Changes(_ context.Context, after uint64, limit int) ([]Change, uint64, error) {
+	var out []Change
+	var rev uint64
+	err := b.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bMeta)
+		rev = getU64(meta, kRevision)
+		if after > rev || (after < getU64(meta, kCompacted)) {
+			return ErrCompacted
+		}
+		cur := tx.Bucket(bChanges).Cursor()
+		for k, v := cur.Seek(u64(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = cur.Next() {
+			var c Change
+			if err := json.Unmarshal(v, &c); err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	return out, rev, err
+}
+
+func (b *Bolt) RegisterNode(_ context.Context, name string, r Registration, now time.Time) (Node, error) {
+	var n Node
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bNodes)
+		if v := bk.Get([]byte(name)); v != nil {
+			if err := json.Unmarshal(v, &n); err != nil {
+				return err
+			}
+		}
+		n.Name, n.Registration, n.RegisteredAt = name, r, now.UTC()
+		data, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(name), data)
+	})
+	return n, err
+}
+
+// Heartbeat uses bbolt's batching: many agents' heartbeats share one fsync.
+func (b *Bolt) Heartbeat(_ context.Context, name string, h Heartbeat, now time.Time) (Node, error) {
+	var n Node
+	err := b.db.Batch(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bNodes)
+		v := bk.Get([]byte(name))
+		if v == nil {
+			return ErrNotFound
+		}
+		n = Node{}
+		if err := json.Unmarshal(v, &n); err != nil {
+			return err
+		}
+		n.Heartbeat, n.LastHeartbeat = h, now.UTC()
+		data, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(name), data)
+	})
+	return n, err
+}
+
+func (b *Bolt) GetNode(_ context.Context, name string) (Node, error) {
+	var n Node
+	err := b.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bNodes).Get([]byte(name))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &n)
+	})
+	return n, err
+}
+
+func (b *Bolt) ListNodes(_ context.Context) ([]Node, error) {
+	var out []Node
+	err := b.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bNodes).ForEach(func(_, v []byte) error {
+			var n Node
+			if err := json.Unmarshal(v, &n); err != nil {
+				return err
+			}
+			out = append(out, n)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (b *Bolt) DeleteNode(_ context.Context, name string) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bNodes)
+		if bk.Get([]byte(name)) == nil {
+			return ErrNotFound
+		}
+		return bk.Delete([]byte(name))
+	})
+}
+
+var _ Store = (*Bolt)(nil)

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package strategy
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Dynamic entries survive re-matching, yield to a configured strategy while
+// it matches, and are forgotten (with the hooks told) on exit.
+func TestApplierDynamicEntries(t *testing.T) {
+	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
+	proc := exec.Command("sh", "-c", "sleep 30; : "+marker)
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
+	pid := uint32(proc.Process.Pid)
+
+	rec := newRecorder()
+	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
+	var exited []uint32
+	a.OnExit(func(tgid uint32) { exited = append(exited, tgid) })
+
+	dyn := Entry{Class: Critical, SliceNs: 200000}
+	if err := a.SetDynamic(pid, dyn, "auto"); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.get(pid); !ok || e != dyn {
+		t.Fatalf("after SetDynamic: %+v %v", e, ok)
+	}
+	empty, _ := Compile(nil)
+	if err := a.SetStrategies(empty); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.get(pid); !ok || e != dyn {
+		t.Fatalf("re-matching removed the dynamic entry: %+v %v", e, ok)
+	}
+
+	// A configured strategy wins while it matches; the dynamic one comes back after.
+	set, err := Compile([]Strategy{{Name: "bg", Class: class(Background), CommandRegex: marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := rec.get(pid); e.Class != Background {
+		t.Fatalf("configured strategy should win, got %+v", e)
+	}
+	if err := a.SetStrategies(empty); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.get(pid); !ok || e != dyn {
+		t.Fatalf("dynamic entry not restored: %+v %v", e, ok)
+	}
+
+	// Another source cannot clear it; its own source can.
+	if err := a.ClearDynamic(pid, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.get(pid); !ok {
+		t.Fatal("another source cleared the entry")
+	}
+	if got := a.Dynamic("auto"); len(got) != 1 || got[0] != pid {
+		t.Fatalf("Dynamic: %v", got)
+	}
+	if err := a.ClearDynamic(pid, "auto"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.get(pid); ok {
+		t.Fatal("ClearDynamic left the entry")
+	}
+
+	a.SetDynamic(pid, dyn, "auto")
+	a.HandleExit(pid)
+	if len(a.Dynamic("auto")) != 0 || len(exited) != 1 || exited[0] != pid {
+		t.Fatalf("exit: dynamic %v, hooks saw %v", a.Dynamic("auto"), exited)
+	}
+}

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//go:build ignore
+
+/*
+ * GTP-U path tracer. One copy of gtp_fentry is loaded per traced kernel
+ * function (the loader sets the attach target and the constants below), all
+ * copies sharing the maps. Every call is counted per (task, function) so
+ * nothing is lost when user space is slow; the ring buffer gets the first
+ * call of a task and then at most one record per emit_interval_ns, so a
+ * packet flood cannot flood user space.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "intf.h"
+
+char _license[] SEC("license") = "GPL";
+
+/* task_struct->flags bit for kernel threads (include/linux/sched.h). */
+#define PF_KTHREAD 0x00200000
+/* Tasks and CPUs tracked at once; least recently used ones are evicted. */
+#define MAX_KEYS 16384
+
+/* Set by the loader per copy of the program. */
+const volatile __u32 func_id = 0;
+/* Argument positions of the struct sk_buff * and struct net_device *; -1: none. */
+const volatile __s32 skb_arg = -1;
+const volatile __s32 dev_arg = -1;
+/* Minimum gap between two ring records of the same key (ns); 0: every call. */
+const volatile __u64 emit_interval_ns = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} gtp_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_KEYS);
+	__type(key, struct gtp_key);
+	__type(value, struct gtp_count);
+} gtp_counts SEC(".maps");
+
+/* Ring records dropped because the ring was full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} gtp_drops SEC(".maps");
+
+/* Unused: makes the compiler emit the record's BTF for the Go bindings. */
+struct gtp_event _gtp_event_btf;
+
+/*
+ * Who carries this packet? Softirq work runs on whatever task the CPU was
+ * running: the task's own system call (a gNB's sendmsg runs the receive path
+ * on bh enable), the idle task, ksoftirqd, or a user task that an IRQ
+ * interrupted. Only the first is the packet's owner. An interrupted task was
+ * entered through an interrupt, which leaves orig_ax at -1 in the frame at
+ * the top of its stack; a system call leaves its number there. (x86-64.)
+ */
+static __always_inline __u32 classify(struct task_struct *t, __u32 tgid)
+{
+	if (tgid == 0)
+		return GTP_CTX_IDLE;
+	if (BPF_CORE_READ(t, flags) & PF_KTHREAD)
+		return GTP_CTX_KTHREAD;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs || (long)BPF_CORE_READ(regs, orig_ax) < 0)
+		return GTP_CTX_INTERRUPT;
+	return GTP_CTX_PROCESS;
+}
+
+static __always_inline __u32 ifindex_of(void *ctx)
+{
+	__u64 v = 0;
+	struct net_device *dev = NULL;
+
+	if (dev_arg >= 0 && bpf_get_func_arg(ctx, dev_arg, &v) == 0)
+		dev = (struct net_device *)v;
+	else if (skb_arg >= 0 && bpf_get_func_arg(ctx, skb_arg, &v) == 0 && v)
+		dev = BPF_CORE_READ((struct sk_buff *)v, dev);
+	if (!dev)
+		return 0;
+	return BPF_CORE_READ(dev, ifindex);
+}
+
+SEC("fentry/gtp_encap_recv")
+int gtp_fentry(void *ctx)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, cpu = bpf_get_smp_processor_id();
+	__u32 kind = classify(t, tgid);
+	__u64 now = bpf_ktime_get_ns();
+	struct gtp_key key = {
+		.tgid = kind == GTP_CTX_PROCESS ? tgid : 0,
+		.func = func_id,
+		.cpu = kind == GTP_CTX_PROCESS ? 0xffffffff : cpu,
+		.ctx = kind,
+	};
+
+	struct gtp_count *c = bpf_map_lookup_elem(&gtp_counts, &key);
+	if (c) {
+		__sync_fetch_and_add(&c->packets, 1);
+		if (now - c->last_emit_ns < emit_interval_ns)
+			return 0;
+		c->last_emit_ns = now; /* racy across CPUs: at worst one extra record */
+	} else {
+		struct gtp_count init = { .packets = 1, .last_emit_ns = now };
+		bpf_map_update_elem(&gtp_counts, &key, &init, BPF_NOEXIST);
+	}
+
+	struct gtp_event *e = bpf_ringbuf_reserve(&gtp_events, sizeof(*e), 0);
+	if (!e) {
+		__u32 zero = 0;
+		__u64 *d = bpf_map_lookup_elem(&gtp_drops, &zero);
+		if (d)
+			(*d)++;
+		return 0;
+	}
+	e->ts_ns = now;
+	e->pid = (__u32)id;
+	e->tgid = tgid;
+	e->cpu = cpu;
+	e->func = func_id;
+	e->ifindex = ifindex_of(ctx);
+	e->ctx = kind;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package trace follows packets along the kernel's GTP-U path: fentry
+// programs on the functions of the in-tree gtp module (and of the
+// out-of-tree gtp5g module when it is loaded) report which task, on which
+// CPU and in which context, runs them. Events come through a BPF ring buffer;
+// per-(task, function) counts are kept in a map as well, so nothing is lost
+// when user space falls behind.
+package trace
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultFunctions are the GTP-U functions worth tracing (spec §2): the
+// in-tree gtp module's and gtp5g's. Absent or inlined ones are skipped.
+var DefaultFunctions = []string{
+	"gtp_encap_recv", "gtp_rx", "gtp_dev_xmit", "gtp_push_header", "gtp_build_skb_outer_ip4",
+	"gtp5g_encap_recv", "gtp5g_handle_skb_ipv4", "gtp5g_xmit_skb_ipv4", "gtp5g_push_header",
+	"pdr_find_by_gtp1u", "ip4_find_route",
+}
+
+// DefaultModules are searched, in order, for the functions' BTF.
+var DefaultModules = []string{"gtp", "gtp5g"}
+
+// ErrNoFunctions means none of the requested functions could be traced.
+var ErrNoFunctions = errors.New("no GTP-U function could be traced")
+
+// Context says who ran a traced function.
+type Context uint32
+
+const (
+	// Process: a user task in a system call; it carries the packet.
+	Process Context = 0
+	// Idle: softirq on an idle CPU (pid 0).
+	Idle Context = 1
+	// KernelThread: ksoftirqd, a NAPI thread or a worker.
+	KernelThread Context = 2
+	// Interrupt: softirq on IRQ exit, on top of whatever user task was running.
+	Interrupt Context = 3
+)
+
+var contextNames = [...]string{"process", "idle", "kthread", "interrupt"}
+
+func (c Context) String() string {
+	if int(c) < len(contextNames) {
+		return contextNames[c]
+	}
+	return fmt.Sprintf("context(%d)", uint32(c))
+}
+
+// Event is one traced call (the first of a task, then at most one per
+// Options.EmitInterval).
+type Event struct {
+	KtimeNs  uint64 // CLOCK_MONOTONIC, ns (see Monotonic)
+	PID      uint32 // thread id
+	TGID     uint32 // process id; 0 for the idle task
+	Comm     string
+	CPU      uint32
+	Function string
+	Ifindex  uint32
+	Context  Context
+}
+
+// Count is the number of calls of one function per process (Context
+// Process) or per CPU (other contexts, TGID 0).
+type Count struct {
+	TGID     uint32
+	CPU      uint32 // meaningful unless Context is Process
+	Function string
+	Context  Context
+	Packets  uint64
+}
+
+// Options configure Load.
+type Options struct {
+	// Functions to trace; DefaultFunctions when empty.
+	Functions []string
+	// Modules searched for the functions' BTF; DefaultModules when empty.
+	// vmlinux is searched too (for a gtp built into the kernel).
+	Modules []string
+	// EmitInterval is the minimum gap between two events of the same task
+	// and function; 0 reports every call.
+	EmitInterval time.Duration
+	Log          *slog.Logger
+}
+
+// Tracer is a loaded and attached GTP-U tracer. Read and Close may be called
+// from different goroutines; Counts is safe for concurrent use.
+type Tracer struct {
+	funcs   []string // by func id
+	skipped map[string]string
+	progs   []*ebpf.Program
+	links   []link.Link
+	events  *ebpf.Map
+	counts  *ebpf.Map
+	drops   *ebpf.Map
+	reader  *ringbuf.Reader
+}
+
+type target struct {
+	name           string
+	skbArg, devArg int32
+}
+
+// Load resolves the functions in the kernel's BTF, loads one program per
+// function and attaches it. Functions that are absent are skipped with a
+// one-line notice (Skipped); if none is left, the error wraps ErrNoFunctions
+// and says what is missing.
+func Load(opts Options) (*Tracer, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	funcs := opts.Functions
+	if len(funcs) == 0 {
+		funcs = DefaultFunctions
+	}
+	modules := opts.Modules
+	if len(modules) == 0 {
+		modules = DefaultModules
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+
+	t := &Tracer{skipped: map[string]string{}}
+	targets, moduleNotes := resolve(funcs, modules, t.skipped)
+	for _, fn := range funcs {
+		if why, ok := t.skipped[fn]; ok {
+			log.Info("GTP-U function not traced", "function", fn, "reason", why)
+		}
+	}
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNoFunctions, strings.Join(moduleNotes, "; "))
+	}
+
+	spec, err := loadGtp()
+	if err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
+	cache := btf.NewCache()
+	shared := map[string]*ebpf.Map{}
+	for _, tg := range targets {
+		if err := t.loadOne(spec, tg, opts.EmitInterval, shared, cache); err != nil {
+			log.Info("GTP-U function not traced", "function", tg.name, "reason", err)
+			t.skipped[tg.name] = err.Error()
+			continue
+		}
+		t.funcs = append(t.funcs, tg.name)
+	}
+	t.events, t.counts, t.drops = shared["gtp_events"], shared["gtp_counts"], shared["gtp_drops"]
+	if len(t.progs) == 0 {
+		t.Close()
+		return nil, fmt.Errorf("%w: every attach failed (see the notices above)", ErrNoFunctions)
+	}
+	if t.reader, err = ringbuf.NewReader(t.events); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("open event ring: %w", err)
+	}
+	return t, nil
+}
+
+// loadOne loads and attaches the program for one function; the first load
+// creates the maps the others share.
+func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Duration, shared map[string]*ebpf.Map, cache *btf.Cache) error {
+	s := spec.Copy()
+	id := uint32(len(t.funcs))
+	for name, v := range map[string]any{
+		"func_id": id, "skb_arg": tg.skbArg, "dev_arg": tg.devArg, "emit_interval_ns": uint64(every.Nanoseconds()),
+	} {
+		if err := s.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	s.Programs["gtp_fentry"].AttachTo = tg.name
+	opts := ebpf.CollectionOptions{Cache: cache}
+	if len(shared) > 0 {
+		opts.MapReplacements = shared
+	}
+	coll, err := ebpf.NewCollectionWithOptions(s, opts)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("BPF verifier rejected the tracer: %+v", ve)
+		}
+		return fmt.Errorf("load: %w", err)
+	}
+	prog := coll.DetachProgram("gtp_fentry")
+	if len(shared) == 0 {
+		for _, m := range []string{"gtp_events", "gtp_counts", "gtp_drops"} {
+			shared[m] = coll.DetachMap(m)
+		}
+	}
+	coll.Close()
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	if err != nil {
+		prog.Close()
+		return fmt.Errorf("attach fentry: %w", err)
+	}
+	t.progs = append(t.progs, prog)
+	t.links = append(t.links, l)
+	return nil
+}
+
+// resolve finds each function's BTF and the positions of its sk_buff and
+// net_device arguments. It fills skipped and returns notes on missing modules.
+func resolve(funcs, modules []string, skipped map[string]string) ([]target, []string) {
+	var specs []*btf.Spec
+	var notes []string
+	for _, m := range modules {
+		s, err := btf.LoadKernelModuleSpec(m)
+		if err != nil {
+			notes = append(notes, moduleNote(m))
+			continue
+		}
+		specs = append(specs, s)
+	}
+	if s, err := btf.LoadKernelSpec(); err == nil {
+		specs = append(specs, s)
+	} else {
+		notes = append(notes, fmt.Sprintf("no kernel BTF (%v): CONFIG_DEBUG_INFO_BTF is required", err))
+	}
+	var out []target
+	for _, fn := range funcs {
+		var f *btf.Func
+		for _, s := range specs {
+			if err := s.TypeByName(fn, &f); err == nil {
+				break
+			}
+			f = nil
+		}
+		if f == nil {
+			skipped[fn] = "not in the kernel's or the modules' BTF (module not loaded, or the function is inlined)"
+			continue
+		}
+		tg := target{name: fn, skbArg: -1, devArg: -1}
+		if proto, ok := f.Type.(*btf.FuncProto); ok {
+			for i, p := range proto.Params {
+				switch pointee(p.Type) {
+				case "sk_buff":
+					if tg.skbArg < 0 {
+						tg.skbArg = int32(i)
+					}
+				case "net_device":
+					if tg.devArg < 0 {
+						tg.devArg = int32(i)
+					}
+				}
+			}
+		}
+		out = append(out, tg)
+	}
+	if len(out) == 0 {
+		notes = append(notes, "none of the functions "+strings.Join(funcs, ", ")+" was found")
+	}
+	return out, notes
+}
+
+// moduleNote says why a module's BTF is missing and what to do.
+func moduleNote(m string) string {
+	if _, err := os.Stat("/sys/module/" + m); err != nil {
+		return fmt.Sprintf("module %s is not loaded (no /sys/kernel/btf/%s): run `modprobe %s` if this node uses it", m, m, m)
+	}
+	return fmt.Sprintf("module %s is loaded but has no BTF (/sys/kernel/btf/%s): fentry needs a kernel built with CONFIG_DEBUG_INFO_BTF_MODULES and a module built against it", m, m)
+}
+
+// pointee names the struct a parameter points to ("" otherwise).
+func pointee(t btf.Type) string {
+	p, ok := btf.UnderlyingType(t).(*btf.Pointer)
+	if !ok {
+		return ""
+	}
+	if s, ok := btf.UnderlyingType(p.Target).(*btf.Struct); ok {
+		return s.Name
+	}
+	return ""
+}
+
+// Functions lists the traced functions.
+func (t *Tracer) Functions() []string { return append([]string(nil), t.funcs...) }
+
+// Skipped maps each function that is not traced to the reason.
+func (t *Tracer) Skipped() map[string]string { return t.skipped }
+
+// Read blocks until the next event; it fails once the tracer is closed.
+func (t *Tracer) Read() (Event, error) {
+	rec, err := t.reader.Read()
+	if err != nil {
+		return Event{}, err
+	}
+	var raw gtpGtpEvent
+	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
+		return Event{}, fmt.Errorf("decode event: %w", err)
+	}
+	return Event{
+		KtimeNs: raw.TsNs, PID: raw.Pid, TGID: raw.Tgid, Comm: cString(raw.Comm[:]), CPU: raw.Cpu,
+		Function: t.funcName(raw.Func), Ifindex: raw.Ifindex, Context: Context(raw.Ctx),
+	}, nil
+}
+
+// Run calls handle for every event until ctx ends (it returns nil) or the
+// ring fails.
+func (t *Tracer) Run(ctx context.Context, handle func(Event)) error {
+	stop := context.AfterFunc(ctx, func() { t.reader.Close() })
+	defer stop()
+	for {
+		ev, err := t.Read()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		handle(ev)
+	}
+}
+
+// Counts returns the per-process and per-CPU call counts.
+func (t *Tracer) Counts() ([]Count, error) {
+	var out []Count
+	var k gtpGtpKey
+	var v gtpGtpCount
+	it := t.counts.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, Count{TGID: k.Tgid, CPU: k.Cpu, Function: t.funcName(k.Func), Context: Context(k.Ctx), Packets: v.Packets})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read counts: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.TGID != b.TGID {
+			return a.TGID < b.TGID
+		}
+		if a.CPU != b.CPU {
+			return a.CPU < b.CPU
+		}
+		return a.Function < b.Function
+	})
+	return out, nil
+}
+
+// Drops is the number of events lost because the ring was full (the
+// counts still include them).
+func (t *Tracer) Drops() (uint64, error) {
+	var per []uint64
+	if err := t.drops.Lookup(uint32(0), &per); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
+}
+
+// Close detaches and releases everything.
+func (t *Tracer) Close() error {
+	var errs []error
+	if t.reader != nil {
+		errs = append(errs, t.reader.Close())
+	}
+	for _, l := range t.links {
+		errs = append(errs, l.Close())
+	}
+	for _, p := range t.progs {
+		errs = append(errs, p.Close())
+	}
+	for _, m := range []*ebpf.Map{t.events, t.counts, t.drops} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	t.links, t.progs = nil, nil
+	return errors.Join(errs...)
+}
+
+func (t *Tracer) funcName(id uint32) string {
+	if int(id) < len(t.funcs) {
+		return t.funcs[id]
+	}
+	return fmt.Sprintf("func(%d)", id)
+}
+
+func cString(b []int8) string {
+	s := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}
+
+// Monotonic is the clock BPF timestamps use (bpf_ktime_get_ns), in ns.
+func Monotonic() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build vmtest
+
+package vm
+
+import (
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/gtplab"
+)
+
+// The automatic mode end to end: the kernel gtp UPF, our gNB, the UE's
+// pings, the tracer and the operator inside `swiftlane run`.
+func TestGTPAutomatic(t *testing.T) {
+	startLab(t)
+	p := startScheduler(t, `
+automatic:
+  enabled: true
+  idle_timeout_ms: 1500
+`)
+	waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U`), "the tracer to attach")
+
+	g := startGnb(t)
+	uePing(t, 5)
+	st, err := (&gtplab.Lab{T: gtplab.Default()}).Stats()
+	if err != nil || st.RxPackets < 5 || st.TxPackets < 5 {
+		t.Fatalf("gtp device counters %+v (%v): the pings did not go through GTP-U", st, err)
+	}
+	lat := waitCarrier(t, p, g.Process.Pid)
+	t.Logf("gNB pid %d prioritised %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
+
+	// Exit: the operator forgets it with the scheduler's exit event.
+	g.Process.Kill()
+	g.Wait()
+	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, g.Process.Pid)), "the exit to be handled")
+
+	// Restart: the new process is prioritised on its first packet.
+	g2 := startGnb(t)
+	uePing(t, 3)
+	lat = waitCarrier(t, p, g2.Process.Pid)
+	if lat > 100 {
+		t.Errorf("restarted gNB prioritised after %.3f ms, want <= 100 ms", lat)
+	}
+
+	// Idle: no traffic for the idle timeout removes the entry.
+	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`carrier idle: entry removed" pid=%d`, g2.Process.Pid)), "the idle entry to decay")
+
+	// Softirq: delay N3 with netem so the UPF side runs from the qdisc's
+	// timer, not in the gNB's system call; it is reported as a CPU.
+	if out, err := exec.Command("ip", "netns", "exec", "swl-gnb", "tc", "qdisc", "add", "dev", "n3", "root", "netem", "delay", "2ms").CombinedOutput(); err != nil {
+		t.Fatalf("netem: %v: %s", err, out)
+	}
+	uePing(t, 5)
+	waitOutput(t, p.out, regexp.MustCompile(`GTP-U work in softirq: reported as its CPU, not prioritised" cpu=\d+ context=(idle|kthread|interrupt)`), "a softirq report")
+}
+
+func startLab(t *testing.T) {
+	t.Helper()
+	exec.Command(swiftlaneBin(t), "lab", "down").Run() // leftovers of an earlier run
+	cmd := exec.Command(swiftlaneBin(t), "lab", "up")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGINT) // lab up removes its namespaces
+		select {
+		case <-done:
+		case <-time.After(stateTimeout):
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("lab output:\n%s", out)
+		}
+	})
+	waitOutputOrExit(t, out, regexp.MustCompile(`lab up:`), "the lab to come up", done)
+}
+
+func startGnb(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(swiftlaneBin(t), "lab", "gnb")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	waitOutputOrExit(t, out, regexp.MustCompile(`gnb ready`), "the gNB", done)
+	return cmd
+}
+
+func uePing(t *testing.T, n int) {
+	t.Helper()
+	out, err := exec.Command(swiftlaneBin(t), "lab", "ping", "-c", strconv.Itoa(n), "-i", "10ms").CombinedOutput()
+	if err != nil {
+		t.Fatalf("UE ping through GTP-U: %v\n%s", err, out)
+	}
+}
+
+var carrierRE = `GTP-U carrier prioritised" pid=%d .*first_packet_to_map_ms=([0-9.]+)`
+
+// waitCarrier waits for the operator's entry for pid and returns the
+// first-packet → map latency it measured, in ms.
+func waitCarrier(t *testing.T, p *schedProc, pid int) float64 {
+	t.Helper()
+	m := waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(carrierRE, pid)), fmt.Sprintf("the gNB (pid %d) to be prioritised", pid))
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// waitOutput waits until a process's output matches re (the process logs
+// each decision as it makes it) and returns the submatches.
+func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, what string) []string {
+	t.Helper()
+	return waitOutputOrExit(t, out, re, what, nil)
+}
+
+func waitOutputOrExit(t *testing.T, out *syncBuffer, re *regexp.Regexp, what string, done <-chan struct{}) []string {
+	t.Helper()
+	deadline := time.Now().Add(attachTimeout) // under TCG, setting up the lab alone takes tens of seconds
+	for {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m
+		}
+		select {
+		case <-done:
+			t.Fatalf("exited while waiting for %s:\n%s", what, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s:\n%s", what, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
