@@ -41,6 +41,7 @@ type Options struct {
 	Interval time.Duration // pause between round trips (a sleeping client, like a ping)
 	Timeout  time.Duration // per round trip; a lost reply counts as a timeout
 	Duration time.Duration // stop early after this long (0: no limit)
+	WarmUp   time.Duration // how long to wait for the echo server to answer at all (default 10 s)
 }
 
 // Result summarises round-trip times in microseconds.
@@ -73,6 +74,12 @@ func RTT(ctx context.Context, o Options) (Result, error) {
 	rtts := make([]float64, 0, o.Samples)
 	out := make([]byte, 64)
 	in := make([]byte, 2048)
+	if o.WarmUp <= 0 {
+		o.WarmUp = 10 * time.Second
+	}
+	if err := warmUp(ctx, conn, in, o.WarmUp); err != nil {
+		return res, err
+	}
 	began := time.Now()
 	for seq := uint64(1); len(rtts)+res.Timeouts < o.Samples; seq++ {
 		if ctx.Err() != nil {
@@ -110,6 +117,26 @@ func RTT(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	return Summarise(rtts, res.Timeouts), nil
+}
+
+// warmUp waits until the echo server answers: it may still be starting
+// (connection refused) or cold. Sequence number 0 is never timed.
+func warmUp(ctx context.Context, conn net.Conn, in []byte, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	ping := make([]byte, 8)
+	for ctx.Err() == nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer from %s within %v: is `swiftlane probe echo` running there?", conn.RemoteAddr(), limit)
+		}
+		conn.Write(ping)
+		conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := conn.Read(in); err == nil && n >= 8 && binary.LittleEndian.Uint64(in) == 0 {
+			return nil
+		}
+		// Refused (not listening yet) fails at once: pace the retries.
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ctx.Err()
 }
 
 // Summarise computes the distribution of samples (µs).

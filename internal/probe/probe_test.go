@@ -4,7 +4,9 @@ package probe
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,18 +43,43 @@ func TestRTTOverLoopback(t *testing.T) {
 	}
 }
 
-func TestRTTCountsLostReplies(t *testing.T) {
-	// A socket that never answers: every probe times out.
+func TestRTTFailsClearlyWithoutServer(t *testing.T) {
+	// A socket that never answers.
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	r, err := RTT(context.Background(), Options{Target: conn.LocalAddr().String(), Samples: 2, Timeout: 20 * time.Millisecond})
+	_, err = RTT(context.Background(), Options{Target: conn.LocalAddr().String(), Samples: 2, WarmUp: 200 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "probe echo") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRTTCountsLostReplies(t *testing.T) {
+	// An echo that answers the warm-up and every even sequence number only.
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Timeouts != 2 || r.Samples != 0 {
+	defer conn.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, addr, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n >= 8 && binary.LittleEndian.Uint64(buf)%2 == 0 {
+				conn.WriteTo(buf[:n], addr)
+			}
+		}
+	}()
+	r, err := RTT(context.Background(), Options{Target: conn.LocalAddr().String(), Samples: 6, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeouts != 3 || r.Samples != 3 {
 		t.Fatalf("%+v", r)
 	}
 }

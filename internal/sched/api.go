@@ -13,8 +13,8 @@ import (
 // apiLevel picks the compiled object whose kfunc names the running kernel
 // has (see bpf/compat.h): 3 with scx_bpf_dsq_move_to_local___v2, 2 with
 // scx_bpf_dsq_insert___v2, 1 otherwise.
-func apiLevel() (int, error) {
-	kernel, err := btf.LoadKernelSpec()
+func apiLevel(cache *btf.Cache) (int, error) {
+	kernel, err := cache.Kernel()
 	if err != nil {
 		return 0, fmt.Errorf("read kernel BTF: %w", err)
 	}
@@ -32,8 +32,10 @@ func apiLevel() (int, error) {
 	}
 }
 
-func loadSpec() (*ebpf.CollectionSpec, int, error) {
-	level, err := apiLevel()
+// loadSpec picks and parses the object. The kernel BTF decoded for the
+// choice stays in cache for the load itself (decoding it is slow under TCG).
+func loadSpec(cache *btf.Cache) (*ebpf.CollectionSpec, int, error) {
+	level, err := apiLevel(cache)
 	if err != nil && !errors.Is(err, btf.ErrNotSupported) {
 		return nil, 0, err
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -81,7 +82,8 @@ func Load(opts Options) (*Scheduler, error) {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 
-	spec, level, err := loadSpec()
+	cache := btf.NewCache()
+	spec, level, err := loadSpec(cache)
 	if err != nil {
 		return nil, fmt.Errorf("parse BPF object: %w", err)
 	}
@@ -106,7 +108,7 @@ func Load(opts Options) (*Scheduler, error) {
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
 
 	s := &Scheduler{log: log}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("BPF verifier rejected the scheduler: %+v", ve)
