@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 )
 
@@ -38,6 +41,8 @@ type Variant struct {
 	HogOpsPerS  float64   `json:"hog_ops_per_s,omitempty"`
 	Error       string    `json:"error,omitempty"`
 	RTTUs       []float64 `json:"rtt_us,omitempty"`
+	// SchedCounters are swiftlane's own counters over the run, to explain it.
+	SchedCounters map[string]float64 `json:"sched_counters,omitempty"`
 	Description string    `json:"description"`
 }
 
@@ -119,9 +124,9 @@ func runVariant(name string) (*Variant, error) {
 	case strings.HasPrefix(name, "eevdf"):
 		stop = func() error { return nil }
 	case name == "swiftlane-loaded":
-		stop, err = startScheduler(*swiftlane, "run", "--metrics-addr", "", "--config", writeConfig("strategies: []\n"))
+		stop, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig("strategies: []\n"))
 	case name == "swiftlane-critical-loaded":
-		stop, err = startScheduler(*swiftlane, "run", "--metrics-addr", "", "--config",
+		stop, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config",
 			writeConfig("strategies:\n  - name: probe\n    class: critical\n    command_regex: 'swiftlane probe'\n"))
 	case strings.HasPrefix(name, "scx_"):
 		peer := strings.TrimSuffix(name, "-loaded")
@@ -155,6 +160,9 @@ func runVariant(name string) (*Variant, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.HasPrefix(name, "swiftlane") {
+		v.SchedCounters = scrapeCounters()
+	}
 	if hog != nil {
 		if err := hog.Wait(); err != nil {
 			return v, fmt.Errorf("stress-ng: %w", err)
@@ -165,6 +173,44 @@ func runVariant(name string) (*Variant, error) {
 		return v, fmt.Errorf("scheduler stopped badly: %w", err)
 	}
 	return v, nil
+}
+
+const metricsAddr = "127.0.0.1:9462"
+
+// scrapeCounters reads swiftlane's counters and run-queue wait per class.
+func scrapeCounters() map[string]float64 {
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "swiftlane_") {
+			continue
+		}
+		for _, m := range f.Metric {
+			key := strings.TrimPrefix(name, "swiftlane_")
+			for _, l := range m.Label {
+				key += "." + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Histogram != nil && m.Histogram.GetSampleCount() > 0:
+				out[key+".avg_us"] = m.Histogram.GetSampleSum() / float64(m.Histogram.GetSampleCount()) * 1e6
+				out[key+".count"] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
 }
 
 func writeConfig(s string) string {
