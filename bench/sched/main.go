@@ -31,19 +31,19 @@ import (
 
 // Variant result, as issue "Scheduler core" specifies the JSON.
 type Variant struct {
-	AvgUs       float64   `json:"avg_us,omitempty"`
-	P50Us       float64   `json:"p50_us,omitempty"`
-	P90Us       float64   `json:"p90_us,omitempty"`
-	P99Us       float64   `json:"p99_us,omitempty"`
-	MaxUs       float64   `json:"max_us,omitempty"`
-	Samples     int       `json:"samples,omitempty"`
-	Timeouts    int       `json:"timeouts,omitempty"`
-	HogOpsPerS  float64   `json:"hog_ops_per_s,omitempty"`
-	Error       string    `json:"error,omitempty"`
-	RTTUs       []float64 `json:"rtt_us,omitempty"`
+	AvgUs      float64   `json:"avg_us,omitempty"`
+	P50Us      float64   `json:"p50_us,omitempty"`
+	P90Us      float64   `json:"p90_us,omitempty"`
+	P99Us      float64   `json:"p99_us,omitempty"`
+	MaxUs      float64   `json:"max_us,omitempty"`
+	Samples    int       `json:"samples,omitempty"`
+	Timeouts   int       `json:"timeouts,omitempty"`
+	HogOpsPerS float64   `json:"hog_ops_per_s,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	RTTUs      []float64 `json:"rtt_us,omitempty"`
 	// SchedCounters are swiftlane's own counters over the run, to explain it.
 	SchedCounters map[string]float64 `json:"sched_counters,omitempty"`
-	Description string    `json:"description"`
+	Description   string             `json:"description"`
 }
 
 type Report struct {
