@@ -518,16 +518,28 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	STAT_INC(enqueued[class & (SWL_NR_CLASSES - 1)]);
 
 	tctx->deadline = task_deadline(p, tctx, class);
+	prev = scx_bpf_task_cpu(p);
 	if (class == SWL_CLASS_CRITICAL) {
 		swl_insert_vtime(p, DSQ_CRITICAL, task_slice(tctx), tctx->deadline, enq_flags);
-		kick_for_critical(p);
+		/*
+		 * Only a wakeup preempts. A critical task re-queued because its
+		 * slice ended or it yielded (runtimes' spinning threads call
+		 * sched_yield in loops) waits at the head of the critical queue
+		 * instead of bouncing other CPUs' tasks off them.
+		 */
+		if (enq_flags & ENQ_WAKEUP) {
+			kick_for_critical(p);
+		} else {
+			cpu = pick_idle_cpu(p, prev);
+			if (cpu >= 0)
+				scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		}
 		return;
 	}
 
 	swl_insert_vtime(p, DSQ_SHARED, task_slice(tctx), tctx->deadline, enq_flags);
 
 	/* Wake an idle CPU for it (pinned tasks and re-queues skip select_cpu). */
-	prev = scx_bpf_task_cpu(p);
 	cpu = pick_idle_cpu(p, prev);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
