@@ -17,8 +17,9 @@ vm-bins: build
 .PHONY: test-vm
 test-vm: deps vm-bins ## Scheduler tests on real sched_ext kernels in the VM lab (fails if the VM cannot boot)
 	@for k in $(KERNELS); do \
-	  echo "== VM tests on kernel '$$k'"; \
-	  $(VM) --kernel $$k -- env SWIFTLANE_BIN=$(BUILD)/swiftlane $(VMTEST) -test.v -test.timeout 20m || exit 1; \
+	  cycles=5; [ "$$k" = newest ] && cycles=20; \
+	  echo "== VM tests on kernel '$$k' ($$cycles attach/detach cycles)"; \
+	  $(VM) --kernel $$k -- env SWIFTLANE_BIN=$(BUILD)/swiftlane SWL_ATTACH_CYCLES=$$cycles $(VMTEST) -test.v -test.timeout 30m || exit 1; \
 	done
 
 .PHONY: vm-shell
