@@ -44,6 +44,8 @@ char _license[] SEC("license") = "GPL";
 #define NSEC_PER_MSEC 1000000ULL
 /* Longest runtime-since-sleep that counts towards a deadline, so one long burst cannot push a task back forever. */
 #define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
+/* Farthest a task's deadline may lie ahead of the current vtime (virtual ns): bounds every wait. */
+#define DEADLINE_AHEAD_MAX (100 * NSEC_PER_MSEC)
 /* CPUs scanned for an idle cache sibling or a preemption victim; bigger machines fall back to the kernel's idle pick. */
 #define MAX_CPU_SCAN 512
 /* cgroup ancestors checked against cgroup strategies (pod slice → pod → container is ~6 levels). */
@@ -319,13 +321,24 @@ static u64 task_slice(struct task_ctx *tctx)
 static u64 task_deadline(struct task_struct *p, struct task_ctx *tctx, u32 class)
 {
 	u64 lag = scale_inverse(slice_lag_ns, p, class);
-	u64 vmin = vtime_now - lag;
+	u64 vmin = vtime_now - lag, vmax = vtime_now + DEADLINE_AHEAD_MAX;
+	u64 dl;
 
 	/* Bounded sleep credit. */
 	if (time_before(p->scx.dsq_vtime, vmin))
 		p->scx.dsq_vtime = vmin;
+	/*
+	 * Bounded debt. A low-weight task that ran a lot (khugepaged at nice 19
+	 * ages ~7x faster than a default task) would otherwise queue behind every
+	 * CPU hog for seconds; preempted inside an RCU read-side section, that
+	 * stalls RCU for the whole machine. This costs low-weight hogs some of
+	 * their weight-fairness and buys every task a bounded wait.
+	 */
+	if (time_before(vmax, p->scx.dsq_vtime))
+		p->scx.dsq_vtime = vmax;
 
-	return p->scx.dsq_vtime + scale_inverse(tctx->exec_runtime, p, class);
+	dl = p->scx.dsq_vtime + scale_inverse(tctx->exec_runtime, p, class);
+	return time_before(vmax, dl) ? vmax : dl;
 }
 
 /* An idle cache sibling of prev_cpu, scanning at most MAX_CPU_SCAN CPUs. */
