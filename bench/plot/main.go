@@ -24,6 +24,7 @@ type report struct {
 	Order    []string `json:"order"`
 	Variants map[string]struct {
 		RTTUs []float64 `json:"rtt_us"`
+		RTTMs []float64 `json:"rtt_ms"` // bench/gtp: pass -unit ms
 		Error string    `json:"error"`
 	} `json:"variants"`
 }
@@ -31,15 +32,16 @@ type report struct {
 func main() {
 	in := flag.String("in", "bench/results/sched.json", "benchmark report")
 	out := flag.String("out", "bench/results/sched.png", "PNG to write")
-	unit := flag.String("unit", "µs", "unit of the samples, for the axis label")
+	unit := flag.String("unit", "µs", "unit of the samples, for the axis label (rtt_ms samples are used when a variant has no rtt_us)")
+	title := flag.String("title", "Probe round-trip time", "plot title (the kernel is appended)")
 	flag.Parse()
-	if err := render(*in, *out, *unit); err != nil {
+	if err := render(*in, *out, *unit, *title); err != nil {
 		fmt.Fprintln(os.Stderr, "plot:", err)
 		os.Exit(1)
 	}
 }
 
-func render(in, out, unit string) error {
+func render(in, out, unit, title string) error {
 	b, err := os.ReadFile(in)
 	if err != nil {
 		return err
@@ -49,7 +51,7 @@ func render(in, out, unit string) error {
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	p := plot.New()
-	p.Title.Text = "Probe round-trip time, CDF (kernel " + r.Kernel + ")"
+	p.Title.Text = title + ", CDF (kernel " + r.Kernel + ")"
 	p.X.Label.Text = "RTT (" + unit + ", log scale)"
 	p.Y.Label.Text = "fraction of samples ≤ x"
 	p.X.Scale = plot.LogScale{}
@@ -60,10 +62,14 @@ func render(in, out, unit string) error {
 	i := 0
 	for _, name := range r.Order {
 		v, ok := r.Variants[name]
-		if !ok || v.Error != "" || len(v.RTTUs) == 0 {
+		samples := v.RTTUs
+		if len(samples) == 0 {
+			samples = v.RTTMs
+		}
+		if !ok || v.Error != "" || len(samples) == 0 {
 			continue
 		}
-		s := append([]float64(nil), v.RTTUs...)
+		s := append([]float64(nil), samples...)
 		sort.Float64s(s)
 		pts := make(plotter.XYs, len(s))
 		for j, x := range s {

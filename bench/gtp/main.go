@@ -1,0 +1,626 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command gtp is the 5G user-plane benchmark behind `make bench-gtp`. It runs
+// as root inside the VM lab, in one boot: it brings the lab up (UE, gNB and
+// UPF namespaces, the kernel gtp device as UPF, `swiftlane lab gnb`) and
+// measures the UE's ping RTT through the GTP-U tunnel under each variant:
+// the kernel's default scheduler idle and saturated, swiftlane saturated
+// without strategies and in automatic mode (tracer + operator), and peer
+// sched_ext schedulers saturated. In automatic mode it also restarts the gNB
+// several times and collects the operator's first-packet → map times. It
+// writes bench/results/gtp.json.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// Variant result, as issue 3 specifies the JSON.
+type Variant struct {
+	AvgMs       float64   `json:"avg_ms,omitempty"`
+	MinMs       float64   `json:"min_ms,omitempty"`
+	P50Ms       float64   `json:"p50_ms,omitempty"`
+	P90Ms       float64   `json:"p90_ms,omitempty"`
+	P99Ms       float64   `json:"p99_ms,omitempty"`
+	MaxMs       float64   `json:"max_ms,omitempty"`
+	Samples     int       `json:"samples,omitempty"`
+	Timeouts    int       `json:"timeouts,omitempty"`
+	Error       string    `json:"error,omitempty"`
+	RTTMs       []float64 `json:"rtt_ms,omitempty"`
+	Description string    `json:"description"`
+}
+
+// Restart is the operator's measurement for one restarted gNB.
+type Restart struct {
+	P50      float64   `json:"p50"`
+	Max      float64   `json:"max"`
+	Restarts int       `json:"restarts"`
+	Ms       []float64 `json:"ms,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Note     string    `json:"note"`
+}
+
+type Report struct {
+	Kernel   string              `json:"kernel"`
+	CPUs     int                 `json:"cpus"`
+	Date     string              `json:"date"`
+	Note     string              `json:"note"`
+	Order    []string            `json:"order"`
+	Variants map[string]*Variant `json:"variants"`
+	Restart  *Restart            `json:"restart_reprioritise_ms,omitempty"`
+}
+
+var (
+	swiftlane = flag.String("swiftlane", "build/swiftlane", "swiftlane binary")
+	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with scx_bpfland and scx_rustland")
+	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
+	out       = flag.String("out", "bench/results/gtp.json", "JSON output")
+	samples   = flag.Int("samples", 250, "UE pings per variant")
+	chunk     = flag.Int("chunk", 50, "pings per `swiftlane lab ping` process (a lost reply ends only its chunk)")
+	budget    = flag.Duration("duration", 90*time.Second, "ping time budget per variant")
+	interval  = flag.Duration("interval", 10*time.Millisecond, "gap between a reply and the next request")
+	timeout   = flag.Duration("timeout", 3*time.Second, "how long to wait for each reply")
+	restarts  = flag.Int("restarts", 6, "gNB restarts measured in automatic mode")
+	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
+	compRE    = flag.String("companions", "swiftlane lab ping", "automatic.companions regex for the UE pinger (empty: none)")
+	logDir    = flag.String("logdir", "", "keep each scheduler's output in this directory")
+)
+
+var all = []string{"eevdf-idle", "eevdf-loaded", "swiftlane-loaded", "swiftlane-auto-loaded", "scx_bpfland-loaded", "scx_rustland-loaded"}
+
+// The automatic mode as a node would run it: carriers found by the tracer,
+// the UE's pinger as a companion (docs/gtp.md: `companions: ['nr-ue', 'ping']`).
+func autoConfig() string {
+	c := "strategies: []\nautomatic:\n  enabled: true\n  class: critical\n  idle_timeout_ms: 5000\n"
+	if *compRE != "" {
+		c += fmt.Sprintf("  companions: [%q]\n", *compRE)
+	}
+	return c
+}
+
+var describe = map[string]string{
+	"eevdf-idle":            "kernel default scheduler, idle machine",
+	"eevdf-loaded":          "kernel default scheduler, stress-ng --cpu 2xCPUs",
+	"swiftlane-loaded":      "swiftlane, no strategies, stress-ng --cpu 2xCPUs",
+	"swiftlane-auto-loaded": "swiftlane, automatic mode (GTP-U carriers critical, UE pinger as companion), stress-ng --cpu 2xCPUs",
+	"scx_bpfland-loaded":    "scx_bpfland (crates.io), stress-ng --cpu 2xCPUs",
+	"scx_rustland-loaded":   "scx_rustland (crates.io), stress-ng --cpu 2xCPUs",
+}
+
+func main() {
+	flag.Parse()
+	names := all
+	if *only != "" {
+		names = strings.Split(*only, ",")
+	}
+	bin, err := filepath.Abs(*swiftlane)
+	if err != nil {
+		fail(err)
+	}
+	*swiftlane = bin
+	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	rep := Report{
+		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
+		Note: "QEMU TCG guest: absolute times are inflated 20-50x and noisy; compare variants within this run only. " +
+			"UE ICMP echo to the UPF's N6 address through our gNB (TUN <-> GTP-U) and the kernel gtp UPF.",
+		Order:    names,
+		Variants: map[string]*Variant{},
+	}
+	stopLab, err := labUp()
+	if err != nil {
+		fail(err)
+	}
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
+		v, rs, err := runVariant(name)
+		if err != nil {
+			if v == nil {
+				v = &Variant{}
+			}
+			v.Error = err.Error()
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
+		}
+		v.Description = describe[name]
+		rep.Variants[name] = v
+		if rs != nil {
+			rep.Restart = rs
+		}
+	}
+	stopLab()
+	printTable(os.Stdout, rep)
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		fail(err)
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Fprintln(os.Stderr, "bench: wrote", *out)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+// proc is a child process whose combined output is kept for matching.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(name string, args ...string) (*proc, error) {
+	p := &proc{cmd: exec.Command(name, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Its own process group, with default signal dispositions.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitFor polls the process's output (it logs each step as it happens) until
+// re matches; it returns the submatches.
+func (p *proc) waitFor(re *regexp.Regexp, d time.Duration) ([]string, error) {
+	deadline := time.Now().Add(d)
+	for {
+		if m := re.FindStringSubmatch(p.out.String()); m != nil {
+			return m, nil
+		}
+		if p.exited() {
+			return nil, fmt.Errorf("%s exited (%v) before %q: %s", filepath.Base(p.cmd.Path), p.err, re, tail(p.out.String()))
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s: no %q within %v: %s", filepath.Base(p.cmd.Path), re, d, tail(p.out.String()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop signals the process group and waits, escalating to SIGKILL.
+func (p *proc) stop(sig syscall.Signal) {
+	if p.exited() {
+		return
+	}
+	syscall.Kill(-p.cmd.Process.Pid, sig)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 600 {
+		s = s[len(s)-600:]
+	}
+	return s
+}
+
+// labUp runs `swiftlane lab up` for the whole boot.
+func labUp() (func(), error) {
+	exec.Command(*swiftlane, "lab", "down").Run() // leftovers of an earlier run
+	p, err := start(*swiftlane, "lab", "up")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.waitFor(regexp.MustCompile(`lab up:`), 120*time.Second); err != nil {
+		p.stop(syscall.SIGKILL)
+		return nil, err
+	}
+	return func() {
+		p.stop(syscall.SIGINT) // lab up removes its namespaces
+		fmt.Fprintln(os.Stderr, "bench:", tail(p.out.String()))
+	}, nil
+}
+
+func startGnb() (*proc, error) {
+	g, err := start(*swiftlane, "lab", "gnb")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := g.waitFor(regexp.MustCompile(`gnb ready`), 60*time.Second); err != nil {
+		g.stop(syscall.SIGKILL)
+		return nil, err
+	}
+	return g, nil
+}
+
+func runVariant(name string) (*Variant, *Restart, error) {
+	var sched *proc
+	var err error
+	switch {
+	case strings.HasPrefix(name, "eevdf"):
+	case name == "swiftlane-loaded":
+		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", "", "--config", writeConfig("strategies: []\n"))
+	case name == "swiftlane-auto-loaded":
+		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", "", "--config", writeConfig(autoConfig()))
+		if err == nil {
+			_, err = sched.waitFor(regexp.MustCompile(`automatic mode: tracing GTP-U`), 60*time.Second)
+		}
+	case strings.HasPrefix(name, "scx_"):
+		peer := strings.TrimSuffix(name, "-loaded")
+		bin := filepath.Join(*peersDir, peer)
+		if _, serr := os.Stat(bin); serr != nil {
+			return nil, nil, fmt.Errorf("%s not built: %s", peer, peerError(peer))
+		}
+		sched, err = startScheduler(bin)
+	default:
+		return nil, nil, fmt.Errorf("unknown variant %q", name)
+	}
+	if sched != nil {
+		defer stopScheduler(sched)
+		if *logDir != "" {
+			defer func() {
+				os.MkdirAll(*logDir, 0o755)
+				os.WriteFile(filepath.Join(*logDir, name+".log"), []byte(sched.out.String()), 0o644)
+			}()
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+
+	gnb, err := startGnb()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { gnb.stop(syscall.SIGTERM) }()
+
+	if strings.HasSuffix(name, "-loaded") {
+		hog, err := start("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(2*runtime.NumCPU()), "--timeout", "1800s")
+		if err != nil {
+			return nil, nil, fmt.Errorf("stress-ng: %w", err)
+		}
+		defer hog.stop(syscall.SIGINT)
+		time.Sleep(2 * time.Second) // let the hogs fill every CPU's queue
+	}
+	// Warm-up: the first packets (ARP, the tracer's first event) are not
+	// part of the distribution.
+	if _, _, err := ping(5); err != nil {
+		return nil, nil, fmt.Errorf("warm-up ping: %w", err)
+	}
+	if name == "swiftlane-auto-loaded" {
+		if _, err := sched.waitFor(carrierRE(gnb.cmd.Process.Pid), 30*time.Second); err != nil {
+			return nil, nil, fmt.Errorf("the gNB was not prioritised: %w", err)
+		}
+	}
+	v, err := measure()
+	if err == nil && sched != nil && sched.exited() {
+		err = fmt.Errorf("the scheduler exited during the measurement: %s", kernelSaid(sched))
+	}
+	if err != nil {
+		return v, nil, err
+	}
+	var rs *Restart
+	if name == "swiftlane-auto-loaded" {
+		rs = restartGnb(sched, &gnb)
+		if sched.exited() {
+			rs.Error += "; the kernel's log: " + kernelSaid(sched)
+		}
+	}
+	if sched != nil {
+		if err := stopScheduler(sched); err != nil {
+			return v, rs, fmt.Errorf("scheduler stopped badly: %w", err)
+		}
+	}
+	return v, rs, nil
+}
+
+// kernelSaid is the scheduler's last line and the kernel's recent sched_ext
+// and RCU messages, for a scheduler that the kernel stopped.
+func kernelSaid(p *proc) string {
+	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
+	said := lines[len(lines)-1]
+	b, _ := exec.Command("dmesg").Output()
+	var k []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "sched_ext") || strings.Contains(l, "rcu") || strings.Contains(l, "stall") {
+			k = append(k, strings.TrimSpace(l))
+		}
+	}
+	if len(k) > 12 {
+		k = k[len(k)-12:]
+	}
+	// RCU names the tasks it waits for ("P43/1:b..l"): say what they are.
+	var who []string
+	for _, m := range stalledRE.FindAllStringSubmatch(string(b), -1) {
+		st, _ := os.ReadFile("/proc/" + m[1] + "/status")
+		var f []string
+		for _, l := range strings.Split(string(st), "\n") {
+			for _, key := range []string{"Name:", "State:", "Cpus_allowed_list:"} {
+				if strings.HasPrefix(l, key) {
+					f = append(f, strings.Join(strings.Fields(l), " "))
+				}
+			}
+		}
+		who = append(who, "pid "+m[1]+": "+strings.Join(f, ", "))
+	}
+	return said + " | dmesg: " + strings.Join(k, " | ") + " | " + strings.Join(who, " | ")
+}
+
+var stalledRE = regexp.MustCompile(` P(\d+)/\d+:`)
+
+func carrierRE(pid int) *regexp.Regexp {
+	return regexp.MustCompile(fmt.Sprintf(`GTP-U carrier prioritised" pid=%d .*first_packet_to_map_ms=([0-9.]+)`, pid))
+}
+
+// restartGnb kills and restarts the gNB (still under load) and collects the
+// operator's first-packet → map time for each new process from its log.
+func restartGnb(sched *proc, gnb **proc) *Restart {
+	rs := &Restart{Note: "operator's first_packet_to_map_ms for each restarted gNB (new PID), kernel timestamp of its first traced GTP-U packet to its entry in the scheduler's map; under stress-ng"}
+	for i := 0; i < *restarts; i++ {
+		old := (*gnb).cmd.Process.Pid
+		(*gnb).stop(syscall.SIGKILL)
+		if _, err := sched.waitFor(regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, old)), 30*time.Second); err != nil {
+			rs.Error = fmt.Sprintf("restart %d: %v", i+1, err)
+			break
+		}
+		g, err := startGnb()
+		if err != nil {
+			rs.Error = fmt.Sprintf("restart %d: %v", i+1, err)
+			break
+		}
+		*gnb = g
+		re := carrierRE(g.cmd.Process.Pid)
+		var m []string
+		for try := 0; try < 10 && m == nil; try++ {
+			ping(3)
+			m, _ = sched.waitFor(re, 3*time.Second)
+		}
+		if m == nil {
+			rs.Error = fmt.Sprintf("restart %d: gNB pid %d not prioritised: %s", i+1, g.cmd.Process.Pid, tail(sched.out.String()))
+			break
+		}
+		ms, _ := strconv.ParseFloat(m[1], 64)
+		fmt.Fprintf(os.Stderr, "bench: restart %d: gNB pid %d prioritised %.3f ms after its first GTP-U packet\n", i+1, g.cmd.Process.Pid, ms)
+		rs.Ms = append(rs.Ms, ms)
+	}
+	rs.Restarts = len(rs.Ms)
+	if len(rs.Ms) > 0 {
+		s := append([]float64(nil), rs.Ms...)
+		sort.Float64s(s)
+		rs.P50 = round3(percentile(s, 50))
+		rs.Max = round3(s[len(s)-1])
+	}
+	return rs
+}
+
+var rttRE = regexp.MustCompile(`(?m)^seq \d+ rtt ([0-9.]+) ms$`)
+
+// ping runs one `swiftlane lab ping` process (the UE) for n requests and
+// returns the RTTs it printed; a lost reply ends the process, the replies
+// before it are kept.
+func ping(n int) ([]float64, bool, error) {
+	cmd := exec.Command(*swiftlane, "lab", "ping", "-c", fmt.Sprint(n), "-i", interval.String(), "--timeout", timeout.String())
+	b, err := cmd.CombinedOutput()
+	var rtts []float64
+	for _, m := range rttRE.FindAllSubmatch(b, -1) {
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		rtts = append(rtts, v)
+	}
+	if err != nil {
+		if bytes.Contains(b, []byte("no echo reply")) {
+			return rtts, true, nil
+		}
+		return rtts, false, fmt.Errorf("%v: %s", err, tail(string(b)))
+	}
+	return rtts, false, nil
+}
+
+func measure() (*Variant, error) {
+	v := &Variant{}
+	deadline := time.Now().Add(*budget)
+	for len(v.RTTMs) < *samples && time.Now().Before(deadline) {
+		n := min(*chunk, *samples-len(v.RTTMs))
+		rtts, lost, err := ping(n)
+		v.RTTMs = append(v.RTTMs, rtts...)
+		if lost {
+			v.Timeouts++
+		}
+		if err != nil {
+			return v, err
+		}
+	}
+	v.Samples = len(v.RTTMs)
+	if v.Samples == 0 {
+		return v, fmt.Errorf("no echo replies (%d timeouts)", v.Timeouts)
+	}
+	s := append([]float64(nil), v.RTTMs...)
+	sort.Float64s(s)
+	var sum float64
+	for _, x := range s {
+		sum += x
+	}
+	v.AvgMs = round3(sum / float64(len(s)))
+	v.MinMs = s[0]
+	v.P50Ms = round3(percentile(s, 50))
+	v.P90Ms = round3(percentile(s, 90))
+	v.P99Ms = round3(percentile(s, 99))
+	v.MaxMs = s[len(s)-1]
+	if v.Samples < *samples {
+		return v, fmt.Errorf("only %d of %d samples within %v (%d timeouts)", v.Samples, *samples, *budget, v.Timeouts)
+	}
+	return v, nil
+}
+
+// percentile of sorted samples, nearest rank.
+func percentile(s []float64, p float64) float64 {
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+func writeConfig(s string) string {
+	f := filepath.Join(os.TempDir(), fmt.Sprintf("swiftlane-bench-gtp-%d.yaml", time.Now().UnixNano()))
+	if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+		fail(err)
+	}
+	return f
+}
+
+func peerError(peer string) string {
+	b, err := os.ReadFile(*peerErrs)
+	if err == nil {
+		var m map[string]string
+		if json.Unmarshal(b, &m) == nil && m[peer] != "" {
+			return m[peer]
+		}
+	}
+	return "run `make peers` (cargo install from crates.io) before the benchmark"
+}
+
+func schedState() string {
+	s, _ := os.ReadFile("/sys/kernel/sched_ext/state")
+	return strings.TrimSpace(string(s))
+}
+
+// startScheduler starts a sched_ext scheduler and waits until the kernel
+// reports it enabled.
+func startScheduler(bin string, args ...string) (*proc, error) {
+	p, err := start(bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	// sysfs has no change notification: poll it.
+	deadline := time.Now().Add(90 * time.Second)
+	for schedState() != "enabled" {
+		if p.exited() {
+			return nil, fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), p.err, tail(p.out.String()))
+		}
+		if time.Now().After(deadline) {
+			p.stop(syscall.SIGKILL)
+			return nil, fmt.Errorf("%s did not enable within 90s: %s", filepath.Base(bin), tail(p.out.String()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return p, nil
+}
+
+// stopScheduler detaches it and waits for the default scheduler.
+func stopScheduler(p *proc) error {
+	if p.exited() {
+		return nil
+	}
+	p.stop(syscall.SIGINT)
+	for i := 0; i < 300; i++ {
+		if schedState() == "disabled" {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.New("sched_ext did not return to disabled")
+}
+
+func printTable(w io.Writer, rep Report) {
+	bw := bufio.NewWriter(w)
+	defer bw.Flush()
+	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "variant\tsamples\tmin ms\tavg ms\tp50 ms\tp99 ms\tmax ms\tavg vs eevdf-loaded\t\n")
+	base := rep.Variants["eevdf-loaded"]
+	for _, name := range rep.Order {
+		v := rep.Variants[name]
+		if v == nil {
+			continue
+		}
+		if v.Samples == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t\n", name, v.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t\n", name, v.Samples, v.MinMs, v.AvgMs, v.P50Ms, v.P99Ms, v.MaxMs, improvement(base, v))
+	}
+	tw.Flush()
+
+	// The reference table's shape (spec.md §1): baseline vs optimised,
+	// RTT min / avg / max and the improvement of the average.
+	fmt.Fprintln(bw)
+	tw = tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "scheduler, stress-ng --cpu %d\tRTT min / avg / max (ms)\timprovement (avg)\n", 2*rep.CPUs)
+	row := func(label, name string, ref *Variant) {
+		v := rep.Variants[name]
+		if v == nil || v.Samples == 0 {
+			return
+		}
+		imp := "-"
+		if ref != nil {
+			imp = improvement(ref, v)
+		}
+		fmt.Fprintf(tw, "%s\t%.3f / %.3f / %.3f\t%s\n", label, v.MinMs, v.AvgMs, v.MaxMs, imp)
+	}
+	row("baseline: EEVDF", "eevdf-loaded", nil)
+	row("baseline: swiftlane, no strategies", "swiftlane-loaded", nil)
+	row("optimised: automatic strategies from GTP-U tracing", "swiftlane-auto-loaded", base)
+	tw.Flush()
+	if b, o := rep.Variants["swiftlane-loaded"], rep.Variants["swiftlane-auto-loaded"]; b != nil && o != nil && b.Samples > 0 && o.Samples > 0 {
+		fmt.Fprintf(bw, "automatic vs swiftlane without strategies: %s\n", improvement(b, o))
+	}
+	if i, o := rep.Variants["eevdf-idle"], rep.Variants["swiftlane-auto-loaded"]; i != nil && o != nil && i.Samples > 0 && o.Samples > 0 {
+		fmt.Fprintf(bw, "automatic (loaded) / eevdf-idle: avg %.2fx, p99 %.2fx\n", o.AvgMs/i.AvgMs, o.P99Ms/i.P99Ms)
+	}
+	if r := rep.Restart; r != nil {
+		fmt.Fprintf(bw, "gNB restart -> re-prioritised (first GTP-U packet to map): p50 %.3f ms, max %.3f ms over %d restarts", r.P50, r.Max, r.Restarts)
+		if r.Error != "" {
+			fmt.Fprintf(bw, " (%s)", r.Error)
+		}
+		fmt.Fprintln(bw)
+	}
+}
+
+func improvement(base, v *Variant) string {
+	if base == nil || base.Samples == 0 || v.AvgMs <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.2f %%", 100*(base.AvgMs-v.AvgMs)/base.AvgMs)
+}
