@@ -14,8 +14,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,6 +30,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
 // Variant result, as issue 3 specifies the JSON.
@@ -147,14 +147,9 @@ func main() {
 	}
 	stopLab()
 	printTable(os.Stdout, rep)
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := benchlab.WriteJSON(*out, rep); err != nil {
 		fail(err)
 	}
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-		fail(err)
-	}
-	fmt.Fprintln(os.Stderr, "bench: wrote", *out)
 }
 
 func fail(err error) {
@@ -504,28 +499,14 @@ func percentile(s []float64, p float64) float64 {
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 func writeConfig(s string) string {
-	f := filepath.Join(os.TempDir(), fmt.Sprintf("swiftlane-bench-gtp-%d.yaml", time.Now().UnixNano()))
-	if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+	f, err := benchlab.WriteConfig(s)
+	if err != nil {
 		fail(err)
 	}
 	return f
 }
 
-func peerError(peer string) string {
-	b, err := os.ReadFile(*peerErrs)
-	if err == nil {
-		var m map[string]string
-		if json.Unmarshal(b, &m) == nil && m[peer] != "" {
-			return m[peer]
-		}
-	}
-	return "run `make peers` (cargo install from crates.io) before the benchmark"
-}
-
-func schedState() string {
-	s, _ := os.ReadFile("/sys/kernel/sched_ext/state")
-	return strings.TrimSpace(string(s))
-}
+func peerError(peer string) string { return benchlab.PeerError(*peerErrs, peer) }
 
 // startScheduler starts a sched_ext scheduler and waits until the kernel
 // reports it enabled.
@@ -534,17 +515,15 @@ func startScheduler(bin string, args ...string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	// sysfs has no change notification: poll it.
-	deadline := time.Now().Add(90 * time.Second)
-	for schedState() != "enabled" {
+	err = benchlab.WaitState("enabled", 90*time.Second, func() error {
 		if p.exited() {
-			return nil, fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), p.err, tail(p.out.String()))
+			return fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), p.err, tail(p.out.String()))
 		}
-		if time.Now().After(deadline) {
-			p.stop(syscall.SIGKILL)
-			return nil, fmt.Errorf("%s did not enable within 90s: %s", filepath.Base(bin), tail(p.out.String()))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		p.stop(syscall.SIGKILL)
+		return nil, fmt.Errorf("%s: %w: %s", filepath.Base(bin), err, tail(p.out.String()))
 	}
 	return p, nil
 }
@@ -555,13 +534,7 @@ func stopScheduler(p *proc) error {
 		return nil
 	}
 	p.stop(syscall.SIGINT)
-	for i := 0; i < 300; i++ {
-		if schedState() == "disabled" {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return errors.New("sched_ext did not return to disabled")
+	return benchlab.WaitState("disabled", 30*time.Second, nil)
 }
 
 func printTable(w io.Writer, rep Report) {

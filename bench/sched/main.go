@@ -11,7 +11,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -27,6 +26,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
 // Variant result, as issue "Scheduler core" specifies the JSON.
@@ -92,14 +93,9 @@ func main() {
 		rep.Variants[name] = v
 	}
 	printTable(os.Stdout, rep)
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := benchlab.WriteJSON(*out, rep); err != nil {
 		fail(err)
 	}
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-		fail(err)
-	}
-	fmt.Fprintln(os.Stderr, "bench: wrote", *out)
 }
 
 var describe = map[string]string{
@@ -214,29 +210,14 @@ func scrapeCounters() map[string]float64 {
 }
 
 func writeConfig(s string) string {
-	f := filepath.Join(os.TempDir(), fmt.Sprintf("swiftlane-bench-%d.yaml", time.Now().UnixNano()))
-	if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+	f, err := benchlab.WriteConfig(s)
+	if err != nil {
 		fail(err)
 	}
 	return f
 }
 
-func peerError(peer string) string {
-	b, err := os.ReadFile(*peerErrs)
-	if err == nil {
-		var m map[string]string
-		if json.Unmarshal(b, &m) == nil && m[peer] != "" {
-			return m[peer]
-		}
-	}
-	return "run `make peers` (cargo install from crates.io) before the benchmark"
-}
-
-func schedState() (string, string) {
-	s, _ := os.ReadFile("/sys/kernel/sched_ext/state")
-	o, _ := os.ReadFile("/sys/kernel/sched_ext/root/ops")
-	return strings.TrimSpace(string(s)), strings.TrimSpace(string(o))
-}
+func peerError(peer string) string { return benchlab.PeerError(*peerErrs, peer) }
 
 // startScheduler starts a sched_ext scheduler and waits until the kernel
 // reports it enabled; stop detaches it and waits for the default scheduler.
@@ -258,22 +239,17 @@ func startScheduler(bin string, args ...string) (func() error, error) {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	// sysfs has no change notification: poll it.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if s, _ := schedState(); s == "enabled" {
-			break
-		}
+	err := benchlab.WaitState("enabled", 90*time.Second, func() error {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), err, tail())
+			return fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), err, tail())
 		default:
+			return nil
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			return nil, fmt.Errorf("%s did not enable within 90s: %s", filepath.Base(bin), tail())
-		}
-		time.Sleep(100 * time.Millisecond)
+	})
+	if err != nil {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("%s: %w: %s", filepath.Base(bin), err, tail())
 	}
 	stopped := false
 	return func() error {
@@ -293,13 +269,7 @@ func startScheduler(bin string, args ...string) (func() error, error) {
 				<-exited
 			}
 		}
-		for i := 0; i < 300; i++ {
-			if s, _ := schedState(); s == "disabled" {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return errors.New("sched_ext did not return to disabled")
+		return benchlab.WaitState("disabled", 30*time.Second, nil)
 	}, nil
 }
 
