@@ -3,7 +3,6 @@
 package operator
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -11,38 +10,9 @@ import (
 	"github.com/swiftlane/swiftlane/internal/trace"
 )
 
-// recorder is an in-memory scheduler map (strategy.Target).
-type recorder struct {
-	mu      sync.Mutex
-	procs   map[uint32]strategy.Entry
-	commits int
-}
-
-func (r *recorder) SetProcess(tgid uint32, e strategy.Entry) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.procs[tgid] = e
-	return nil
-}
-func (r *recorder) DeleteProcess(tgid uint32) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.procs, tgid)
-	return nil
-}
-func (r *recorder) SetCgroup(uint64, strategy.Entry) error { return nil }
-func (r *recorder) DeleteCgroup(uint64) error              { return nil }
-func (r *recorder) Commit() error                          { r.mu.Lock(); r.commits++; r.mu.Unlock(); return nil }
-func (r *recorder) get(tgid uint32) (strategy.Entry, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.procs[tgid]
-	return e, ok
-}
-
 // fixture: an operator over a real Applier over the recorder, with fake clocks.
 type fixture struct {
-	rec     *recorder
+	rec     *strategy.Recorder
 	applier *strategy.Applier
 	op      *Operator
 	now     time.Time
@@ -52,7 +22,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{rec: &recorder{procs: map[uint32]strategy.Entry{}}, now: time.Unix(1000, 0), mono: 5e9, dead: map[uint32]bool{}}
+	f := &fixture{rec: strategy.NewRecorder(), now: time.Unix(1000, 0), mono: 5e9, dead: map[uint32]bool{}}
 	f.applier = strategy.NewApplier(f.rec, t.TempDir(), t.TempDir(), nil)
 	f.op = New(f.applier, Options{
 		Class: strategy.Critical, SliceNs: 200_000, IdleTimeout: 2 * time.Second,
@@ -78,7 +48,7 @@ func (f *fixture) packet(tgid uint32, comm string, ago time.Duration) {
 func TestCarrierGetsEntryAndDecays(t *testing.T) {
 	f := newFixture(t)
 	f.packet(100, "gnb", 3*time.Millisecond)
-	e, ok := f.rec.get(100)
+	e, ok := f.rec.Process(100)
 	if !ok || e.Class != strategy.Critical || e.SliceNs != 200_000 {
 		t.Fatalf("entry %+v %v, want critical with slice 200000", e, ok)
 	}
@@ -97,14 +67,14 @@ func TestCarrierGetsEntryAndDecays(t *testing.T) {
 	}
 	f.advance(1999 * time.Millisecond)
 	f.op.Expire()
-	if _, ok := f.rec.get(100); !ok {
+	if _, ok := f.rec.Process(100); !ok {
 		t.Fatal("entry removed before the idle timeout")
 	}
 	f.advance(time.Millisecond)
 	if next := f.op.Expire(); !next.IsZero() {
 		t.Fatalf("next expiry %v after the last entry went", next)
 	}
-	if _, ok := f.rec.get(100); ok {
+	if _, ok := f.rec.Process(100); ok {
 		t.Fatal("entry kept after the idle timeout")
 	}
 	if len(f.op.Carriers()) != 0 || len(f.actives) != 2 || f.actives[1] {
@@ -122,8 +92,8 @@ func TestSoftirqIsReportedNotPrioritised(t *testing.T) {
 	} {
 		f.op.Handle(ev)
 	}
-	if len(f.rec.procs) != 0 || len(f.op.Carriers()) != 0 || len(f.actives) != 0 {
-		t.Fatalf("softirq events made entries: %v", f.rec.procs)
+	if f.rec.Processes() != 0 || len(f.op.Carriers()) != 0 || len(f.actives) != 0 {
+		t.Fatalf("softirq events made %d entries", f.rec.Processes())
 	}
 	cpus := f.op.CPUs()
 	if len(cpus) != 2 || cpus[0].CPU != 0 || cpus[1].CPU != 1 || cpus[1].Events != 2 {
@@ -149,13 +119,13 @@ func TestRestartedCarrier(t *testing.T) {
 		t.Fatalf("state kept after exit: %v %v", f.op.Carriers(), f.applier.Dynamic(Source))
 	}
 	f.packet(100, "gnb", 0) // late event from the ring
-	if _, ok := f.rec.get(100); ok {
+	if _, ok := f.rec.Process(100); ok {
 		t.Fatal("late event of an exited process re-created its entry")
 	}
 
 	f.advance(50 * time.Millisecond)
 	f.packet(101, "gnb", 2*time.Millisecond)
-	if _, ok := f.rec.get(101); !ok {
+	if _, ok := f.rec.Process(101); !ok {
 		t.Fatal("restarted carrier not prioritised")
 	}
 	lat := f.op.Latencies()
@@ -175,7 +145,7 @@ func TestEntriesSurviveStrategyChanges(t *testing.T) {
 	if err := f.applier.SetStrategies(empty); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.rec.get(100); !ok {
+	if _, ok := f.rec.Process(100); !ok {
 		t.Fatal("SetStrategies removed the operator's entry")
 	}
 }

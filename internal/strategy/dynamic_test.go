@@ -28,14 +28,14 @@ func TestApplierDynamicEntries(t *testing.T) {
 	if err := a.SetDynamic(pid, dyn, "auto"); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := rec.get(pid); !ok || e != dyn {
+	if e, ok := rec.Process(pid); !ok || e != dyn {
 		t.Fatalf("after SetDynamic: %+v %v", e, ok)
 	}
 	empty, _ := Compile(nil)
 	if err := a.SetStrategies(empty); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := rec.get(pid); !ok || e != dyn {
+	if e, ok := rec.Process(pid); !ok || e != dyn {
 		t.Fatalf("re-matching removed the dynamic entry: %+v %v", e, ok)
 	}
 
@@ -47,13 +47,13 @@ func TestApplierDynamicEntries(t *testing.T) {
 	if err := a.SetStrategies(set); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := rec.get(pid); e.Class != Background {
+	if e, _ := rec.Process(pid); e.Class != Background {
 		t.Fatalf("configured strategy should win, got %+v", e)
 	}
 	if err := a.SetStrategies(empty); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := rec.get(pid); !ok || e != dyn {
+	if e, ok := rec.Process(pid); !ok || e != dyn {
 		t.Fatalf("dynamic entry not restored: %+v %v", e, ok)
 	}
 
@@ -61,7 +61,7 @@ func TestApplierDynamicEntries(t *testing.T) {
 	if err := a.ClearDynamic(pid, "other"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.get(pid); !ok {
+	if _, ok := rec.Process(pid); !ok {
 		t.Fatal("another source cleared the entry")
 	}
 	if got := a.Dynamic("auto"); len(got) != 1 || got[0] != pid {
@@ -70,7 +70,7 @@ func TestApplierDynamicEntries(t *testing.T) {
 	if err := a.ClearDynamic(pid, "auto"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.get(pid); ok {
+	if _, ok := rec.Process(pid); ok {
 		t.Fatal("ClearDynamic left the entry")
 	}
 

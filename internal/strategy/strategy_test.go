@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -70,36 +69,7 @@ func TestPriorityAndClassMustAgree(t *testing.T) {
 	}
 }
 
-// recorder is an in-memory Target; the real one is the BPF map (tested in the VM lab).
-type recorder struct {
-	mu      sync.Mutex
-	procs   map[uint32]Entry
-	commits int
-}
-
-func newRecorder() *recorder { return &recorder{procs: map[uint32]Entry{}} }
-
-func (r *recorder) SetProcess(tgid uint32, e Entry) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.procs[tgid] = e
-	return nil
-}
-func (r *recorder) DeleteProcess(tgid uint32) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.procs, tgid)
-	return nil
-}
-func (r *recorder) SetCgroup(uint64, Entry) error { return nil }
-func (r *recorder) DeleteCgroup(uint64) error     { return nil }
-func (r *recorder) Commit() error                 { r.commits++; return nil }
-func (r *recorder) get(tgid uint32) (Entry, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.procs[tgid]
-	return e, ok
-}
+func newRecorder() *Recorder { return NewRecorder() }
 
 // Real processes and the real /proc: a marker in argv selects them.
 func TestApplierMatchesRealProcesses(t *testing.T) {
@@ -120,11 +90,11 @@ func TestApplierMatchesRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := uint32(proc.Process.Pid)
-	e, ok := rec.get(pid)
+	e, ok := rec.Process(pid)
 	if !ok || e.Class != Critical || e.SliceNs != 100000 {
 		t.Fatalf("pid %d: got %+v %v, want critical with slice 100000", pid, e, ok)
 	}
-	if _, ok := rec.get(uint32(os.Getpid())); ok {
+	if _, ok := rec.Process(uint32(os.Getpid())); ok {
 		t.Fatal("the test process itself must not match")
 	}
 
@@ -133,7 +103,7 @@ func TestApplierMatchesRealProcesses(t *testing.T) {
 	if err := a.SetStrategies(empty); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.get(pid); ok {
+	if _, ok := rec.Process(pid); ok {
 		t.Fatal("entry kept after its strategy was removed")
 	}
 
@@ -144,7 +114,7 @@ func TestApplierMatchesRealProcesses(t *testing.T) {
 	if err := a.HandleExec(pid); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.get(pid); !ok {
+	if _, ok := rec.Process(pid); !ok {
 		t.Fatal("entry lost after exec event")
 	}
 	if got := a.Applied(); len(got) != 1 || got[0].PID != int(pid) || got[0].Strategy != "m" {
@@ -160,7 +130,7 @@ func TestApplierInheritOnFork(t *testing.T) {
 	if err := a.SetStrategies(set); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.get(self); !ok {
+	if _, ok := rec.Process(self); !ok {
 		t.Fatal("pid strategy not applied")
 	}
 	child := exec.Command("sleep", "30")
@@ -172,7 +142,7 @@ func TestApplierInheritOnFork(t *testing.T) {
 	if err := a.HandleFork(cpid, self); err != nil {
 		t.Fatal(err)
 	}
-	e, ok := rec.get(cpid)
+	e, ok := rec.Process(cpid)
 	if !ok || e.Class != High {
 		t.Fatalf("child of an inherit strategy: got %+v %v", e, ok)
 	}
@@ -180,7 +150,7 @@ func TestApplierInheritOnFork(t *testing.T) {
 	if err := a.HandleExec(cpid); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rec.get(cpid); !ok {
+	if _, ok := rec.Process(cpid); !ok {
 		t.Fatal("inherited entry dropped on exec")
 	}
 }

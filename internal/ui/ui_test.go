@@ -100,7 +100,16 @@ func TestUIInChromium(t *testing.T) {
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
+		// The page re-renders its tables on a refresh timer; a click that lands
+		// while a row is being replaced hits a node that no longer exists.
+		// Steps are idempotent per attempt, so try a stale step again.
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			if err = chromedp.Do(bctx, steps...); err == nil || !strings.Contains(err.Error(), "Could not find node") {
+				break
+			}
+		}
+		if err != nil {
 			t.Fatalf("browser: %s: %v", what, err)
 		}
 	}
