@@ -189,10 +189,21 @@ func TestUIInChromium(t *testing.T) {
 		chromedp.Click(css("#tab-nodes")),
 		chromedp.WaitVisible(css(`#workloads-table tbody tr[data-class="high"]`)))
 	// Delete (two clicks): the row goes, and so does the workload.
-	do("delete strategy",
+	do("open strategies",
 		chromedp.Click(css("#tab-strategies")),
-		chromedp.Click(css(`#strategies-table button[data-delete="gnb"]`)),
-		chromedp.Click(css(`#strategies-table button[data-delete="gnb"].armed`)),
+		chromedp.WaitVisible(css(`#strategies-table button[data-delete="gnb"]`)))
+	// Both clicks in one script task, so the refresh timer cannot re-render
+	// (and disarm) the button between them; the first arms, the second deletes.
+	if deleted, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => {
+		const b = document.querySelector('#strategies-table button[data-delete="gnb"]');
+		b.click();
+		if (!b.classList.contains("armed")) return false;
+		b.click();
+		return true;
+	})()`)); err != nil || !deleted {
+		t.Fatalf("browser: delete strategy: the first click did not arm the button (%v)", err)
+	}
+	do("delete strategy",
 		chromedp.WaitNotPresent(css(`#strategies-table tr[data-strategy="gnb"]`)),
 		chromedp.Click(css("#tab-nodes")),
 		chromedp.WaitVisible(css("#workloads-empty")))
