@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,33 +153,23 @@ func runOnce(ctx context.Context, opts sched.Options, set *strategy.Set, base []
 	return exit, nil
 }
 
-// collectorSlot lets the metrics endpoint outlive scheduler restarts.
+// collectorSlot lets the metrics endpoint outlive scheduler restarts: it
+// serves whichever scheduler is loaded now, or nothing between loads.
 type collectorSlot struct {
-	c chan prometheus.Collector
+	mu sync.Mutex
+	c  prometheus.Collector
 }
 
 func (s *collectorSlot) set(c prometheus.Collector) {
-	if s.c == nil {
-		s.c = make(chan prometheus.Collector, 1)
-	}
-	select {
-	case <-s.c:
-	default:
-	}
-	s.c <- c
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.c = c
 }
 
 func (s *collectorSlot) get() prometheus.Collector {
-	if s.c == nil {
-		return nil
-	}
-	select {
-	case c := <-s.c:
-		s.c <- c
-		return c
-	default:
-		return nil
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c
 }
 
 func (s *collectorSlot) Describe(chan<- *prometheus.Desc) {} // unchecked collector
@@ -190,7 +181,6 @@ func (s *collectorSlot) Collect(ch chan<- prometheus.Metric) {
 }
 
 func serveMetrics(addr string, slot *collectorSlot) (*http.Server, error) {
-	slot.set(nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(slot)
 	ln, err := net.Listen("tcp", addr)

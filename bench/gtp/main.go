@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
+	"github.com/swiftlane/swiftlane/internal/probe"
 )
 
 // Variant result, as issue 3 specifies the JSON.
@@ -490,11 +491,8 @@ func measure() (*Variant, error) {
 	return v, nil
 }
 
-// percentile of sorted samples, nearest rank.
-func percentile(s []float64, p float64) float64 {
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
+// percentile of sorted samples, nearest rank, p in percent.
+func percentile(s []float64, p float64) float64 { return probe.Quantile(s, p/100) }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 

@@ -146,7 +146,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 	for _, pid := range pids {
 		tgid := uint32(pid)
 		seen[tgid] = true
-		errs = append(errs, a.rematchLocked(tgid, true))
+		errs = append(errs, a.rematchLocked(tgid))
 	}
 	for tgid := range a.procs {
 		if !seen[tgid] {
@@ -158,9 +158,9 @@ func (a *Applier) SetStrategies(set *Set) error {
 }
 
 // rematchLocked matches one process and updates the target (without Commit).
-// keepInherited keeps entries a parent passed down even if the child does not
+// Entries a parent passed down (inherit) stay even if the child does not
 // match on its own.
-func (a *Applier) rematchLocked(tgid uint32, keepInherited bool) error {
+func (a *Applier) rematchLocked(tgid uint32) error {
 	p, err := ReadProcess(a.procRoot, int(tgid))
 	if err != nil {
 		// Gone already: its exit event cleans up.
@@ -176,7 +176,7 @@ func (a *Applier) rematchLocked(tgid uint32, keepInherited bool) error {
 		a.procs[tgid] = procState{idx: idx, cmdline: p.Cmdline}
 		a.log.Debug("strategy applied", "pid", tgid, "strategy", strategyName(a.set, idx), "cmdline", p.Cmdline)
 		return a.target.SetProcess(tgid, entryOf(a.set, idx))
-	case had && old.inherited && keepInherited && old.idx < a.set.Len():
+	case had && old.inherited && old.idx < a.set.Len():
 		return nil
 	case had:
 		delete(a.procs, tgid)
@@ -193,7 +193,7 @@ func (a *Applier) rematchLocked(tgid uint32, keepInherited bool) error {
 func (a *Applier) HandleExec(tgid uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.rematchLocked(tgid, true); err != nil {
+	if err := a.rematchLocked(tgid); err != nil {
 		return err
 	}
 	return a.target.Commit()
@@ -212,7 +212,7 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 		}
 		return a.target.Commit()
 	}
-	if err := a.rematchLocked(tgid, true); err != nil {
+	if err := a.rematchLocked(tgid); err != nil {
 		return err
 	}
 	return a.target.Commit()
