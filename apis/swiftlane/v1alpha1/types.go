@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Class values, as in the scheduler.
+const (
+	ClassCritical   = "critical"
+	ClassHigh       = "high"
+	ClassNormal     = "normal"
+	ClassBackground = "background"
+)
+
+// SchedulingStrategy gives the processes of matching pods a scheduling class
+// and time slice on every node whose agent picks it up.
+//
+// Pods are selected in the strategy's own namespace, so a namespace's users
+// cannot prioritise other tenants' pods. Strategies in the agents' system
+// namespace (the Helm release namespace) may use namespaceSelector to reach
+// pods in other namespaces.
+//
+// +genclient
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sst;strategy,categories=swiftlane
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.class`
+// +kubebuilder:printcolumn:name="Slice",type=string,JSONPath=`.spec.slice`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.summary.nodes`
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.summary.pods`
+// +kubebuilder:printcolumn:name="Processes",type=integer,JSONPath=`.status.summary.processes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SchedulingStrategy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SchedulingStrategySpec   `json:"spec"`
+	Status SchedulingStrategyStatus `json:"status,omitempty"`
+}
+
+// SchedulingStrategySpec says which processes and what they get. Every
+// matcher that is set must match (podSelector AND commandRegex ...); at
+// least one is required.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.commandRegex) || has(self.pid) || has(self.cgroupPath)",message="set at least one matcher: podSelector, commandRegex, pid or cgroupPath"
+// +kubebuilder:validation:XValidation:rule="!has(self.namespaceSelector) || has(self.podSelector)",message="namespaceSelector needs podSelector (use podSelector: {} for every pod)"
+type SchedulingStrategySpec struct {
+	// PodSelector selects pods by label; {} selects every pod in scope.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// NamespaceSelector widens the pod scope to matching namespaces. Honoured
+	// only for strategies in the system namespace; elsewhere it is reported
+	// as a condition and ignored.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// NodeSelector limits the strategy to nodes with all these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// CommandRegex (RE2) must match the process's full command line or
+	// executable path.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	CommandRegex string `json:"commandRegex,omitempty"`
+	// PID selects one process by its host PID (with nodeSelector: on one node).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	PID int32 `json:"pid,omitempty"`
+	// CgroupPath selects a cgroup v2 directory and everything below it,
+	// relative to the cgroup root.
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	CgroupPath string `json:"cgroupPath,omitempty"`
+	// Class is the scheduling class the matched processes get.
+	// +kubebuilder:validation:Enum=critical;high;normal;background
+	// +kubebuilder:default=critical
+	Class string `json:"class,omitempty"`
+	// Slice is the time slice for matched tasks (e.g. "2ms"); unset keeps
+	// the scheduler's default.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('50us') && duration(self) <= duration('1s')",message="slice must be between 50us and 1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	// +optional
+	Slice *metav1.Duration `json:"slice,omitempty"`
+	// Inherit extends the class to children the matched processes fork.
+	// +optional
+	Inherit bool `json:"inherit,omitempty"`
+}
+
+// SchedulingStrategyStatus is written by the agents, each its own entry of
+// nodes (server-side apply, field manager per node), so nodes never conflict.
+type SchedulingStrategyStatus struct {
+	// Nodes is what each node applied.
+	// +listType=map
+	// +listMapKey=node
+	// +optional
+	Nodes []StrategyNodeStatus `json:"nodes,omitempty"`
+	// Summary totals nodes[] (kept by the API server or any agent).
+	// +optional
+	Summary *StrategySummary `json:"summary,omitempty"`
+}
+
+// StrategyNodeStatus is one node's view of a strategy.
+type StrategyNodeStatus struct {
+	// Node is the node's name.
+	Node string `json:"node"`
+	// ObservedGeneration is the strategy generation the node applied.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Pods is how many of the node's pods matched.
+	Pods int32 `json:"pods"`
+	// Processes is how many processes the strategy applies to on the node.
+	Processes int32 `json:"processes"`
+	// AppliedAt is when the node last changed what it applies.
+	AppliedAt metav1.Time `json:"appliedAt,omitempty"`
+	// Conditions: Applied (True when the scheduler maps hold the result).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// StrategySummary totals the per-node status.
+type StrategySummary struct {
+	Nodes     int32 `json:"nodes"`
+	Pods      int32 `json:"pods"`
+	Processes int32 `json:"processes"`
+}
+
+// +kubebuilder:object:root=true
+
+// SchedulingStrategyList is a list of SchedulingStrategy.
+type SchedulingStrategyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SchedulingStrategy `json:"items"`
+}
+
+// SchedulingNode is one node's agent: how it runs and its last heartbeat.
+// The agent creates it under the node's name.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=snode,categories=swiftlane
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
+// +kubebuilder:printcolumn:name="Scheduler",type=string,JSONPath=`.status.schedulerState`
+// +kubebuilder:printcolumn:name="Kernel",type=string,JSONPath=`.status.kernel`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeat`
+type SchedulingNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SchedulingNodeSpec   `json:"spec,omitempty"`
+	Status SchedulingNodeStatus `json:"status,omitempty"`
+}
+
+// SchedulingNodeSpec is empty: a node is described by its status.
+type SchedulingNodeSpec struct{}
+
+// SchedulingNodeStatus mirrors the REST API's node registration and heartbeat.
+type SchedulingNodeStatus struct {
+	Version string `json:"version,omitempty"`
+	Kernel  string `json:"kernel,omitempty"`
+	// Mode is "schedule" (sched_ext attached) or "observe" (resolve and report only).
+	// +kubebuilder:validation:Enum=schedule;observe
+	Mode string `json:"mode,omitempty"`
+	// Reason explains observe mode.
+	Reason string `json:"reason,omitempty"`
+	// Labels are the node's labels as the agent saw them.
+	Labels map[string]string `json:"labels,omitempty"`
+	// HeartbeatSeconds is the agent's heartbeat period.
+	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`
+	// SchedulerState is sched_ext's state, e.g. "enabled".
+	SchedulerState string      `json:"schedulerState,omitempty"`
+	RegisteredAt   metav1.Time `json:"registeredAt,omitempty"`
+	LastHeartbeat  metav1.Time `json:"lastHeartbeat,omitempty"`
+	// AppliedRevision is the strategy revision the node applied (REST API agents).
+	AppliedRevision int64 `json:"appliedRevision,omitempty"`
+	// Workloads are the processes strategies apply to on the node (capped).
+	// +listType=atomic
+	// +optional
+	Workloads []Workload `json:"workloads,omitempty"`
+}
+
+// Workload is one process a strategy applies to.
+type Workload struct {
+	PID       int32  `json:"pid"`
+	Strategy  string `json:"strategy"`
+	Class     string `json:"class"`
+	Inherited bool   `json:"inherited,omitempty"`
+	Cmdline   string `json:"cmdline,omitempty"`
+	// Pod is namespace/name when the process belongs to a pod.
+	Pod string `json:"pod,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// SchedulingNodeList is a list of SchedulingNode.
+type SchedulingNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SchedulingNode `json:"items"`
+}
