@@ -28,9 +28,7 @@ const (
 // +kubebuilder:resource:shortName=sst;strategy,categories=swiftlane
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.class`
 // +kubebuilder:printcolumn:name="Slice",type=string,JSONPath=`.spec.slice`
-// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.summary.nodes`
-// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.summary.pods`
-// +kubebuilder:printcolumn:name="Processes",type=integer,JSONPath=`.status.summary.processes`
+// +kubebuilder:printcolumn:name="Pods",type=string,JSONPath=`.spec.podSelector`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SchedulingStrategy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -91,16 +89,16 @@ type SchedulingStrategySpec struct {
 }
 
 // SchedulingStrategyStatus is written by the agents, each its own entry of
-// nodes (server-side apply, field manager per node), so nodes never conflict.
+// nodes (server-side apply, one field manager per node), so nodes never
+// conflict and no agent rewrites another's entry. There is deliberately no
+// cluster-wide total: keeping one would make every agent write on every
+// other agent's change.
 type SchedulingStrategyStatus struct {
 	// Nodes is what each node applied.
 	// +listType=map
 	// +listMapKey=node
 	// +optional
 	Nodes []StrategyNodeStatus `json:"nodes,omitempty"`
-	// Summary totals nodes[] (kept by the API server or any agent).
-	// +optional
-	Summary *StrategySummary `json:"summary,omitempty"`
 }
 
 // StrategyNodeStatus is one node's view of a strategy.
@@ -120,13 +118,6 @@ type StrategyNodeStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-}
-
-// StrategySummary totals the per-node status.
-type StrategySummary struct {
-	Nodes     int32 `json:"nodes"`
-	Pods      int32 `json:"pods"`
-	Processes int32 `json:"processes"`
 }
 
 // +kubebuilder:object:root=true
