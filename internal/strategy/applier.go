@@ -34,7 +34,9 @@ type Target interface {
 
 // Applied is one process the current strategies apply to.
 type Applied struct {
-	PID       int
+	PID int
+	// Index is the strategy's position in the Set (names may repeat or be empty).
+	Index     int
 	Strategy  string
 	Class     Class
 	Inherited bool
@@ -297,7 +299,7 @@ func (a *Applier) Applied() []Applied {
 	out := make([]Applied, 0, len(a.procs))
 	for tgid, ps := range a.procs {
 		out = append(out, Applied{
-			PID: int(tgid), Strategy: strategyName(a.set, ps.idx), Class: entryOf(a.set, ps.idx).Class,
+			PID: int(tgid), Index: ps.idx, Strategy: strategyName(a.set, ps.idx), Class: entryOf(a.set, ps.idx).Class,
 			Inherited: ps.inherited, Cmdline: ps.cmdline,
 		})
 	}
