@@ -116,7 +116,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 	want := map[uint64]int{}
 	for i := 0; i < set.Len(); i++ {
 		cg := set.At(i).CgroupPath
-		if cg == "" || set.At(i).CommandRegex != "" || set.At(i).PID != 0 || len(set.At(i).Selectors) > 0 {
+		if cg == "" || set.At(i).CgroupV1 || set.At(i).CommandRegex != "" || set.At(i).PID != 0 || len(set.At(i).Selectors) > 0 {
 			continue // combined matchers are resolved per process instead
 		}
 		id, err := cgroupID(filepath.Join(a.cgroupRoot, cg))

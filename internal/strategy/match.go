@@ -69,8 +69,14 @@ func (c *compiled) matches(p Process) bool {
 	if s.PID != 0 && s.PID != p.PID {
 		return false
 	}
-	if s.CgroupPath != "" && !underCgroup(p.Cgroup, s.CgroupPath) {
-		return false
+	if s.CgroupPath != "" {
+		if s.CgroupV1 {
+			if p.CgroupV1 == "" || !underCgroup(p.CgroupV1, s.CgroupPath) {
+				return false
+			}
+		} else if !underCgroup(p.Cgroup, s.CgroupPath) {
+			return false
+		}
 	}
 	if c.re != nil {
 		hit := (p.Cmdline != "" && c.re.MatchString(p.Cmdline)) ||

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,6 +18,8 @@ type Process struct {
 	Exe     string // resolved executable path; empty if unreadable
 	Comm    string // kernel thread name (15 chars at most)
 	Cgroup  string // cgroup v2 path, e.g. /system.slice/foo.service
+	// CgroupV1 is the path in the v1 cpu hierarchy, on hosts where it exists.
+	CgroupV1 string
 }
 
 // ReadProcess reads a process's identity from procfs (root is usually /proc).
@@ -34,19 +37,26 @@ func ReadProcess(root string, pid int) (Process, error) {
 		p.Comm = strings.TrimSpace(string(comm))
 	}
 	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
-		p.Cgroup = parseCgroupV2(string(cg))
+		p.Cgroup, p.CgroupV1 = parseCgroups(string(cg))
 	}
 	return p, nil
 }
 
-// parseCgroupV2 picks the unified-hierarchy line ("0::/path") of /proc/PID/cgroup.
-func parseCgroupV2(s string) string {
+// parseCgroups picks the unified-hierarchy path ("0::/path") and the v1 cpu
+// controller's path ("4:cpu,cpuacct:/path") of /proc/PID/cgroup.
+func parseCgroups(s string) (v2, v1 string) {
 	for _, line := range strings.Split(s, "\n") {
 		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return rest
+			v2 = rest
+			continue
+		}
+		_, rest, _ := strings.Cut(line, ":")
+		ctrls, path, ok := strings.Cut(rest, ":")
+		if ok && ctrls != "" && slices.Contains(strings.Split(ctrls, ","), "cpu") {
+			v1 = path
 		}
 	}
-	return ""
+	return v2, v1
 }
 
 // ListPIDs returns the thread-group ids in procfs.

@@ -96,6 +96,10 @@ type Strategy struct {
 	// relative to the cgroup root (e.g. /kubepods.slice/...). Applied in BPF,
 	// so processes that join the cgroup later are covered at once.
 	CgroupPath string `yaml:"cgroup_path" json:"cgroup_path,omitempty"`
+	// CgroupV1 says CgroupPath is in the cgroup v1 cpu hierarchy (set by the
+	// Kubernetes agent on v1 nodes): BPF cannot match v1 cgroups, so such a
+	// strategy is matched per process, on exec and fork events.
+	CgroupV1 bool `yaml:"-" json:"-"`
 	// Inherit extends the strategy to children the process forks later.
 	Inherit bool `yaml:"inherit" json:"inherit,omitempty"`
 	// Selectors are pod labels; they need pod information (the agent with

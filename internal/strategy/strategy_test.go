@@ -154,3 +154,31 @@ func TestApplierInheritOnFork(t *testing.T) {
 		t.Fatal("inherited entry dropped on exec")
 	}
 }
+
+func TestParseCgroupsV1AndV2(t *testing.T) {
+	for _, tc := range []struct{ in, v2, v1 string }{
+		{"0::/kubepods.slice/pod1.slice/cri-containerd-a.scope\n", "/kubepods.slice/pod1.slice/cri-containerd-a.scope", ""},
+		{"12:memory:/kubepods/burstable/podu\n4:cpu,cpuacct:/kubepods/burstable/podu/c1\n1:name=systemd:/x\n", "", "/kubepods/burstable/podu/c1"},
+		{"4:cpuacct,cpu:/a\n0::/b\n", "/b", "/a"},
+		{"4:cpuset:/a\n", "", ""},
+	} {
+		v2, v1 := parseCgroups(tc.in)
+		if v2 != tc.v2 || v1 != tc.v1 {
+			t.Errorf("parseCgroups(%q) = %q, %q; want %q, %q", tc.in, v2, v1, tc.v2, tc.v1)
+		}
+	}
+}
+
+func TestCgroupV1StrategyMatchesPerProcess(t *testing.T) {
+	c := Critical
+	set, err := Compile([]Strategy{{Class: &c, CgroupPath: "/kubepods/burstable/podu", CgroupV1: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Match(Process{PID: 1, CgroupV1: "/kubepods/burstable/podu/c1", Cgroup: "/"}); !ok {
+		t.Error("a process in the pod's v1 cpu cgroup should match")
+	}
+	if _, ok := set.Match(Process{PID: 2, Cgroup: "/kubepods/burstable/podu/c1"}); ok {
+		t.Error("a v1 strategy must not match on the v2 path")
+	}
+}
