@@ -6,18 +6,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
+	"github.com/swiftlane/swiftlane/internal/kubeagent"
+	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -25,6 +34,7 @@ import (
 
 func newAgentCmd() *cobra.Command {
 	var cfgPath, server, node, tokenFile, caFile, dataDir, stateFile string
+	var source, kubeconfig, sysNamespace, kubeletCgroupRoot, kubeletCgroupDriver, metricsAddr string
 	var labels []string
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -35,6 +45,11 @@ and heartbeats its counters and resolved processes every api.interval seconds.
 If the kernel has no sched_ext it runs in observe mode: it resolves and reports
 strategies but schedules nothing. With the server down it keeps applying the
 last strategies it knew (also across restarts, from --state-file).
+
+With --source kubernetes (the Helm chart's DaemonSet) Kubernetes is the
+control plane instead: the agent watches SchedulingStrategies and the pods
+bound to this node, gives the pods' cgroups to the scheduler, and writes
+what it applied to each strategy's status and to its SchedulingNode.
 
 On the server's machine, --data-dir mints the agent's own token with the
 server's key and trusts its generated certificate; elsewhere pass --token-file
@@ -56,8 +71,18 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 				return err
 			}
 			if node == "" {
+				node = os.Getenv("NODE_NAME") // the chart sets it from spec.nodeName
+			}
+			if node == "" {
 				h, _ := os.Hostname()
 				node = strings.ToLower(h)
+			}
+			switch source {
+			case "api":
+			case "kubernetes":
+				return runKubeAgent(cmd.Context(), cfg, node, kubeconfig, sysNamespace, kubeletCgroupRoot, kubeletCgroupDriver, metricsAddr)
+			default:
+				return fmt.Errorf("--source %q is unknown: use api (the swiftlane API server) or kubernetes (SchedulingStrategy objects)", source)
 			}
 			if !auth.ValidNodeName(node) {
 				return fmt.Errorf("--node %q is not a node name: use lower-case letters, digits, '.', '_' or '-'", node)
@@ -73,10 +98,22 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			if err != nil {
 				return err
 			}
-			return runAgent(cmd.Context(), cfg, agent.Options{
-				Client: api.NewClient(server, token, tlsCfg), Node: node, Labels: lbl, Version: version,
-				Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
-				Log: newLogger(cfg.Debug),
+			if stateFile != "" {
+				if err := os.MkdirAll(filepath.Dir(stateFile), 0o700); err != nil {
+					return fmt.Errorf("--state-file: %w", err)
+				}
+			}
+			log := newLogger(cfg.Debug)
+			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt nodeRuntime) (func(context.Context) error, error) {
+				a, err := agent.New(agent.Options{
+					Client: api.NewClient(server, token, tlsCfg), Node: node, Labels: lbl, Version: version,
+					Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
+					Log: log, Applier: rt.Applier, Mode: rt.Mode, Reason: rt.Reason, Stats: rt.Stats, SchedulerState: rt.SchedulerState,
+				}) // applies the state file's strategies before attach
+				if err != nil {
+					return nil, err
+				}
+				return a.Run, nil
 			})
 		},
 	}
@@ -89,7 +126,60 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 	f.StringVar(&caFile, "ca-file", "", "PEM certificate(s) to trust for the server (its generated tls.crt)")
 	f.StringVar(&dataDir, "data-dir", "", "the server's data directory, when on the same machine (mints the token, trusts tls.crt)")
 	f.StringVar(&stateFile, "state-file", "/var/lib/swiftlane-agent/state.json", "last known strategies (empty: memory only)")
+	f.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9461", "serve /metrics, /healthz and /readyz on this address (empty: off)")
+	f.StringVar(&source, "source", "api", "where strategies come from: api (--server) or kubernetes (SchedulingStrategy objects)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --source kubernetes (default: the pod's service account, else $KUBECONFIG)")
+	f.StringVar(&sysNamespace, "system-namespace", "", "namespace whose strategies may select pods of other namespaces (default: the pod's namespace, else swiftlane-system)")
+	f.StringVar(&kubeletCgroupRoot, "kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
+	f.StringVar(&kubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd or cgroupfs (default: try both)")
 	return cmd
+}
+
+// runKubeAgent runs the agent with Kubernetes as the control plane.
+func runKubeAgent(ctx context.Context, cfg config.Config, node, kubeconfig, sysNamespace, cgRoot, cgDriver, metricsAddr string) error {
+	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+		return fmt.Errorf("--node %q is not a Kubernetes node name: %s", node, strings.Join(msgs, "; "))
+	}
+	switch cgDriver {
+	case "", string(podcgroup.Systemd), string(podcgroup.Cgroupfs):
+	default:
+		return fmt.Errorf("--kubelet-cgroup-driver %q is unknown: use systemd or cgroupfs (as the kubelet's --cgroup-driver)", cgDriver)
+	}
+	rc, err := kubeConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	if sysNamespace == "" {
+		sysNamespace = podNamespace()
+	}
+	layout, err := podcgroup.DetectLayout(podcgroup.DefaultMountinfo, podcgroup.DefaultRoot)
+	if err != nil {
+		return fmt.Errorf("cgroup layout: %w", err)
+	}
+	res, err := podcgroup.NewResolver(layout, cgRoot, podcgroup.Driver(cgDriver))
+	if err != nil {
+		return fmt.Errorf("--kubelet-cgroup-root/--kubelet-cgroup-driver: %w", err)
+	}
+	log := newLogger(cfg.Debug)
+	return runAgent(ctx, cfg, log, metricsAddr, func(rt nodeRuntime) (func(context.Context) error, error) {
+		a, err := kubeagent.New(kubeagent.Options{
+			Config: rc, Node: node, SystemNamespace: sysNamespace, Applier: rt.Applier, Cgroups: kubeagent.Resolver{Resolver: res},
+			Mode: rt.Mode, Reason: rt.Reason, Version: version, Kernel: kernelRelease(),
+			Interval: time.Duration(cfg.API.Interval) * time.Second, SchedulerState: rt.SchedulerState, Log: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return a.Run, nil
+	})
+}
+
+// podNamespace is the namespace of the pod we run in, else swiftlane-system.
+func podNamespace() string {
+	if b, err := os.ReadFile(podNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b))
+	}
+	return defaultNamespace
 }
 
 func parseLabels(kvs []string) (map[string]string, error) {
@@ -132,16 +222,31 @@ func kernelRelease() string {
 	return unix.ByteSliceToString(uts.Release[:])
 }
 
+// nodeRuntime is what an agent gets from the node: the Applier that drives
+// the scheduler's maps (or records, in observe mode) and how to read the
+// scheduler's state.
+type nodeRuntime struct {
+	Applier        *strategy.Applier
+	Mode, Reason   string
+	Stats          func() (*store.Counters, error)
+	SchedulerState func() string
+}
+
 // runAgent attaches the scheduler when the kernel can run it, else runs in
-// observe mode, and runs the agent until ctx ends or the kernel ejects the
-// scheduler.
-func runAgent(ctx context.Context, cfg config.Config, o agent.Options) error {
-	if o.StateFile != "" {
-		if err := os.MkdirAll(filepath.Dir(o.StateFile), 0o700); err != nil {
-			return fmt.Errorf("--state-file: %w", err)
+// observe mode, and runs the agent that build returns until ctx ends or the
+// kernel ejects the scheduler. build runs before the scheduler attaches, so
+// an agent can hand it strategies it already knows.
+func runAgent(ctx context.Context, cfg config.Config, log *slog.Logger, metricsAddr string, build func(nodeRuntime) (func(context.Context) error, error)) error {
+	var slot collectorSlot
+	var ready atomic.Bool
+	if metricsAddr != "" {
+		srv, err := serveAgentHTTP(metricsAddr, &slot, &ready)
+		if err != nil {
+			return err
 		}
+		defer srv.Close()
 	}
-	o.SchedulerState = func() string {
+	rt := nodeRuntime{SchedulerState: func() string {
 		state, ops, err := sched.State()
 		if err != nil {
 			return "unavailable"
@@ -150,54 +255,61 @@ func runAgent(ctx context.Context, cfg config.Config, o agent.Options) error {
 			return state + " (" + ops + ")"
 		}
 		return state
-	}
+	}}
+	cgroupRoot := cgroupV2Root()
 	if err := sched.Check(); err != nil {
 		var ue *sched.UnsupportedError
 		if !errors.As(err, &ue) {
 			return err
 		}
 		fmt.Fprintln(os.Stderr, "swiftlane: observe mode (strategies are resolved and reported, nothing is scheduled):", ue)
-		o.Mode, o.Reason = agent.ModeObserve, ue.Error()
-		o.Applier = strategy.NewApplier(agent.NewRecordingTarget(), "/proc", "/sys/fs/cgroup", o.Log)
-		a, err := agent.New(o)
+		rt.Mode, rt.Reason = agent.ModeObserve, ue.Error()
+		rt.Applier = strategy.NewApplier(agent.NewRecordingTarget(), "/proc", cgroupRoot, log)
+		run, err := build(rt)
 		if err != nil {
 			return err
 		}
-		return a.Run(ctx)
+		ready.Store(true)
+		return run(ctx)
 	}
 
 	s, err := sched.Load(sched.Options{
 		SliceNs: cfg.Scheduler.SliceNsDefault, SliceMinNs: cfg.Scheduler.SliceNsMin,
-		EarlyProcessing: cfg.EarlyProcessing, BuiltinIdle: cfg.BuiltinIdle, Log: o.Log,
+		EarlyProcessing: cfg.EarlyProcessing, BuiltinIdle: cfg.BuiltinIdle, Log: log,
 	})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	o.Mode = agent.ModeSchedule
-	o.Applier = strategy.NewApplier(s, "/proc", "/sys/fs/cgroup", o.Log)
-	o.Stats = func() (*store.Counters, error) {
+	rt.Mode = agent.ModeSchedule
+	rt.Applier = strategy.NewApplier(s, "/proc", cgroupRoot, log)
+	rt.Stats = func() (*store.Counters, error) {
 		st, err := s.ReadStats()
 		if err != nil {
 			return nil, err
 		}
 		return countersOf(st), nil
 	}
-	a, err := agent.New(o) // applies the state file's strategies before attach
+	run, err := build(rt)
 	if err != nil {
 		return err
 	}
 	if err := s.Attach(); err != nil {
 		return err
 	}
+	slot.set(sched.Collector{S: s, A: rt.Applier})
+	defer slot.set(nil)
+	ready.Store(true)
 	fmt.Fprintln(os.Stderr, "swiftlane: scheduler attached; agent running")
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan struct{})
-	go func() { a.Run(actx); close(done) }()
-	exit, err := s.RunEvents(ctx, o.Applier)
+	done := make(chan error, 1)
+	go func() { done <- run(actx) }()
+	exit, err := s.RunEvents(ctx, rt.Applier)
 	cancel()
-	<-done
+	if rerr := <-done; rerr != nil && ctx.Err() == nil {
+		log.Error("agent stopped", "err", rerr)
+	}
 	if ctx.Err() != nil {
 		if derr := s.Detach(); derr != nil {
 			return fmt.Errorf("detach: %w", derr)
@@ -210,6 +322,16 @@ func runAgent(ctx context.Context, cfg config.Config, o agent.Options) error {
 	}
 	fmt.Fprintln(os.Stderr, "swiftlane: the kernel stopped the scheduler:", exit)
 	return exitError{code: 1}
+}
+
+// cgroupV2Root is the cgroup2 mount: /sys/fs/cgroup, or its unified
+// subdirectory on hybrid hosts; "" on cgroup v1 hosts (no BPF cgroup matching).
+func cgroupV2Root() string {
+	l, err := podcgroup.DetectLayout(podcgroup.DefaultMountinfo, podcgroup.DefaultRoot)
+	if err != nil {
+		return podcgroup.DefaultRoot
+	}
+	return l.Unified
 }
 
 func countersOf(st sched.Stats) *store.Counters {
@@ -228,4 +350,28 @@ func countersOf(st sched.Stats) *store.Counters {
 		c.RunqueueWait[name] = store.WaitHistogram{Count: st.WaitCount[i], SumNs: st.WaitSumNs[i], Buckets: append([]uint64(nil), st.WaitHist[i][:]...)}
 	}
 	return c
+}
+
+// serveAgentHTTP serves the scheduler's metrics, /healthz (the process
+// answers) and /readyz (the scheduler is attached, or observe mode runs).
+func serveAgentHTTP(addr string, slot *collectorSlot, ready *atomic.Bool) (*http.Server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(slot)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w (pick another address, or pass --metrics-addr='' to turn it off)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "scheduler not attached yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
 }

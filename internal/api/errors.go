@@ -70,9 +70,14 @@ var fieldHints = map[string]string{
 	"pid":           "use a positive process id, or leave pid out",
 }
 
-// storeError maps store sentinels to HTTP errors.
+// storeError maps store sentinels to HTTP errors, and a store's own
+// validation (the Kubernetes API server's schema and CEL rules) to a 400
+// naming the field.
 func storeError(what string, err error) *Error {
+	var fe *strategy.FieldError
 	switch {
+	case errors.As(err, &fe):
+		return fieldError("", err)
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusNotFound, "name", "list them with GET on the collection", "%s not found", what)
 	case errors.Is(err, store.ErrExists):

@@ -26,16 +26,42 @@ type testServer struct {
 	url       string
 	bootstrap string
 	auth      *auth.Authority
-	store     *store.Bolt
+	store     store.Store
 	srv       *Server
 	tls       *tls.Config // client side, trusting the generated cert
 	stop      func()
 }
 
 type serverOpt struct {
+	backend backend // default bolt
 	logSize int
 	tls     bool
 	addr    string
+}
+
+// backend is a store the API tests run on; eachStore runs a test once per
+// backend.
+type backend struct {
+	name string
+	// open opens the store of a server whose data directory is dir; after a
+	// restart, the same dir opens the same state.
+	open func(t *testing.T, dir string, logSize int) store.Store
+}
+
+var boltBackend = backend{name: "bolt", open: func(t *testing.T, dir string, logSize int) store.Store {
+	st, err := store.OpenWithLogSize(dir, logSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}}
+
+// eachStore runs test on the embedded store and on the Kubernetes one (which
+// skips without a kube-apiserver: see kubeBackend).
+func eachStore(t *testing.T, test func(t *testing.T, b backend)) {
+	for _, b := range []backend{boltBackend, kubeBackend} {
+		t.Run(b.name, func(t *testing.T) { test(t, b) })
+	}
 }
 
 func startServer(t *testing.T, dir string, o serverOpt) *testServer {
@@ -47,10 +73,10 @@ func startServer(t *testing.T, dir string, o serverOpt) *testServer {
 	if o.logSize == 0 {
 		o.logSize = store.DefaultLogSize
 	}
-	st, err := store.OpenWithLogSize(dir, o.logSize)
-	if err != nil {
-		t.Fatal(err)
+	if o.backend.open == nil {
+		o.backend = boltBackend
 	}
+	st := o.backend.open(t, dir, o.logSize)
 	srv, err := New(Options{Store: st, Auth: a, Version: "test", MaxBody: 64 << 10})
 	if err != nil {
 		t.Fatal(err)

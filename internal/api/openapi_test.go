@@ -11,6 +11,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 type openAPIDoc struct {
@@ -23,8 +24,10 @@ type openAPIDoc struct {
 // TestOpenAPIMatchesServer checks both directions: every documented
 // operation is served, every served route is documented, and what GET
 // endpoints return has exactly the documented fields.
-func TestOpenAPIMatchesServer(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+func TestOpenAPIMatchesServer(t *testing.T) { eachStore(t, testOpenAPIMatchesServer) }
+
+func testOpenAPIMatchesServer(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.token(auth.Admin, "")
 	ag := ts.client(ts.token(auth.Agent, "n1"))
 	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"a": "b"}}); err != nil {
@@ -37,6 +40,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	}
 	s := critical("s1", "x")
 	s.Namespaces, s.NodeSelector, s.ExecutionTime, s.PID = []string{"ns"}, map[string]string{"a": "b"}, 60000, 1
+	s.Selectors = []strategy.Selector{{Key: "app", Value: "x"}} // namespaces scope pod selectors
 	if _, err := ts.client(admin).CreateStrategy(bg(), s); err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,11 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, gen1: map[string]Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
+	// A store that others write too (Kubernetes: kubectl, other replicas)
+	// reports their changes, so watch streams see them at once.
+	if n, ok := o.Store.(interface{ OnChange(func()) }); ok {
+		n.OnChange(s.hub.notify)
+	}
 	s.initMetrics()
 	doc, err := openAPIDocument(routes(), o.Version)
 	if err != nil {

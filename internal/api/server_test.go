@@ -17,6 +17,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // sampleBody is a valid body for each operation that takes one.
@@ -44,8 +45,10 @@ func sampleBody(op string, i int) string {
 
 // TestAuthMatrix calls every endpoint with every kind of token and checks
 // who gets through.
-func TestAuthMatrix(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+func TestAuthMatrix(t *testing.T) { eachStore(t, testAuthMatrix) }
+
+func testAuthMatrix(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	_, other, _ := ed25519.GenerateKey(rand.Reader)
 	stranger := auth.New(other)
 	forged, _, _ := stranger.Issue("x", auth.Admin, "", time.Hour)
@@ -124,11 +127,16 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func TestStrategyCRUD(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{tls: true})
+func TestStrategyCRUD(t *testing.T) { eachStore(t, testStrategyCRUD) }
+
+func testStrategyCRUD(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk, tls: true})
 	c := ts.client(ts.token(auth.Admin, ""))
+	// Revisions are the store's (1, 2, ... in bolt; etcd revisions in
+	// Kubernetes): every write's is above the last, and a list is at the
+	// last write's.
 	s1, err := c.CreateStrategy(bg(), critical("gnb", "nr-gnb|nr-ue"))
-	if err != nil || s1.Revision != 1 {
+	if err != nil || s1.Revision == 0 {
 		t.Fatalf("create: %+v %v", s1, err)
 	}
 	if _, err := c.CreateStrategy(bg(), critical("gnb", "x")); !IsStatus(err, http.StatusConflict) {
@@ -140,22 +148,25 @@ func TestStrategyCRUD(t *testing.T) {
 	}
 	upd := critical("gnb", "nr-gnb")
 	upd.ExecutionTime = 20_000_000
+	upd.Selectors = []strategy.Selector{{Key: "app", Value: "gnb"}}
 	upd.Namespaces = []string{"free5gc"}
 	upd.NodeSelector = map[string]string{"zone": "a"}
+	var s2, s3 store.Strategy
 	code, body := ts.raw("PUT", "/api/v1/strategies/gnb", ts.token(auth.Admin, ""), mustJSON(upd))
-	if code != http.StatusOK {
-		t.Fatalf("put existing: %d %s", code, body)
+	if code != http.StatusOK || json.Unmarshal(body, &s2) != nil || s2.Revision <= s1.Revision {
+		t.Fatalf("put existing (after revision %d): %d %s", s1.Revision, code, body)
 	}
 	code, body = ts.raw("PUT", "/api/v1/strategies/batch", ts.token(auth.Admin, ""), `{"class":"background","cgroup_path":"/batch.slice"}`)
-	if code != http.StatusCreated {
-		t.Fatalf("put new: %d %s", code, body)
+	if code != http.StatusCreated || json.Unmarshal(body, &s3) != nil || s3.Revision <= s2.Revision {
+		t.Fatalf("put new (after revision %d): %d %s", s2.Revision, code, body)
 	}
 	list, err := c.ListStrategies(bg())
-	if err != nil || len(list.Strategies) != 2 || list.Revision != 3 || list.Strategies[0].Name != "gnb" ||
-		list.Strategies[0].ExecutionTime != 20_000_000 || list.Strategies[0].NodeSelector["zone"] != "a" {
-		t.Fatalf("list: %+v %v", list, err)
+	if err != nil || len(list.Strategies) != 2 || list.Revision != s3.Revision || list.Strategies[0].Name != "gnb" ||
+		list.Strategies[0].ExecutionTime != 20_000_000 || list.Strategies[0].NodeSelector["zone"] != "a" ||
+		list.Strategies[0].Namespaces[0] != "free5gc" || list.Strategies[0].Selectors[0].Value != "gnb" {
+		t.Fatalf("list (want revision %d): %+v %v", s3.Revision, list, err)
 	}
-	if d, err := c.DeleteStrategy(bg(), "gnb"); err != nil || d.Revision != 4 {
+	if d, err := c.DeleteStrategy(bg(), "gnb"); err != nil || d.Revision <= list.Revision {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
 	if _, err := c.DeleteStrategy(bg(), "gnb"); !IsStatus(err, http.StatusNotFound) {
@@ -180,8 +191,10 @@ func mustJSON(v any) string {
 
 // TestRejectedWritesChangeNothing checks every validation error: a 4xx with
 // error, field and hint, and the store revision unchanged.
-func TestRejectedWritesChangeNothing(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+func TestRejectedWritesChangeNothing(t *testing.T) { eachStore(t, testRejectedWritesChangeNothing) }
+
+func testRejectedWritesChangeNothing(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.token(auth.Admin, "")
 	c := ts.client(admin)
 	if _, err := c.CreateStrategy(bg(), critical("keep", "x")); err != nil {
@@ -247,9 +260,11 @@ func TestRejectedWritesChangeNothing(t *testing.T) {
 	}
 }
 
-func TestRestartLosesNothing(t *testing.T) {
+func TestRestartLosesNothing(t *testing.T) { eachStore(t, testRestartLosesNothing) }
+
+func testRestartLosesNothing(t *testing.T, bk backend) {
 	dir := t.TempDir()
-	ts := startServer(t, dir, serverOpt{tls: true})
+	ts := startServer(t, dir, serverOpt{backend: bk, tls: true})
 	if ts.bootstrap == "" {
 		t.Fatal("no bootstrap credential on first start")
 	}
@@ -278,13 +293,15 @@ func TestRestartLosesNothing(t *testing.T) {
 	before, _ := c.ListStrategies(bg())
 	ts.stop()
 
-	ts2 := startServer(t, dir, serverOpt{tls: true, addr: ts.addr})
+	ts2 := startServer(t, dir, serverOpt{backend: bk, tls: true, addr: ts.addr})
 	if ts2.bootstrap != "" {
 		t.Fatal("bootstrap credential printed again on restart")
 	}
 	c2 := ts2.client(login.Token) // tokens survive the restart
+	// The strategies are the same, each at its revision. A Kubernetes
+	// store restarts its change log at the list's (etcd's current) revision.
 	after, err := c2.ListStrategies(bg())
-	if err != nil || mustJSON(after) != mustJSON(before) {
+	if err != nil || mustJSON(after.Strategies) != mustJSON(before.Strategies) || after.Revision < before.Revision {
 		t.Fatalf("strategies after restart: %+v %v\nbefore: %+v", after, err, before)
 	}
 	wl, err := ts2.client(agentTok.Token).Workloads(bg(), "n1")
@@ -296,8 +313,10 @@ func TestRestartLosesNothing(t *testing.T) {
 	}
 }
 
-func TestAgentSeesOnlyItsNode(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+func TestAgentSeesOnlyItsNode(t *testing.T) { eachStore(t, testAgentSeesOnlyItsNode) }
+
+func testAgentSeesOnlyItsNode(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	ag := ts.client(ts.token(auth.Agent, "n1"))
 	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
@@ -332,8 +351,10 @@ func TestAgentSeesOnlyItsNode(t *testing.T) {
 }
 
 // TestGeneration1 drives the reference API's endpoints with its JSON.
-func TestGeneration1(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+func TestGeneration1(t *testing.T) { eachStore(t, testGeneration1) }
+
+func testGeneration1(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	code, body := ts.raw("GET", "/health", "", "")
 	if code != 200 || !strings.Contains(string(body), `"status":"ok"`) {
 		t.Fatalf("health: %d %s", code, body)
@@ -389,8 +410,10 @@ func TestGeneration1(t *testing.T) {
 	}
 }
 
-func TestPrometheusMetrics(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+func TestPrometheusMetrics(t *testing.T) { eachStore(t, testPrometheusMetrics) }
+
+func testPrometheusMetrics(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	ag := ts.client(ts.token(auth.Agent, "n1"))
 	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)

@@ -63,31 +63,49 @@ func apply(state map[string]store.Strategy, ev WatchEvent) {
 }
 
 func TestWatchResumesWithoutGapsOrDuplicates(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+	eachStore(t, testWatchResumesWithoutGapsOrDuplicates)
+}
+
+func testWatchResumesWithoutGapsOrDuplicates(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	agent := ts.client(ts.token(auth.Agent, "n1"))
-	for i := range 5 {
-		if _, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
+	// revs are the revisions of the writes, in order: the events must carry
+	// exactly these (bolt counts 1, 2, ...; Kubernetes has etcd's, with gaps).
+	var revs []uint64
+	wrote := func(rev uint64, err error) {
+		t.Helper()
+		if err != nil {
 			t.Fatal(err)
 		}
+		if len(revs) > 0 && rev <= revs[len(revs)-1] {
+			t.Fatalf("write at revision %d after %d", rev, revs[len(revs)-1])
+		}
+		revs = append(revs, rev)
+	}
+	create := func(name string) {
+		t.Helper()
+		s, err := admin.CreateStrategy(bg(), critical(name, "x"))
+		wrote(s.Revision, err)
+	}
+	for i := range 5 {
+		create(fmt.Sprintf("s%d", i))
 	}
 	state := map[string]store.Strategy{}
 	ch, cancel := watcher(t, agent, 0)
 	ev := next(t, ch)
-	if ev.Type != "sync" || ev.Revision != 5 || len(ev.Strategies) != 5 {
-		t.Fatalf("first event: %+v", ev)
+	if ev.Type != "sync" || ev.Revision != revs[4] || len(ev.Strategies) != 5 {
+		t.Fatalf("first event (want revision %d): %+v", revs[4], ev)
 	}
 	apply(state, ev)
 	last := ev.Revision
 	for i := 5; i < 10; i++ {
-		if _, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
-			t.Fatal(err)
-		}
+		create(fmt.Sprintf("s%d", i))
 	}
-	for last < 10 {
+	for _, want := range revs[5:] {
 		ev := next(t, ch)
-		if ev.Revision != last+1 || ev.Type != "put" {
-			t.Fatalf("after %d got %+v", last, ev)
+		if ev.Revision != want || ev.Type != "put" {
+			t.Fatalf("after %d got %+v, want a put at %d", last, ev, want)
 		}
 		apply(state, ev)
 		last = ev.Revision
@@ -97,21 +115,16 @@ func TestWatchResumesWithoutGapsOrDuplicates(t *testing.T) {
 	}
 
 	// Changes while disconnected.
-	if _, err := admin.DeleteStrategy(bg(), "s0"); err != nil {
-		t.Fatal(err)
-	}
-	up := critical("s1", "changed")
-	if _, err := admin.PutStrategy(bg(), up); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CreateStrategy(bg(), critical("s10", "x")); err != nil {
-		t.Fatal(err)
-	}
+	d, err := admin.DeleteStrategy(bg(), "s0")
+	wrote(d.Revision, err)
+	up, err := admin.PutStrategy(bg(), critical("s1", "changed"))
+	wrote(up.Revision, err)
+	create("s10")
 	ch, _ = watcher(t, agent, last)
-	for _, want := range []string{"delete s0", "put s1", "put s10"} {
+	for i, want := range []string{"delete s0", "put s1", "put s10"} {
 		ev := next(t, ch)
-		if fmt.Sprintf("%s %s", ev.Type, ev.Name) != want || ev.Revision != last+1 {
-			t.Fatalf("resumed after %d: got %s %s @%d, want %s @%d", last, ev.Type, ev.Name, ev.Revision, want, last+1)
+		if fmt.Sprintf("%s %s", ev.Type, ev.Name) != want || ev.Revision != revs[10+i] {
+			t.Fatalf("resumed after %d: got %s %s @%d, want %s @%d", last, ev.Type, ev.Name, ev.Revision, want, revs[10+i])
 		}
 		apply(state, ev)
 		last = ev.Revision
@@ -132,24 +145,37 @@ func TestWatchResumesWithoutGapsOrDuplicates(t *testing.T) {
 	}
 }
 
-func TestWatchAfterCompactionResyncs(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{logSize: 3})
+func TestWatchAfterCompactionResyncs(t *testing.T) { eachStore(t, testWatchAfterCompactionResyncs) }
+
+func testWatchAfterCompactionResyncs(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk, logSize: 3})
 	admin := ts.client(ts.token(auth.Admin, ""))
+	var first, last store.Strategy
 	for i := range 8 {
-		if _, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x")); err != nil {
+		s, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x"))
+		if err != nil {
 			t.Fatal(err)
 		}
+		if i == 0 {
+			first = s
+		}
+		last = s
 	}
-	for _, since := range []uint64{1, 99} { // too old; from another server
+	// Too old (the log holds the last 3 changes); from another server.
+	for _, since := range []uint64{first.Revision, last.Revision + 1000} {
 		ch, _ := watcher(t, admin, since)
-		if ev := next(t, ch); ev.Type != "sync" || ev.Revision != 8 || len(ev.Strategies) != 8 {
-			t.Fatalf("resume from %d: %+v", since, ev)
+		if ev := next(t, ch); ev.Type != "sync" || ev.Revision != last.Revision || len(ev.Strategies) != 8 {
+			t.Fatalf("resume from %d: %+v, want a sync at %d", since, ev, last.Revision)
 		}
 	}
 }
 
 func TestWatchTurnsUnselectedIntoDelete(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
+	eachStore(t, testWatchTurnsUnselectedIntoDelete)
+}
+
+func testWatchTurnsUnselectedIntoDelete(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	agent := ts.client(ts.token(auth.Agent, "n1"))
 	if _, err := agent.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {

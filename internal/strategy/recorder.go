@@ -69,4 +69,19 @@ func (r *Recorder) Processes() int {
 	return len(r.processes)
 }
 
+// Cgroup returns the entry recorded for a cgroup id.
+func (r *Recorder) Cgroup(id uint64) (Entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.cgroups[id]
+	return e, ok
+}
+
+// Cgroups returns how many cgroups have an entry.
+func (r *Recorder) Cgroups() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cgroups)
+}
+
 var _ Target = (*Recorder)(nil)

@@ -3,6 +3,8 @@
 package v1alpha1
 
 import (
+	"strconv"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -42,8 +44,8 @@ type SchedulingStrategy struct {
 // matcher that is set must match (podSelector AND commandRegex ...); at
 // least one is required.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.commandRegex) || has(self.pid) || has(self.cgroupPath)",message="set at least one matcher: podSelector, commandRegex, pid or cgroupPath"
-// +kubebuilder:validation:XValidation:rule="!has(self.namespaceSelector) || has(self.podSelector)",message="namespaceSelector needs podSelector (use podSelector: {} for every pod)"
+// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.commandRegex) || has(self.pid) || has(self.cgroupPath)",message="set at least one matcher: podSelector, commandRegex, pid or cgroupPath",fieldPath=".podSelector"
+// +kubebuilder:validation:XValidation:rule="!has(self.namespaceSelector) || has(self.podSelector)",message="namespaceSelector needs podSelector (use podSelector: {} for every pod)",fieldPath=".namespaceSelector"
 type SchedulingStrategySpec struct {
 	// PodSelector selects pods by label; {} selects every pod in scope.
 	// +optional
@@ -193,4 +195,32 @@ type SchedulingNodeList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SchedulingNode `json:"items"`
+}
+
+// AnnotationCreatedRevision orders strategies: the API server sets it on
+// create to its store revision, so older strategies take precedence (the
+// first strategy matching a process wins). Objects without it (e.g. made
+// with kubectl) count as 0; set it by hand to order them explicitly.
+const AnnotationCreatedRevision = "swiftlane.io/created-revision"
+
+// CreatedRevision is the strategy's AnnotationCreatedRevision (0 if absent
+// or not a number).
+func (s *SchedulingStrategy) CreatedRevision() uint64 {
+	n, err := strconv.ParseUint(s.Annotations[AnnotationCreatedRevision], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Precedes orders strategies the way agents and the API server apply them:
+// by created revision, then namespace, then name.
+func Precedes(a, b *SchedulingStrategy) bool {
+	if ra, rb := a.CreatedRevision(), b.CreatedRevision(); ra != rb {
+		return ra < rb
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
 }

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package api
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/swiftlane/swiftlane/internal/auth"
+)
+
+// Tests of what only the Kubernetes store does: the API server behind it
+// validates too, and others (kubectl, other replicas) write to it.
+
+func kubeOnly(t *testing.T) *testServer {
+	t.Helper()
+	return startServer(t, t.TempDir(), serverOpt{backend: kubeBackend})
+}
+
+// TestKubernetesValidationIsA400: what the CRD's schema or CEL rules refuse
+// (and the API's own validation lets through) is a 400 naming the API's
+// field, for single writes and generation-1 lists, and writes nothing.
+func TestKubernetesValidationIsA400(t *testing.T) {
+	ts := kubeOnly(t)
+	admin := ts.token(auth.Admin, "")
+	c := ts.client(admin)
+	if _, err := c.CreateStrategy(bg(), critical("keep", "x")); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		method, path, body string
+		field              string
+	}{
+		{"POST", "/api/v1/strategies", `{"name":"a","class":"high","command_regex":"x","namespaces":["free5gc"]}`, "namespaces"},
+		{"POST", "/api/v1/strategies", `{"name":"a_b","class":"high","command_regex":"x"}`, "name"},
+		{"PUT", "/api/v1/strategies/keep", `{"class":"high","command_regex":"` + strings.Repeat("a", 1025) + `"}`, "command_regex"},
+		{"POST", "/api/v1/scheduling/strategies", `{"strategies":[{"priority":true,"command_regex":"x"},{"priority":true,"command_regex":"y","namespaces":["oai"]}]}`, "strategies[1].namespaces"},
+	}
+	before, _ := c.ListStrategies(bg())
+	for _, tc := range cases {
+		code, body := ts.raw(tc.method, tc.path, admin, tc.body)
+		var e Error
+		if code != 400 || json.Unmarshal(body, &e) != nil || e.Field != tc.field || e.Err == "" || e.Hint == "" {
+			t.Errorf("%s %s %.70s: %d %s, want 400 on %s", tc.method, tc.path, tc.body, code, body, tc.field)
+		}
+		if after, _ := c.ListStrategies(bg()); mustJSON(after) != mustJSON(before) {
+			t.Errorf("%s %s %.70s: store changed on a refused write", tc.method, tc.path, tc.body)
+		}
+	}
+}
+
+// TestKubectlStrategiesReachWatchers: a strategy applied with kubectl is
+// listed and pushed to open watch streams with no API write to wake them;
+// one the API cannot represent is neither.
+func TestKubectlStrategiesReachWatchers(t *testing.T) {
+	ts := kubeOnly(t)
+	agent := ts.client(ts.token(auth.Agent, "n1"))
+	ch, _ := watcher(t, agent, 0)
+	if ev := next(t, ch); ev.Type != "sync" || len(ev.Strategies) != 0 {
+		t.Fatalf("first event: %+v", ev)
+	}
+	kubectlIn(t, ts.dir, `
+apiVersion: swiftlane.io/v1alpha1
+kind: SchedulingStrategy
+metadata: {name: every-pod}
+spec: {podSelector: {}, class: high}
+---
+apiVersion: swiftlane.io/v1alpha1
+kind: SchedulingStrategy
+metadata: {name: gnb}
+spec: {commandRegex: nr-gnb, class: critical, inherit: true}
+`, "apply", "-f", "-")
+	ev := next(t, ch)
+	if ev.Type != "put" || ev.Name != "gnb" || ev.Strategy == nil || !ev.Strategy.Inherit {
+		t.Fatalf("kubectl apply: %+v", ev)
+	}
+	l, err := agent.ListStrategies(bg())
+	if err != nil || len(l.Strategies) != 1 || l.Strategies[0].Name != "gnb" || l.Revision != ev.Revision {
+		t.Fatalf("list: %+v %v", l, err)
+	}
+	kubectlIn(t, ts.dir, "", "delete", "schedulingstrategy", "gnb")
+	if ev := next(t, ch); ev.Type != "delete" || ev.Name != "gnb" {
+		t.Fatalf("kubectl delete: %+v", ev)
+	}
+}

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kubeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/kubetest"
+	"github.com/swiftlane/swiftlane/internal/podcgroup"
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
+
+// The agent against a real kube-apiserver: strategies select this node's
+// pods, the pods' cgroups (a kubelet-shaped tree in a temp dir, since there
+// is no kubelet) reach the scheduler target, status comes back per node,
+// and the scoping rules hold. The scheduler's own maps are checked in the VM
+// test (test/vm); here the target records what it is given.
+func TestAgentAppliesPodStrategies(t *testing.T) {
+	env := kubetest.Start(t)
+	env.Kubectl(t, "apply", "--server-side", "-f", crdDir(t))
+	env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := env.RESTConfig()
+	core := kubernetes.NewForConfigOrDie(cfg)
+	crd, err := v1alpha1.NewRESTClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"team", "other", "swiftlane-system"} {
+		if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"tier": ns}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// No controller-manager here to create it; pod admission needs it.
+		if _, err := core.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node, err := core.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"swiftlane.io/lane": "fast"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	root := t.TempDir() // the cgroup2 root, as the kubelet would lay it out
+	upf := createPod(t, ctx, core, root, "team", "upf", "n1", map[string]string{"app": "upf"})
+	createPod(t, ctx, core, root, "team", "web", "n1", map[string]string{"app": "web"})
+	createPod(t, ctx, core, root, "other", "upf", "n1", map[string]string{"app": "upf"})
+	createPod(t, ctx, core, "", "team", "upf-elsewhere", "n2", map[string]string{"app": "upf"})
+
+	res, err := podcgroup.NewResolver(podcgroup.Layout{Version: podcgroup.Unified, Unified: root}, "/", podcgroup.Systemd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := strategy.NewRecorder()
+	synced := make(chan struct{}, 1)
+	a, err := New(Options{
+		Config: cfg, Node: "n1", SystemNamespace: "swiftlane-system", Cgroups: Resolver{res},
+		Applier: strategy.NewApplier(rec, "/proc", root, nil), Interval: 200 * time.Millisecond,
+		OnSynced: func() {
+			select {
+			case synced <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	upfID := podCgroupID(t, root, upf)
+	waitSynced := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.After(time.Minute)
+		for !ok() {
+			select {
+			case <-synced:
+			case <-deadline:
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+
+	// A strategy in "team" selecting app=upf: only team/upf on n1.
+	create(t, ctx, crd, &v1alpha1.SchedulingStrategy{
+		ObjectMeta: metav1.ObjectMeta{Name: "upf", Namespace: "team"},
+		Spec: v1alpha1.SchedulingStrategySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "upf"}},
+			Class: v1alpha1.ClassCritical, Slice: &metav1.Duration{Duration: 2 * time.Millisecond}},
+	})
+	waitSynced("team/upf's cgroup in the target", func() bool { _, ok := rec.Cgroup(upfID); return ok })
+	if e, _ := rec.Cgroup(upfID); e.Class != strategy.Critical || e.SliceNs != 2_000_000 {
+		t.Errorf("entry for team/upf = %+v, want critical with a 2 ms slice", e)
+	}
+	if n := rec.Cgroups(); n != 1 {
+		t.Errorf("%d cgroups in the target, want 1 (other/upf is another namespace, upf-elsewhere another node)", n)
+	}
+	st := waitStatus(t, ctx, crd, "team", "upf", func(n v1alpha1.StrategyNodeStatus) bool { return n.Pods == 1 })
+	if c := meta.FindStatusCondition(st.Conditions, ConditionApplied); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Applied condition = %+v, want True", c)
+	}
+
+	// Scoping: namespaceSelector only from the system namespace; a tenant
+	// strategy without a pod selector applies to nothing.
+	create(t, ctx, crd, &v1alpha1.SchedulingStrategy{
+		ObjectMeta: metav1.ObjectMeta{Name: "wide", Namespace: "team"},
+		Spec: v1alpha1.SchedulingStrategySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			NamespaceSelector: &metav1.LabelSelector{}, Class: v1alpha1.ClassHigh},
+	})
+	create(t, ctx, crd, &v1alpha1.SchedulingStrategy{
+		ObjectMeta: metav1.ObjectMeta{Name: "all-pings", Namespace: "team"},
+		Spec:       v1alpha1.SchedulingStrategySpec{CommandRegex: "ping", Class: v1alpha1.ClassCritical},
+	})
+	wide := waitStatus(t, ctx, crd, "team", "wide", func(n v1alpha1.StrategyNodeStatus) bool { return n.Pods == 1 })
+	if c := meta.FindStatusCondition(wide.Conditions, ConditionApplied); c == nil || !strings.Contains(c.Message, "namespaceSelector ignored") {
+		t.Errorf("team/wide condition = %+v, want a message that namespaceSelector is ignored", c)
+	}
+	pings := waitStatus(t, ctx, crd, "team", "all-pings", func(n v1alpha1.StrategyNodeStatus) bool { return len(n.Conditions) > 0 })
+	if c := meta.FindStatusCondition(pings.Conditions, ConditionApplied); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "PodSelectorRequired" {
+		t.Errorf("team/all-pings condition = %+v, want False/PodSelectorRequired", c)
+	}
+	// From the system namespace the same selector reaches other namespaces.
+	create(t, ctx, crd, &v1alpha1.SchedulingStrategy{
+		ObjectMeta: metav1.ObjectMeta{Name: "upf-everywhere", Namespace: "swiftlane-system"},
+		Spec: v1alpha1.SchedulingStrategySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "upf"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "other"}}, Class: v1alpha1.ClassHigh},
+	})
+	waitSynced("other/upf via the system namespace's strategy", func() bool { return rec.Cgroups() == 3 })
+
+	// Pod deleted: its entry goes.
+	if err := core.CoreV1().Pods("team").Delete(ctx, "upf", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitSynced("team/upf's cgroup to leave the target", func() bool { _, ok := rec.Cgroup(upfID); return !ok })
+	waitStatus(t, ctx, crd, "team", "upf", func(n v1alpha1.StrategyNodeStatus) bool { return n.Pods == 0 })
+
+	// Not for this node any more: the node's entry is removed.
+	patch(t, ctx, crd, "team", "upf", `{"spec":{"nodeSelector":{"swiftlane.io/lane":"slow"}}}`)
+	waitFor(t, "n1's entry to leave team/upf's status", func() bool {
+		s := get(t, ctx, crd, "team", "upf")
+		return len(s.Status.Nodes) == 0
+	})
+
+	// The node record, owned by the Node object.
+	var sn v1alpha1.SchedulingNode
+	waitFor(t, "the SchedulingNode", func() bool {
+		return crd.Get().Resource(v1alpha1.NodesResource.Resource).Name("n1").Do(ctx).Into(&sn) == nil && sn.Status.Mode != ""
+	})
+	if sn.Status.Mode != ModeSchedule || len(sn.OwnerReferences) != 1 || sn.OwnerReferences[0].UID != node.UID {
+		t.Errorf("SchedulingNode: mode %q owners %+v", sn.Status.Mode, sn.OwnerReferences)
+	}
+}
+
+func crdDir(t *testing.T) string {
+	dir, err := filepath.Abs("../../deploy/helm/swiftlane/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// createPod creates a pod bound to node and, if root is set, the cgroup the
+// kubelet would make for it (BestEffort, systemd driver).
+func createPod(t *testing.T, ctx context.Context, core kubernetes.Interface, root, ns, name, node string, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	pod, err := core.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root != "" {
+		if err := os.MkdirAll(podDir(root, pod), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pod
+}
+
+func podDir(root string, pod *corev1.Pod) string {
+	uid := strings.ReplaceAll(string(pod.UID), "-", "_")
+	return filepath.Join(root, "kubepods.slice", "kubepods-besteffort.slice", fmt.Sprintf("kubepods-besteffort-pod%s.slice", uid))
+}
+
+func podCgroupID(t *testing.T, root string, pod *corev1.Pod) uint64 {
+	t.Helper()
+	fi, err := os.Stat(podDir(root, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inode(fi)
+}
+
+func create(t *testing.T, ctx context.Context, crd *rest.RESTClient, s *v1alpha1.SchedulingStrategy) {
+	t.Helper()
+	if err := crd.Post().Namespace(s.Namespace).Resource(v1alpha1.StrategiesResource.Resource).Body(s).Do(ctx).Error(); err != nil {
+		t.Fatalf("create %s/%s: %v", s.Namespace, s.Name, err)
+	}
+}
+
+func patch(t *testing.T, ctx context.Context, crd *rest.RESTClient, ns, name, body string) {
+	t.Helper()
+	if err := crd.Patch("application/merge-patch+json").Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name(name).Body([]byte(body)).Do(ctx).Error(); err != nil {
+		t.Fatalf("patch %s/%s: %v", ns, name, err)
+	}
+}
+
+func get(t *testing.T, ctx context.Context, crd *rest.RESTClient, ns, name string) *v1alpha1.SchedulingStrategy {
+	t.Helper()
+	var s v1alpha1.SchedulingStrategy
+	if err := crd.Get().Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name(name).Do(ctx).Into(&s); err != nil {
+		t.Fatalf("get %s/%s: %v", ns, name, err)
+	}
+	return &s
+}
+
+// waitStatus waits until n1's entry of the strategy's status satisfies ok.
+func waitStatus(t *testing.T, ctx context.Context, crd *rest.RESTClient, ns, name string, ok func(v1alpha1.StrategyNodeStatus) bool) v1alpha1.StrategyNodeStatus {
+	t.Helper()
+	var got v1alpha1.StrategyNodeStatus
+	waitFor(t, fmt.Sprintf("n1's status of %s/%s", ns, name), func() bool {
+		for _, n := range get(t, ctx, crd, ns, name).Status.Nodes {
+			if n.Node == "n1" && ok(n) {
+				got = n
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// waitFor polls the API server: its state changes without telling us.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func inode(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }

@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package kubetest runs a real Kubernetes control plane, etcd plus
+// kube-apiserver as built by lab/k8s.sh, for tests (Start), and for VM test
+// drivers and benchmarks that live outside package testing (Run).
+//
+// There is no kubelet, controller-manager or scheduler: objects are stored,
+// validated, admitted and watched as on a real cluster, but pods stay
+// Pending and new namespaces get no "default" ServiceAccount (create one
+// before creating pods there, or the ServiceAccount admission rejects them).
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// EnvBinDir names the environment variable with the directory holding
+// etcd, kube-apiserver, kubectl and helm: SWL_K8S_BIN=$(bash lab/k8s.sh).
+const EnvBinDir = "SWL_K8S_BIN"
+
+// GuestHost is the host's loopback as a lab/vm.sh --net guest sees it (QEMU
+// user-mode networking). Put it in Options.ExtraIPs and give the guest a
+// kubeconfig from WriteKubeconfig(path, s.URLFor(GuestHost)).
+const GuestHost = "10.0.2.2"
+
+// Options configure Run. The zero value is usable when EnvBinDir is set.
+type Options struct {
+	// BinDir holds the binaries; empty means $SWL_K8S_BIN.
+	BinDir string
+	// ExtraIPs are added to the serving certificate's IP SANs, for clients
+	// that reach the loopback-bound server through another address.
+	ExtraIPs []net.IP
+	// ServiceCIDR is --service-cluster-ip-range; default 10.96.0.0/12.
+	ServiceCIDR string
+	// APIServerArgs are appended to kube-apiserver's flags (a repeated flag
+	// overrides an earlier one), e.g. --feature-gates=....
+	APIServerArgs []string
+	// StartTimeout bounds etcd plus kube-apiserver startup; default 2 min.
+	StartTimeout time.Duration
+}
+
+// Server is a running etcd + kube-apiserver pair on loopback ports.
+type Server struct {
+	// ServerURL is https://127.0.0.1:Port.
+	ServerURL string
+	Port      int
+	// Token authenticates as kubetest-admin in group system:masters.
+	Token string
+	// CACert (PEM) signed the serving certificate.
+	CACert []byte
+	// Dir holds the data, key material, kubeconfig and logs.
+	Dir    string
+	BinDir string
+	// EtcdLog and APIServerLog are the processes' output files.
+	EtcdLog, APIServerLog string
+
+	kubeconfig string
+	procs      []*proc // in start order
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Run starts etcd and kube-apiserver with their state in dir (which must
+// exist and is left in place) and returns once /readyz answers ok and the
+// "default" namespace exists. ctx bounds the startup only: the processes
+// run until Stop. On error nothing is left running.
+func Run(ctx context.Context, dir string, opts Options) (_ *Server, err error) {
+	if opts.BinDir == "" {
+		opts.BinDir = os.Getenv(EnvBinDir)
+	}
+	if opts.BinDir == "" {
+		return nil, fmt.Errorf("no binaries: set Options.BinDir or %s=$(bash lab/k8s.sh)", EnvBinDir)
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		if fi, err := os.Stat(filepath.Join(opts.BinDir, name)); err != nil || fi.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("%s is not an executable in %s (%s / Options.BinDir): build it with `bash lab/k8s.sh`",
+				name, opts.BinDir, EnvBinDir)
+		}
+	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = "10.96.0.0/12"
+	}
+	cidr, err := netip.ParsePrefix(opts.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("Options.ServiceCIDR: %w", err)
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		Dir:          dir,
+		BinDir:       opts.BinDir,
+		EtcdLog:      filepath.Join(dir, "etcd.log"),
+		APIServerLog: filepath.Join(dir, "kube-apiserver.log"),
+		kubeconfig:   filepath.Join(dir, "kubeconfig"),
+	}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+
+	pki, err := newPKI(filepath.Join(dir, "pki"), cidr, opts.ExtraIPs)
+	if err != nil {
+		return nil, fmt.Errorf("key material: %w", err)
+	}
+	s.CACert = pki.caPEM
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	s.Token = hex.EncodeToString(tok)
+	tokens := filepath.Join(dir, "tokens.csv") // token,user,uid,"groups"
+	if err := os.WriteFile(tokens, []byte(s.Token+",kubetest-admin,kubetest-admin,\"system:masters\"\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	etcdURL := ""
+	err = s.startOnFreePorts(ctx, "etcd", s.EtcdLog, 2, func(p []int) []string {
+		client, peer := loopURL("http", p[0]), loopURL("http", p[1])
+		return []string{
+			"--name=kubetest", "--data-dir=" + filepath.Join(dir, "etcd"),
+			"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+			"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+			"--initial-cluster=kubetest=" + peer,
+			// The data is thrown away with the test.
+			"--unsafe-no-fsync",
+		}
+	}, func(ctx context.Context, p []int) error {
+		etcdURL = loopURL("http", p[0])
+		return etcdHealthy(ctx, etcdURL)
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.CACert)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	err = s.startOnFreePorts(ctx, "kube-apiserver", s.APIServerLog, 1, func(p []int) []string {
+		return append([]string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(p[0]),
+			"--cert-dir=" + filepath.Join(dir, "pki"), // never the default /var/run/kubernetes
+			"--tls-cert-file=" + pki.serverCert, "--tls-private-key-file=" + pki.serverKey,
+			"--client-ca-file=" + pki.caCert,
+			"--token-auth-file=" + tokens,
+			"--authorization-mode=Node,RBAC",
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file=" + pki.saPub,
+			"--service-account-signing-key-file=" + pki.saKey,
+			"--service-cluster-ip-range=" + opts.ServiceCIDR,
+			// DaemonSets of node agents run privileged.
+			"--allow-privileged=true",
+			// 127.0.0.1 is not a valid endpoint for the "kubernetes"
+			// Service, and nothing here routes to it.
+			"--endpoint-reconciler-type=none",
+			"--profiling=false",
+		}, opts.APIServerArgs...)
+	}, func(ctx context.Context, p []int) error {
+		url := loopURL("https", p[0])
+		// /readyz covers etcd, the RBAC bootstrap policy and the other
+		// post-start hooks; "default" comes from a controller started by
+		// one of them, and tests create objects there straight away.
+		for _, path := range []string{"/readyz", "/api/v1/namespaces/default"} {
+			if err := get(ctx, hc, url+path, s.Token); err != nil {
+				return err
+			}
+		}
+		s.ServerURL, s.Port = url, p[0]
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.WriteKubeconfig(s.kubeconfig, s.ServerURL); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// RESTConfig is a fresh admin client configuration, without client-side rate
+// limiting (client-go's default of 5 QPS slows tests down).
+func (s *Server) RESTConfig() *rest.Config {
+	return &rest.Config{
+		Host:            s.ServerURL,
+		BearerToken:     s.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: s.CACert},
+		QPS:             -1,
+	}
+}
+
+// Kubeconfig is the path of an admin kubeconfig for ServerURL.
+func (s *Server) Kubeconfig() string { return s.kubeconfig }
+
+// URLFor is the server's URL as reached through host (an IP in
+// Options.ExtraIPs or a name in the certificate), e.g. URLFor(GuestHost).
+func (s *Server) URLFor(host string) string {
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(s.Port))
+}
+
+// WriteKubeconfig writes an admin kubeconfig (mode 0600) for serverURL,
+// for a client that reaches the server by another address, e.g. a VM guest.
+func (s *Server) WriteKubeconfig(path, serverURL string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: serverURL, CertificateAuthorityData: s.CACert}
+	cfg.AuthInfos["kubetest-admin"] = &clientcmdapi.AuthInfo{Token: s.Token}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest-admin"}
+	cfg.CurrentContext = "kubetest"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// Command prepares one of the built tools (kubectl, helm) to run against
+// the server as admin: KUBECONFIG points at Kubeconfig(), and kubectl's and
+// helm's caches live in Dir, not in $HOME.
+func (s *Server) Command(ctx context.Context, tool string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(s.BinDir, tool), args...)
+	cache := filepath.Join(s.Dir, "client-cache")
+	// Later entries win over the caller's environment (exec keeps the last).
+	cmd.Env = append(os.Environ(),
+		"KUBECONFIG="+s.kubeconfig,
+		"KUBECACHEDIR="+filepath.Join(cache, "kube"),
+		"HELM_CACHE_HOME="+filepath.Join(cache, "helm"),
+		"HELM_CONFIG_HOME="+filepath.Join(cache, "helm-config"),
+		"HELM_DATA_HOME="+filepath.Join(cache, "helm-data"),
+	)
+	return cmd
+}
+
+// Stop terminates kube-apiserver, then etcd (SIGTERM, SIGKILL after 10 s).
+// It reports a process that had already exited on its own. Idempotent.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		var errs []error
+		for i := len(s.procs) - 1; i >= 0; i-- {
+			errs = append(errs, s.procs[i].stop(10*time.Second))
+		}
+		s.stopErr = errors.Join(errs...)
+	})
+	return s.stopErr
+}
+
+// Logs is the tail (up to lines lines each) of etcd's and kube-apiserver's
+// output, for a failure report.
+func (s *Server) Logs(lines int) string {
+	var b strings.Builder
+	for _, f := range []string{s.EtcdLog, s.APIServerLog} {
+		fmt.Fprintf(&b, "=== %s (last %d lines)\n%s\n", f, lines, tail(f, lines))
+	}
+	return b.String()
+}
+
+// startOnFreePorts starts a server on nports fresh loopback ports and waits
+// until ready passes. A port is free when probed but another process can
+// take it before the server binds; that case is retried with new ports.
+func (s *Server) startOnFreePorts(ctx context.Context, name, logPath string, nports int,
+	args func([]int) []string, ready func(context.Context, []int) error) error {
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(nports)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		p, err := startProc(name, filepath.Join(s.BinDir, name), args(ports), logPath)
+		if err != nil {
+			return err
+		}
+		err = p.waitReady(ctx, func(ctx context.Context) error { return ready(ctx, ports) })
+		if err == nil {
+			s.procs = append(s.procs, p)
+			return nil
+		}
+		p.stop(5 * time.Second)
+		if attempt < 3 && strings.Contains(tail(logPath, 50), "address already in use") {
+			continue
+		}
+		return fmt.Errorf("%w\n=== %s (last 40 lines)\n%s", err, logPath, tail(logPath, 40))
+	}
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited
+	err  error         // its exit status, set before done closes
+}
+
+func startProc(name, bin string, args []string, logPath string) (*proc, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // the child has its own descriptor
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Die with the test binary (e.g. on a test timeout panic) instead of
+	// holding ports and CPU after it is gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitReady polls check until it passes, the process exits or ctx ends.
+func (p *proc) waitReady(ctx context.Context, check func(context.Context) error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		last := check(ctx)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited during startup (%v)", p.name, p.err)
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %v", p.name, time.Since(start).Round(time.Second), last)
+		case <-tick.C:
+		}
+	}
+}
+
+func (p *proc) stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s had exited on its own (%v)", p.name, p.err)
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s ignored SIGTERM for %s and was killed", p.name, grace)
+	}
+	return nil
+}
+
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		// Held open until all are picked so the n ports differ.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("no free loopback port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func loopURL(scheme string, port int) string {
+	return scheme + "://127.0.0.1:" + strconv.Itoa(port)
+}
+
+func etcdHealthy(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"health":"true"`)) {
+		return fmt.Errorf("etcd /health: %s %s", resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+func get(ctx context.Context, hc *http.Client, url, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s %s", url, resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// tail is the last n lines of a file ("" if unreadable); logs here are a
+// few hundred KB at most.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.SplitAfter(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "")
+}
