@@ -30,13 +30,13 @@ build: ## Build the static swiftlane binary into build/
 	$(GO) build $(GOFLAGS_BUILD) -o $(BUILD)/swiftlane .
 
 .PHONY: generate
-generate: ## Regenerate BPF objects and Go bindings (needs clang-19)
+generate: ## Regenerate BPF objects and Go bindings (needs clang-19), deep-copy code and CRDs
 	$(GO) generate ./...
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail if committed generated files are stale
-	@git diff --exit-code --stat -- '*_bpfel.go' '*_bpfel.o' || \
-	  { echo "generated BPF files are stale: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code --stat -- '*_bpfel.go' '*_bpfel.o' '*zz_generated*.go' 'deploy/helm/swiftlane/crds/' || \
+	  { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 
 .PHONY: vet
 vet: ## go vet + gofmt check

@@ -96,9 +96,10 @@ type SchedulingStrategySpec struct {
 // cluster-wide total: keeping one would make every agent write on every
 // other agent's change.
 type SchedulingStrategyStatus struct {
-	// Nodes is what each node applied.
+	// Nodes is what each node applied (5000: Kubernetes' node limit).
 	// +listType=map
 	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=5000
 	// +optional
 	Nodes []StrategyNodeStatus `json:"nodes,omitempty"`
 }
@@ -173,6 +174,7 @@ type SchedulingNodeStatus struct {
 	AppliedRevision int64 `json:"appliedRevision,omitempty"`
 	// Workloads are the processes strategies apply to on the node (capped).
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	Workloads []Workload `json:"workloads,omitempty"`
 }
