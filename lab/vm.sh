@@ -7,8 +7,13 @@
 #
 # Usage: lab/vm.sh [--kernel newest|older|VERSION] [--cpus N] [--memory SIZE]
 #                  [--rwdir DIR]... [--timeout SECS] [--append KARGS]...
-#                  [--verbose] -- COMMAND...
+#                  [--net] [--verbose] -- COMMAND...
 #        lab/vm.sh [--kernel ...] [--cpus N] [--memory SIZE] shell
+#
+# --net gives the guest a NIC on QEMU user-mode networking (slirp) with the
+# address 10.0.2.15/24 and no default route: the guest reaches services that
+# listen on the host's loopback at 10.0.2.2 (e.g. a kube-apiserver from
+# internal/kubetest) and nothing else. Off by default; command mode only.
 #
 # Exit status: the command's; 124 if --timeout hit; 125 if the VM failed to
 # boot or the command never ran.
@@ -21,7 +26,7 @@ usage() {
 	exit "${1:-125}"
 }
 
-kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 rwdirs=() kargs=() mode=
+kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 net=0 rwdirs=() kargs=() mode=
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--kernel) kernel=${2:?--kernel needs a value}; shift 2 ;;
@@ -30,6 +35,7 @@ while [[ $# -gt 0 ]]; do
 	--rwdir) rwdirs+=("$(realpath -m "${2:?--rwdir needs a value}")"); shift 2 ;;
 	--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
 	--append) kargs+=(--append "${2:?--append needs kernel arguments}"); shift 2 ;;
+	--net) net=1; shift ;;
 	--verbose | -v) verbose=1; shift ;;
 	--) shift; mode=run; break ;;
 	shell) shift; mode=shell; break ;;
@@ -65,9 +71,13 @@ for d in "${rwdirs[@]}"; do
 	case $d/ in "$REPO"/*) ;; *) vng+=(--rwdir "$d") ;; esac # the repo is rw already
 done
 vng+=("${kargs[@]}")
+# virtme-ng's own DHCP would wait forever for virtio_net, which nothing loads
+# without udev; the guest side of --net is set up before the command instead.
+[[ $net = 0 ]] || vng+=(--network user --no-dhcp)
 [[ $verbose = 0 ]] || vng+=(--verbose)
 
 if [[ $mode = shell ]]; then
+	[[ $net = 0 ]] || die "--net works in command mode only (lab/vm.sh --net -- CMD...)"
 	log "booting $(basename "$kdir") for an interactive shell (exit or Ctrl-D to power off)"
 	exec "${vng[@]}" --shell "$LAB_DIR/guest.sh"
 fi
@@ -86,6 +96,17 @@ case $run/ in "$REPO"/*) ;; *) vng+=(--rwdir "$run") ;; esac
 	# Same directory as on the host when inside the repo (writable there).
 	case $PWD/ in "$REPO"/*) printf 'cwd=%q\n' "$PWD" ;; *) printf 'cwd=%q\n' "$REPO" ;; esac
 	cmd=("$@")
+	# slirp answers at 10.0.2.2 (host loopback) and 10.0.2.3 (DNS) on its
+	# 10.0.2.0/24; without a default route the guest can reach nothing else.
+	# shellcheck disable=SC2016 # expanded in the guest
+	[[ $net = 0 ]] || cmd=(bash -c '
+		fail() { echo "lab(guest): --net: $*" >&2; exit 125; }
+		modprobe virtio_net || fail "cannot load virtio_net"
+		dev=
+		for n in /sys/bus/virtio/drivers/virtio_net/virtio*/net/*; do [[ -e $n ]] && dev=${n##*/}; done
+		[[ -n $dev ]] || fail "no virtio_net interface appeared"
+		ip link set dev "$dev" up && ip addr add 10.0.2.15/24 dev "$dev" || fail "cannot configure $dev"
+		exec "$@"' lab-net "${cmd[@]}")
 	declare -p cmd
 } >"$run/cmd"
 

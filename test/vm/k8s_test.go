@@ -132,6 +132,7 @@ func TestK8sAgentAppliesPodStrategy(t *testing.T) {
 		remove("lat")
 		waitFor(t, "the cgroup to leave the map", func() bool { return !inMap(cgMap, pod.cgroupID) }, agent)
 	}
+	slices.Sort(lat)
 	p50, p99 := probe.Quantile(lat, 0.50), probe.Quantile(lat, 0.99)
 	t.Logf("kubectl-apply → scheduler map over %d applies: p50 %.1f ms, p99 %.1f ms", applies, p50, p99)
 	mergeK8sResults(t, map[string]any{"apply_to_map_p50_ms": p50, "apply_to_map_p99_ms": p99, "applies": applies})
@@ -257,8 +258,17 @@ func mergeK8sResults(t *testing.T, kv map[string]any) {
 	for k, v := range kv {
 		out[k] = v
 	}
+	out["kernel"] = kernelRelease(t)
 	b, _ := json.MarshalIndent(out, "", "  ")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func kernelRelease(t *testing.T) string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The Kubernetes tests that need sched_ext: a real control plane (etcd +
+# kube-apiserver, internal/kubetest) runs on the host, a lab/vm.sh --net
+# guest reaches it at 10.0.2.2 and runs the agent with the scheduler
+# attached. The guest's tests merge their numbers into $SWL_K8S_RESULTS.
+#
+# Usage: mk/k8s-vm.sh BUILD_DIR K8S_BIN_DIR KERNEL RESULTS TEST_REGEX
+set -euo pipefail
+build=${1:?build dir} k8sbin=${2:?k8s bin dir} kernel=${3:?kernel} results=${4:?results file} run=${5:?test regex}
+cd "$(dirname "$0")/.."
+
+# The guest sees the repo read-write; keep the state there, not in /tmp.
+state=$(mktemp -d "$build/k8s-vm.XXXXXX")
+serve_pid=
+cleanup() {
+	[[ -n $serve_pid ]] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
+	rm -rf "$state"
+}
+trap cleanup EXIT
+
+"$build/kubetest-serve" -bin "$k8sbin" -dir "$state/cp" -kubeconfig "$state/admin.kubeconfig" \
+	-guest-kubeconfig "$state/guest.kubeconfig" >"$state/serve.out" 2>"$state/serve.log" &
+serve_pid=$!
+# serve prints its addresses once /readyz answers; it exits on failure.
+for _ in $(seq 240); do
+	grep -q '^guest_kubeconfig=' "$state/serve.out" && break
+	kill -0 "$serve_pid" 2>/dev/null || { echo "k8s-vm: the control plane did not start:" >&2; tail -30 "$state/serve.log" >&2; exit 1; }
+	sleep 0.5
+done
+grep -q '^guest_kubeconfig=' "$state/serve.out" || { echo "k8s-vm: the control plane was not ready in 2 min" >&2; exit 1; }
+
+kubectl=("$k8sbin/kubectl" --kubeconfig "$state/admin.kubeconfig")
+"${kubectl[@]}" apply --server-side -f deploy/helm/swiftlane/crds >/dev/null
+"${kubectl[@]}" wait --for=condition=Established --timeout=60s crd/schedulingstrategies.swiftlane.io crd/schedulingnodes.swiftlane.io >/dev/null
+
+mkdir -p "$(dirname "$results")"
+bash lab/vm.sh --net --kernel "$kernel" -- env SWIFTLANE_BIN="$build/swiftlane" \
+	SWL_KUBECONFIG="$state/guest.kubeconfig" SWL_REQUIRE_K8S=1 SWL_K8S_RESULTS="$(realpath -m "$results")" \
+	"$build/vmtest.test" -test.v -test.run "$run" -test.timeout 30m
