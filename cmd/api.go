@@ -162,7 +162,7 @@ func kubeConfig(path string) (*rest.Config, error) {
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--store kubernetes: not in a pod and no kubeconfig (%v): pass --kubeconfig or set KUBECONFIG", err)
+		return nil, fmt.Errorf("no Kubernetes API server: not in a pod and no kubeconfig (%v): pass --kubeconfig or set KUBECONFIG", err)
 	}
 	return cfg, nil
 }

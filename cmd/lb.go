@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	"github.com/swiftlane/swiftlane/internal/lb/kubesource"
 	"github.com/swiftlane/swiftlane/internal/lb/metrics"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
@@ -26,44 +28,117 @@ import (
 // newLBCmd is the service load balancer (issue: conntrack-free service LB).
 func newLBCmd() *cobra.Command {
 	var (
-		configPath  string
-		metricsAddr string
-		interval    time.Duration
-		check       bool
+		configPath, source string
+		kubeconfig, node   string
+		proxyName          string
+		metricsAddr        string
+		interval, debounce time.Duration
+		check, debug       bool
 	)
 	c := &cobra.Command{
-		Use:   "lb --config services.yaml",
+		Use:   "lb --config FILE [--source kubernetes]",
 		Short: "Conntrack-free service load balancer (eBPF DNAT/SNAT at tc)",
-		Long: `Serves ClusterIP and NodePort services from a static YAML file with a tc BPF
-program that keeps its own session map instead of nf_conntrack.
+		Long: `Serves ClusterIP and NodePort services with a tc BPF program that keeps its
+own session map instead of nf_conntrack.
 
-The file is re-read on SIGHUP and whenever it changes; only services whose
-endpoints changed are rewritten. Node settings (ports, hairpin address,
-session capacity) need a restart. See docs/lb.md.`,
+--source file (default): the services come from the --config YAML, re-read
+on SIGHUP and whenever it changes.
+
+--source kubernetes: the services come from the cluster's Services and
+EndpointSlices (watched with informers); --config holds only the node
+settings (interfaces, ports, hairpin address, sessions), and --node adds the
+Node's addresses for NodePorts. Run it in place of kube-proxy's Service NAT.
+
+Either way only services whose entries changed are rewritten. Node settings
+(ports, hairpin address, session capacity) need a restart. See docs/lb.md.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if configPath == "" {
-				return errors.New("--config: required (path to the services YAML, see docs/lb.md)")
+				return errors.New("--config: required (the services YAML, or the node settings with --source kubernetes; see docs/lb.md)")
 			}
 			cfg, err := services.Load(configPath)
 			if err != nil {
 				return err
 			}
+			log := newLogger(debug)
+			switch source {
+			case "file":
+				if check {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %d services OK\n", configPath, len(cfg.Services))
+					return nil
+				}
+				return runLB(cmd.Context(), log, cfg, metricsAddr, interval, fileFeed(configPath, len(cfg.Services), interval, log))
+			case "kubernetes":
+			default:
+				return fmt.Errorf("--source %q is unknown: use file (services from --config) or kubernetes (Services and EndpointSlices)", source)
+			}
+			if len(cfg.Services) > 0 {
+				return fmt.Errorf("%s: services: not used with --source kubernetes (they come from the cluster); keep only the node settings", configPath)
+			}
 			if check {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d services OK\n", configPath, len(cfg.Services))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: node settings OK\n", configPath)
 				return nil
 			}
-			return runLB(cmd.Context(), configPath, cfg, metricsAddr, interval)
+			if node == "" {
+				node = os.Getenv("NODE_NAME") // a DaemonSet sets it from spec.nodeName
+			}
+			rc, err := kubeConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			rc.UserAgent = "swiftlane-lb"
+			cs, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return fmt.Errorf("--kubeconfig: %w", err)
+			}
+			if node != "" {
+				addrs, err := kubesource.NodeAddresses(cmd.Context(), cs, node)
+				if err != nil {
+					return err
+				}
+				cfg.NodeAddresses = kubesource.AppendUnique(cfg.NodeAddresses, addrs...)
+				log.Info("node addresses", "node", node, "addresses", cfg.NodeAddresses)
+			} else if len(cfg.NodeAddresses) == 0 {
+				log.Warn("no node addresses (--node or nodeAddresses in --config): NodePorts are not served")
+			}
+			src, err := kubesource.New(cs, kubesource.Options{Node: cfg, ProxyName: proxyName, Debounce: debounce, Log: log})
+			if err != nil {
+				return err
+			}
+			return runLB(cmd.Context(), log, cfg, metricsAddr, interval, func(ctx context.Context, b *balancer.Balancer) error {
+				return src.Run(ctx, func(next *services.Config) error {
+					ch, err := b.Apply(next)
+					if err != nil {
+						return err
+					}
+					if ch != (balancer.Changes{}) {
+						log.Info("applied", "services", len(next.Services), "changes", ch.String())
+					}
+					return nil
+				})
+			})
 		},
 	}
-	c.Flags().StringVar(&configPath, "config", "", "services YAML file")
-	c.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9465", "Prometheus /metrics listen address (empty: off)")
-	c.Flags().DurationVar(&interval, "sweep-interval", 5*time.Second, "how often to expire idle sessions, attach to new interfaces and re-read the file")
-	c.Flags().BoolVar(&check, "check", false, "validate the file and exit")
+	f := c.Flags()
+	f.StringVar(&configPath, "config", "", "services YAML (--source file) or node settings YAML (--source kubernetes)")
+	f.StringVar(&source, "source", "file", "where services come from: file (--config) or kubernetes (Services and EndpointSlices)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --source kubernetes (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&node, "node", "", "with --source kubernetes: this Node's InternalIP/ExternalIP addresses answer NodePorts (default: $NODE_NAME)")
+	f.StringVar(&proxyName, "service-proxy-name", "", "with --source kubernetes: serve only Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without the label, as kube-proxy)")
+	f.DurationVar(&debounce, "debounce", kubesource.DefaultDebounce, "with --source kubernetes: collect changes this long after the first before applying them")
+	f.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9465", "Prometheus /metrics listen address (empty: off)")
+	f.DurationVar(&interval, "sweep-interval", 5*time.Second, "how often to expire idle sessions, attach to new interfaces and (--source file) re-read the file")
+	f.BoolVar(&check, "check", false, "validate --config and exit")
+	f.BoolVar(&debug, "debug", false, "also log why Services are skipped when that is expected (headless, ExternalName)")
 	return c
 }
 
-func runLB(ctx context.Context, path string, cfg *services.Config, metricsAddr string, interval time.Duration) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+// lbFeed keeps the balancer's services current until ctx ends.
+type lbFeed func(ctx context.Context, b *balancer.Balancer) error
+
+// runLB loads the datapath with cfg's node settings and services, attaches
+// it, and runs feed next to the periodic attach and session sweep.
+func runLB(ctx context.Context, log *slog.Logger, cfg *services.Config, metricsAddr string, interval time.Duration, feed lbFeed) error {
 	b, err := balancer.New(cfg, log)
 	if err != nil {
 		return err
@@ -88,50 +163,74 @@ func runLB(ctx context.Context, path string, cfg *services.Config, metricsAddr s
 		log.Info("metrics", "addr", ln.Addr().String())
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	reload := func(why string) {
-		next, err := services.Load(path)
-		if err != nil {
-			log.Error("reload rejected; keeping the current services", "why", why, "err", err)
-			return
-		}
-		ch, err := b.Apply(next)
-		if err != nil {
-			log.Error("apply", "err", err)
-			return
-		}
-		log.Info("reloaded", "why", why, "changes", ch.String())
-	}
-	modTime := func() time.Time {
-		st, err := os.Stat(path)
-		if err != nil {
-			return time.Time{}
-		}
-		return st.ModTime()
-	}
-	last := modTime()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fed := make(chan error, 1)
+	go func() { fed <- feed(ctx, b) }()
 
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	log.Info("serving", "services", len(cfg.Services), "interfaces", b.Attached())
+	log.Info("started", "interfaces", b.Attached())
 	for {
 		select {
 		case <-ctx.Done():
+			<-fed
 			return nil
-		case <-hup:
-			reload("SIGHUP")
+		case err := <-fed:
+			return err
 		case <-t.C:
-			if m := modTime(); !m.Equal(last) {
-				last = m
-				reload("file changed")
-			}
 			if _, err := b.AttachInterfaces(); err != nil {
 				log.Warn("attach", "err", err)
 			}
 			if err := b.Sweep(); err != nil {
 				log.Warn("sweep", "err", err)
+			}
+		}
+	}
+}
+
+// fileFeed re-reads the services file on SIGHUP and when its modification
+// time changes; a bad file is rejected and the running services stay.
+func fileFeed(path string, count int, interval time.Duration, log *slog.Logger) lbFeed {
+	return func(ctx context.Context, b *balancer.Balancer) error {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		reload := func(why string) {
+			next, err := services.Load(path)
+			if err != nil {
+				log.Error("reload rejected; keeping the current services", "why", why, "err", err)
+				return
+			}
+			ch, err := b.Apply(next)
+			if err != nil {
+				log.Error("apply", "err", err)
+				return
+			}
+			log.Info("reloaded", "why", why, "changes", ch.String())
+		}
+		modTime := func() time.Time {
+			st, err := os.Stat(path)
+			if err != nil {
+				return time.Time{}
+			}
+			return st.ModTime()
+		}
+		last := modTime()
+		log.Info("serving", "file", path, "services", count)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-hup:
+				reload("SIGHUP")
+			case <-t.C:
+				if m := modTime(); !m.Equal(last) {
+					last = m
+					reload("file changed")
+				}
 			}
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,16 +330,27 @@ func startProc(name, bin string, args []string, logPath string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Die with the test binary (e.g. on a test timeout panic) instead of
-	// holding ports and CPU after it is gone.
+	// holding ports and CPU after it is gone. Pdeathsig fires when the
+	// forking *thread* exits, and Go may retire a thread at any time (tests
+	// that enter network namespaces end theirs on purpose), so the child is
+	// started from a goroutine locked to its thread until the child exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
 	return p, nil
 }
 

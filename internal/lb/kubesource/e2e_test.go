@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kubesource
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	"github.com/swiftlane/swiftlane/internal/lb/labnet"
+)
+
+const (
+	echoPort   = 8080 // labnet.Echo: one answer per connection or datagram
+	streamPort = 9000 // lineServer: one answer per line, connection kept
+	ioTimeout  = 3 * time.Second
+)
+
+// lineServer answers every line of a connection with its name, so a client
+// can keep one connection open and see which backend serves it.
+func lineServer(t *testing.T, ns labnet.NS, name string) {
+	t.Helper()
+	l, err := ns.Listen(fmt.Sprintf(":%d", streamPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					if _, err := fmt.Fprintln(c, name); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// stream is a client's long-lived connection to a lineServer.
+type stream struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func (s *stream) ask() (string, error) {
+	s.c.SetDeadline(time.Now().Add(ioTimeout))
+	if _, err := fmt.Fprintln(s.c, "hi"); err != nil {
+		return "", err
+	}
+	line, err := s.r.ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// askOnce sends one request on a new connection (or datagram) and returns
+// the backend's name and the peer address it saw.
+func askOnce(ns labnet.NS, network, addr string) (name, peer string, err error) {
+	c, err := ns.Dial(network, addr, ioTimeout)
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(ioTimeout))
+	if network == "udp" {
+		if _, err := c.Write([]byte("hi")); err != nil {
+			return "", "", err
+		}
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", "", fmt.Errorf("%s %s: %w", network, addr, err)
+	}
+	return labnet.ParseEcho(line)
+}
+
+// The Kubernetes source driving the real balancer: Services and
+// EndpointSlices in a real kube-apiserver, the BPF program in a node
+// network namespace, real TCP and UDP clients and servers around it. It
+// checks translation under traffic, that one Service's change rewrites only
+// that Service's entries, that a terminating endpoint drains (its open
+// connection keeps working, new connections avoid it), that the closed
+// connection's sessions are garbage-collected, and that nf_conntrack never
+// sees the Service traffic.
+func TestEndToEndKubernetesSource(t *testing.T) {
+	labnet.RequireRoot(t)
+	c := startCluster(t)
+
+	topo, err := labnet.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := topo.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if err := topo.TrackConnections(); err != nil {
+		t.Fatal(err)
+	}
+	names := map[netip.Addr]string{}
+	for i, ns := range topo.Backends {
+		name := fmt.Sprintf("b%d", i)
+		names[topo.BackendIPs[i]] = name
+		e, err := labnet.StartEcho(ns, name, echoPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		lineServer(t, ns, name)
+	}
+
+	// NodePorts answer on the Node's addresses, read from the Node object
+	// as `swiftlane lb --node` does.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	if node, err = c.cs.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeHostName, Address: "node-1"},
+		{Type: corev1.NodeInternalIP, Address: "fd00::1"},
+		{Type: corev1.NodeInternalIP, Address: topo.NodeIP.String()},
+	}
+	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := nodeConfig(t, `
+interfaces: [ext0, "v*"]
+sessions: {udpIdle: 1s, closingIdle: 1s}
+`)
+	addrs, err := NodeAddresses(t.Context(), c.cs, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(addrs) != 1 || addrs[0] != topo.NodeIP {
+		t.Fatalf("node addresses %v, want [%v]", addrs, topo.NodeIP)
+	}
+	cfg.NodeAddresses = addrs
+
+	lb, err := balancer.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+		t.Fatal(err)
+	}
+
+	c.createService(t, nodePortService("web", "10.96.0.10",
+		svcPort("http", corev1.ProtocolTCP, 80, intstr.FromString("http"), 30080),
+		svcPort("dns", corev1.ProtocolUDP, 53, intstr.FromString("dns"), 30053)))
+	c.createService(t, service("stream", "10.96.0.30",
+		svcPort("stream", corev1.ProtocolTCP, 9000, intstr.FromInt32(streamPort), 0)))
+	webPorts := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, echoPort), slicePort("dns", corev1.ProtocolUDP, echoPort)}
+	streamPorts := []discoveryv1.EndpointPort{slicePort("stream", corev1.ProtocolTCP, streamPort)}
+	all := func(state func(string) discoveryv1.Endpoint) []discoveryv1.Endpoint {
+		var eps []discoveryv1.Endpoint
+		for _, ip := range topo.BackendIPs {
+			eps = append(eps, state(ip.String()))
+		}
+		return eps
+	}
+	c.putSlice(t, endpointSlice("web", "web-a", webPorts, all(readyEP)...))
+	c.putSlice(t, endpointSlice("stream", "stream-a", streamPorts, all(readyEP)...))
+
+	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, lb.Apply)
+	a.await(t, `
+  - name: ns/stream
+    clusterIP: 10.96.0.30
+    ports: [{name: stream, protocol: TCP, port: 9000, targetPort: 9000}]
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.3.2}, {address: 10.244.4.2}]
+  - name: ns/web
+    clusterIP: 10.96.0.10
+    ports:
+      - {name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}
+      - {name: dns, protocol: UDP, port: 53, targetPort: 8080, nodePort: 30053}
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.3.2}, {address: 10.244.4.2}]
+`)
+
+	// ClusterIP keeps the client's address; NodePort is SNATed to the node.
+	for _, network := range []string{"tcp", "udp"} {
+		vip := map[string]string{"tcp": "10.96.0.10:80", "udp": "10.96.0.10:53"}[network]
+		seen := map[string]int{}
+		for range 60 {
+			name, peer, err := askOnce(topo.Client, network, vip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(peer, topo.ClientIP.String()+":") {
+				t.Fatalf("%s %s: backend saw %s, want the client %v", network, vip, peer, topo.ClientIP)
+			}
+			seen[name]++
+		}
+		if len(seen) != 3 {
+			t.Fatalf("%s %s: 60 requests reached %v, want all 3 backends", network, vip, seen)
+		}
+		np := map[string]string{"tcp": "198.18.0.1:30080", "udp": "198.18.0.1:30053"}[network]
+		if _, peer, err := askOnce(topo.External, network, np); err != nil || !strings.HasPrefix(peer, topo.NodeIP.String()+":") {
+			t.Fatalf("%s %s: peer %q (err %v), want the node address %v", network, np, peer, err, topo.NodeIP)
+		}
+	}
+
+	// A long-lived connection; then its backend starts terminating.
+	conn, err := topo.Client.Dial("tcp", "10.96.0.30:9000", ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st := &stream{c: conn, r: bufio.NewReader(conn)}
+	pinned, err := st.ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pinnedIP netip.Addr
+	for ip, n := range names {
+		if n == pinned {
+			pinnedIP = ip
+		}
+	}
+	t.Logf("long-lived connection on %s (%v)", pinned, pinnedIP)
+	eps := all(func(ip string) discoveryv1.Endpoint {
+		if ip == pinnedIP.String() {
+			return drainingEP(ip)
+		}
+		return readyEP(ip)
+	})
+	c.putSlice(t, endpointSlice("stream", "stream-a", streamPorts, eps...))
+	var want strings.Builder
+	for _, ip := range topo.BackendIPs {
+		fmt.Fprintf(&want, "{address: %v, terminating: %t}, ", ip, ip == pinnedIP)
+	}
+	got := a.await(t, `
+  - name: ns/stream
+    clusterIP: 10.96.0.30
+    ports: [{name: stream, protocol: TCP, port: 9000, targetPort: 9000}]
+    endpoints: [`+strings.TrimSuffix(want.String(), ", ")+`]
+  - name: ns/web
+    clusterIP: 10.96.0.10
+    ports:
+      - {name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}
+      - {name: dns, protocol: UDP, port: 53, targetPort: 8080, nodePort: 30053}
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.3.2}, {address: 10.244.4.2}]
+`)
+	// Incremental: the one frontend of "stream" is rewritten; its backend
+	// stays (its connection drains); nothing of "web" is touched.
+	if got.changes != (balancer.Changes{ServicesPut: 1}) {
+		t.Fatalf("terminating endpoint of one Service changed %v, want only that Service's frontend rewritten", got.changes)
+	}
+	checkDrain := func(when string) {
+		t.Helper()
+		for range 3 {
+			if name, err := st.ask(); err != nil || name != pinned {
+				t.Fatalf("%s: the open connection got %q (err %v), want it kept on %s", when, name, err, pinned)
+			}
+		}
+		for range 30 {
+			c, err := topo.Client.Dial("tcp", "10.96.0.30:9000", ioTimeout)
+			if err != nil {
+				t.Fatalf("%s: new connection: %v", when, err)
+			}
+			name, err := (&stream{c: c, r: bufio.NewReader(c)}).ask()
+			c.Close()
+			if err != nil || name == pinned {
+				t.Fatalf("%s: a new connection went to %q (err %v); %s takes no new connections", when, name, err, pinned)
+			}
+		}
+	}
+	checkDrain("terminating")
+
+	// A change to "web" touches only web's four frontends (ClusterIP and
+	// NodePort, TCP and UDP) and the backend it adds.
+	c.putSlice(t, endpointSlice("web", "web-a", webPorts, readyEP(topo.BackendIPs[0].String())))
+	c.putSlice(t, endpointSlice("web", "web-b", webPorts, readyEP("10.244.99.2")))
+	got = a.await(t, `
+  - name: ns/stream
+    clusterIP: 10.96.0.30
+    ports: [{name: stream, protocol: TCP, port: 9000, targetPort: 9000}]
+    endpoints: [`+strings.TrimSuffix(want.String(), ", ")+`]
+  - name: ns/web
+    clusterIP: 10.96.0.10
+    ports:
+      - {name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}
+      - {name: dns, protocol: UDP, port: 53, targetPort: 8080, nodePort: 30053}
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.99.2}]
+`)
+	if got.changes.ServicesPut != 4 || got.changes.ServicesDeleted != 0 || got.changes.BackendsPut != 1 {
+		t.Fatalf("a change to web changed %v, want its 4 frontends and the new backend", got.changes)
+	}
+
+	// The pod goes: its endpoint leaves the slice. Its TCP connection still
+	// drains where it is (the datapath never moves an established flow).
+	var rest []discoveryv1.Endpoint
+	for _, ip := range topo.BackendIPs {
+		if ip != pinnedIP {
+			rest = append(rest, readyEP(ip.String()))
+		}
+	}
+	c.putSlice(t, endpointSlice("stream", "stream-a", streamPorts, rest...))
+	want.Reset()
+	for _, ip := range topo.BackendIPs {
+		if ip != pinnedIP {
+			fmt.Fprintf(&want, "{address: %v}, ", ip)
+		}
+	}
+	got = a.await(t, `
+  - name: ns/stream
+    clusterIP: 10.96.0.30
+    ports: [{name: stream, protocol: TCP, port: 9000, targetPort: 9000}]
+    endpoints: [`+strings.TrimSuffix(want.String(), ", ")+`]
+  - name: ns/web
+    clusterIP: 10.96.0.10
+    ports:
+      - {name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}
+      - {name: dns, protocol: UDP, port: 53, targetPort: 8080, nodePort: 30053}
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.99.2}]
+`)
+	if got.changes != (balancer.Changes{BackendsDeleted: 1}) {
+		t.Fatalf("removing a terminating endpoint changed %v, want only its backend entry deleted", got.changes)
+	}
+	checkDrain("removed")
+
+	// Closed, the connection's sessions are garbage-collected after
+	// closingIdle (1s) by the sweep `swiftlane lb` runs periodically.
+	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
+	conn.Close()
+	ofConn := func() int {
+		ss, err := lb.Datapath().Sessions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range ss {
+			if s.Key.Src == local || s.To.Dst == local {
+				n++
+			}
+		}
+		return n
+	}
+	if n := ofConn(); n != 2 {
+		t.Fatalf("the connection has %d session entries before the sweep, want its forward and reply entries", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ofConn() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed connection's sessions are still there after 10s of sweeps")
+		}
+		time.Sleep(200 * time.Millisecond)
+		if err := lb.Sweep(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if n, err := topo.Node.ConntrackCount(); err != nil || n != 0 {
+		out, _ := topo.Node.Run("conntrack", "-L")
+		t.Fatalf("node has %d conntrack entries (err %v) for Service traffic, want 0:\n%s", n, err, out)
+	}
+	if st, err := lb.Stats(); err != nil || st.PassedToStack != 0 || st.Drops["no_backend"] != 0 {
+		t.Fatalf("datapath stats %+v (err %v): every Service packet should have been translated", st, err)
+	}
+}
