@@ -40,9 +40,9 @@ type Balancer struct {
 }
 
 type frontendState struct {
-	id       uint32
-	snat     bool
-	backends []uint32 // slot order
+	id    uint32
+	flags bpf.ServiceFlags
+	slots []uint32 // backend id per selection slot
 }
 
 // Changes counts the map writes one Apply made.
@@ -91,8 +91,9 @@ func newWith(cfg *services.Config, log *slog.Logger, redirect bool) (*Balancer, 
 func (b *Balancer) Datapath() *bpf.Datapath { return b.dp }
 
 type want struct {
-	snat  bool
-	ready []netip.AddrPort // receive new connections
+	snat   bool
+	maglev bool
+	ready  []netip.AddrPort // receive new connections, sorted
 }
 
 // desired expands services into frontends, and lists every endpoint that
@@ -116,10 +117,11 @@ func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool
 			}
 			slices.SortFunc(ready, func(a, b netip.AddrPort) int { return a.Compare(b) })
 			ready = slices.Compact(ready)
-			fes[bpf.Frontend{Addr: s.ClusterIP, Port: p.Port, Proto: proto}] = want{ready: ready}
+			maglev := s.Selection == services.SelectionMaglev
+			fes[bpf.Frontend{Addr: s.ClusterIP, Port: p.Port, Proto: proto}] = want{maglev: maglev, ready: ready}
 			if p.NodePort != 0 {
 				for _, a := range c.NodeAddresses {
-					fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = want{snat: true, ready: ready}
+					fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = want{snat: true, maglev: maglev, ready: ready}
 				}
 			}
 		}
@@ -147,29 +149,26 @@ func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
 		ch.BackendsPut++
 	}
 	for fe, w := range fes {
-		ids := make([]uint32, len(w.ready))
-		for i, ap := range w.ready {
-			ids[i] = b.backendIDs[ap]
-		}
+		flags, slots := b.slots(w)
 		cur, ok := b.programmed[fe]
-		if ok && cur.snat == w.snat && slices.Equal(cur.backends, ids) {
+		if ok && cur.flags == flags && slices.Equal(cur.slots, slots) {
 			continue
 		}
 		if !ok {
 			b.nextSvc++
 			cur.id = b.nextSvc
 		}
-		if err := b.dp.PutService(fe, cur.id, w.snat, ids, len(cur.backends)); err != nil {
+		if err := b.dp.PutService(fe, cur.id, flags, slots, len(cur.slots)); err != nil {
 			return ch, err
 		}
-		b.programmed[fe] = frontendState{id: cur.id, snat: w.snat, backends: ids}
+		b.programmed[fe] = frontendState{id: cur.id, flags: flags, slots: slots}
 		ch.ServicesPut++
 	}
 	for fe, cur := range b.programmed {
 		if _, ok := fes[fe]; ok {
 			continue
 		}
-		if err := b.dp.DeleteService(fe, cur.id, len(cur.backends)); err != nil {
+		if err := b.dp.DeleteService(fe, cur.id, len(cur.slots)); err != nil {
 			return ch, err
 		}
 		delete(b.programmed, fe)
@@ -188,6 +187,34 @@ func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
 	}
 	b.cfg = cfg
 	return ch, nil
+}
+
+// slots computes a frontend's flags and selection slots: one slot per ready
+// backend for random selection, a Maglev table over their addresses (not
+// their node-local ids, so every node builds the same table) otherwise.
+func (b *Balancer) slots(w want) (bpf.ServiceFlags, []uint32) {
+	var flags bpf.ServiceFlags
+	if w.snat {
+		flags |= bpf.FlagSNAT
+	}
+	if !w.maglev {
+		ids := make([]uint32, len(w.ready))
+		for i, ap := range w.ready {
+			ids[i] = b.backendIDs[ap]
+		}
+		return flags, ids
+	}
+	flags |= bpf.FlagMaglev
+	names := make([]string, len(w.ready))
+	for i, ap := range w.ready {
+		names[i] = ap.String()
+	}
+	table := maglevTable(names, MaglevTableSize)
+	ids := make([]uint32, len(table))
+	for i, be := range table {
+		ids[i] = b.backendIDs[w.ready[be]]
+	}
+	return flags, ids
 }
 
 // AttachInterfaces attaches to every link in the calling thread's network

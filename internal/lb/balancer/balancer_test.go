@@ -63,3 +63,52 @@ func TestApplyIsIncremental(t *testing.T) {
 		t.Fatal("remaining backend lost")
 	}
 }
+
+func TestApplyMaglevSelection(t *testing.T) {
+	labnet.RequireRoot(t)
+	cfg, err := services.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newWith(cfg, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	webIP := netip.MustParseAddr("10.96.0.10")
+	webSlots := func() []uint32 {
+		for fe, st := range b.programmed {
+			if fe.Addr == webIP {
+				return st.slots
+			}
+		}
+		t.Fatal("web frontend not programmed")
+		return nil
+	}
+
+	// Switching web to Maglev rewrites its two frontends (ClusterIP and
+	// NodePort) with a full table; dns stays as it is.
+	again, _ := services.Parse([]byte(cfgYAML))
+	again.Services[0].Selection = services.SelectionMaglev
+	if ch, err := b.Apply(again); err != nil || ch != (Changes{ServicesPut: 2}) {
+		t.Fatalf("switch to maglev: %v (err %v), want 2 frontends rewritten", ch, err)
+	}
+	table := webSlots()
+	if len(table) != MaglevTableSize {
+		t.Fatalf("maglev frontend has %d slots, want %d", len(table), MaglevTableSize)
+	}
+	// The endpoints' order in the config does not change the table.
+	eps := again.Services[0].Endpoints
+	eps[0], eps[1] = eps[1], eps[0]
+	if ch, err := b.Apply(again); err != nil || ch != (Changes{}) {
+		t.Fatalf("reordered endpoints changed %v (err %v)", ch, err)
+	}
+	// And back: one slot per backend again.
+	again.Services[0].Selection = services.SelectionRandom
+	if ch, err := b.Apply(again); err != nil || ch != (Changes{ServicesPut: 2}) {
+		t.Fatalf("switch back to random: %v (err %v)", ch, err)
+	}
+	if n := len(webSlots()); n != 2 {
+		t.Fatalf("random frontend has %d slots, want 2", n)
+	}
+}

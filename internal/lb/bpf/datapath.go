@@ -170,12 +170,24 @@ func (d *Datapath) DeleteBackend(id uint32) error {
 	return nil
 }
 
-// PutService points frontend fe (service id) at the backends, in slot order.
-// oldCount is how many slots the service had before (0 if new). Slots are
-// written before the count grows and deleted after it shrinks, so a
-// concurrent packet never reads a slot beyond the count it saw, except a
-// shrink race which the program resolves by falling back to slot 0.
-func (d *Datapath) PutService(fe Frontend, id uint32, snat bool, backendIDs []uint32, oldCount int) error {
+// ServiceFlags are svc_val.flags (SVC_F_* in lb.h).
+type ServiceFlags uint32
+
+const (
+	// FlagSNAT rewrites the source to the node address (NodePort).
+	FlagSNAT ServiceFlags = 0x1
+	// FlagMaglev makes the program index the slots by a hash of the flow's
+	// 5-tuple instead of a random number; the slots are then a Maglev table.
+	FlagMaglev ServiceFlags = 0x2
+)
+
+// PutService points frontend fe (service id) at the backends, in slot order
+// (one backend may fill many slots). oldCount is how many slots the service
+// had before (0 if new). Slots are written before the count grows and
+// deleted after it shrinks, so a concurrent packet never reads a slot beyond
+// the count it saw, except a shrink race which the program resolves by
+// falling back to slot 0.
+func (d *Datapath) PutService(fe Frontend, id uint32, flags ServiceFlags, backendIDs []uint32, oldCount int) error {
 	if !fe.Addr.Is4() {
 		return fmt.Errorf("frontend %v: only IPv4 is supported", fe)
 	}
@@ -184,10 +196,7 @@ func (d *Datapath) PutService(fe Frontend, id uint32, snat bool, backendIDs []ui
 			return fmt.Errorf("service %v slot %d: %w", fe, i, err)
 		}
 	}
-	v := lbSvcVal{Id: id, Count: uint32(len(backendIDs))}
-	if snat {
-		v.Flags |= 1 // SVC_F_SNAT
-	}
+	v := lbSvcVal{Id: id, Count: uint32(len(backendIDs)), Flags: uint32(flags)}
 	if err := d.objs.Services.Put(fe.key(), v); err != nil {
 		return fmt.Errorf("service %v: %w", fe, err)
 	}

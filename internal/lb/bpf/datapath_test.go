@@ -74,6 +74,10 @@ func run(t *testing.T, d *Datapath, in []byte) (uint32, []byte) {
 func service(t *testing.T, d *Datapath, fe Frontend, snat bool, bes ...netip.AddrPort) {
 	t.Helper()
 	var ids []uint32
+	var flags ServiceFlags
+	if snat {
+		flags = FlagSNAT
+	}
 	for i, b := range bes {
 		id := uint32(100*fe.Port) + uint32(i) + 1
 		if err := d.PutBackend(id, b); err != nil {
@@ -81,7 +85,7 @@ func service(t *testing.T, d *Datapath, fe Frontend, snat bool, bes ...netip.Add
 		}
 		ids = append(ids, id)
 	}
-	if err := d.PutService(fe, uint32(fe.Port), snat, ids, 0); err != nil {
+	if err := d.PutService(fe, uint32(fe.Port), flags, ids, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -279,7 +283,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 	if err := d.PutBackend(1, ap(backendA, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutService(fe, 7, false, []uint32{1}, 0); err != nil {
+	if err := d.PutService(fe, 7, 0, []uint32{1}, 0); err != nil {
 		t.Fatal(err)
 	}
 	in := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: UDP, payload: []byte("x")}.bytes()
@@ -291,7 +295,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 	if err := d.PutBackend(2, ap(backendB, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutService(fe, 7, false, []uint32{2}, 1); err != nil {
+	if err := d.PutService(fe, 7, 0, []uint32{2}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.DeleteBackend(1); err != nil {
@@ -309,7 +313,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 		t.Fatalf("stale_backend = %d", st.StaleBackend)
 	}
 	// No backends left: new flows are dropped and counted.
-	if err := d.PutService(fe, 7, false, nil, 1); err != nil {
+	if err := d.PutService(fe, 7, 0, nil, 1); err != nil {
 		t.Fatal(err)
 	}
 	ret, _ := run(t, d, pkt{src: ap(client, 40001), dst: ap(vip, 80), proto: UDP}.bytes())
@@ -323,10 +327,10 @@ func TestRemovedBackendTCPDrains(t *testing.T) {
 	fe := Frontend{vip, 80, TCP}
 	d.PutBackend(1, ap(backendA, 8080))
 	d.PutBackend(2, ap(backendB, 8080))
-	d.PutService(fe, 7, false, []uint32{1}, 0)
+	d.PutService(fe, 7, 0, []uint32{1}, 0)
 	syn := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: TCP, tcpFlags: 0x02}
 	run(t, d, syn.bytes())
-	d.PutService(fe, 7, false, []uint32{2}, 1)
+	d.PutService(fe, 7, 0, []uint32{2}, 1)
 	d.DeleteBackend(1)
 	ack := syn
 	ack.tcpFlags = 0x10

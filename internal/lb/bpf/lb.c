@@ -194,6 +194,32 @@ static __always_inline bool port_allowed(__u16 port)
 	       (port < nodeport_min || port > nodeport_max);
 }
 
+static __always_inline __u32 rol32(__u32 w, unsigned int s)
+{
+	return (w << s) | (w >> (32 - s));
+}
+
+// Hash of a flow's 5-tuple for Maglev services: Bob Jenkins' lookup3 final
+// mix over three words (what the kernel's jhash_3words does), with the
+// protocol in the initial value. It has no per-node seed on purpose: every
+// LB node must map a flow to the same slot. internal/lb/bpf tests mirror it
+// in Go; keep the two in step.
+static __always_inline __u32 flow_hash(const struct flow *f)
+{
+	__u32 a = f->saddr + 0xdeadbeef;
+	__u32 b = f->daddr + 0xdeadbeef;
+	__u32 c = ((__u32)f->sport | (__u32)f->dport << 16) + f->proto;
+
+	c ^= b; c -= rol32(b, 14);
+	a ^= c; a -= rol32(c, 11);
+	b ^= a; b -= rol32(a, 25);
+	c ^= b; c -= rol32(b, 16);
+	a ^= c; a -= rol32(c, 4);
+	b ^= a; b -= rol32(a, 14);
+	c ^= b; c -= rol32(b, 24);
+	return c;
+}
+
 // Choose a backend and insert the session pair. Returns the forward entry
 // to apply, or NULL after counting the drop reason.
 static __always_inline int create_session(const struct flow *f, const struct svc_val *svc,
@@ -207,7 +233,11 @@ static __always_inline int create_session(const struct flow *f, const struct svc
 	__u32 count = svc->count;
 
 	if (count) {
-		sk.slot = bpf_get_prandom_u32() % count;
+		// Random spreads best for one node; Maglev gives a flow the same
+		// backend on every LB node and after a restart, and moves few
+		// flows when the backend set changes.
+		__u32 h = (svc->flags & SVC_F_MAGLEV) ? flow_hash(f) : bpf_get_prandom_u32();
+		sk.slot = h % count;
 		bid = bpf_map_lookup_elem(&backend_slots, &sk);
 		if (!bid) { // the set shrank under us; slot 0 is always written first
 			sk.slot = 0;

@@ -17,7 +17,8 @@
 #define SNAT_TRIES 5
 
 // svc_val.flags
-#define SVC_F_SNAT 0x1 // NodePort: rewrite the source to the node address
+#define SVC_F_SNAT 0x1   // NodePort: rewrite the source to the node address
+#define SVC_F_MAGLEV 0x2 // slots are a Maglev table: index by flow hash, not at random
 
 // session.flags
 #define SESS_F_REPLY 0x1   // entry translates backend -> client packets
@@ -34,7 +35,7 @@ struct svc_key {
 
 struct svc_val {
 	__u32 id;    // key prefix of its slots in backend_slots
-	__u32 count; // number of valid slots, 0..count-1
+	__u32 count; // number of valid slots, 0..count-1 (the table size for Maglev)
 	__u32 flags; // SVC_F_*
 	__u32 pad;
 };

@@ -42,6 +42,10 @@ import (
 	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
 
+// SelectionAnnotation on a Service chooses how new connections pick a
+// backend (services.Service.Selection): "maglev" or "random" (the default).
+const SelectionAnnotation = "swiftlane.io/lb-selection"
+
 // Note says why (part of) a Service is not served, or is served differently
 // from what it asks for.
 type Note struct {
@@ -281,13 +285,22 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 		g.names = append(g.names, pname)
 	}
 
+	selection := services.SelectionRandom
+	switch v := svc.Annotations[SelectionAnnotation]; v {
+	case "", services.SelectionRandom:
+	case services.SelectionMaglev:
+		selection = v
+	default:
+		note(slog.LevelWarn, "annotation %s=%q: use %s or %s; selecting at random", SelectionAnnotation, v,
+			services.SelectionRandom, services.SelectionMaglev)
+	}
 	out := make([]services.Service, 0, len(groups))
 	for _, g := range groups {
 		name := key
 		if len(groups) > 1 {
 			name = key + ":" + strings.Join(g.names, ",")
 		}
-		out = append(out, services.Service{Name: name, ClusterIP: vip, Ports: g.ports, Endpoints: g.eps})
+		out = append(out, services.Service{Name: name, ClusterIP: vip, Selection: selection, Ports: g.ports, Endpoints: g.eps})
 	}
 	return out, notes
 }

@@ -422,3 +422,27 @@ func TestTranslateAlwaysValidates(t *testing.T) {
 		}
 	}
 }
+
+func TestTranslateSelectionAnnotation(t *testing.T) {
+	node := nodeConfig(t, nodeYAML)
+	http := svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 0)
+	maglev := service("hashed", "10.96.0.40", http)
+	maglev.Annotations = map[string]string{SelectionAnnotation: "maglev"}
+	typo := service("typo", "10.96.0.41", http)
+	typo.Annotations = map[string]string{SelectionAnnotation: "Maglev"}
+	plain := service("plain", "10.96.0.42", http)
+
+	got, notes := Translate(node, []*corev1.Service{maglev, typo, plain}, nil)
+	checkConfig(t, got, nodeYAML, `
+services:
+  - {name: ns/hashed, clusterIP: 10.96.0.40, selection: maglev, ports: [{name: http, port: 80, targetPort: 8080}], endpoints: []}
+  - {name: ns/plain, clusterIP: 10.96.0.42, ports: [{name: http, port: 80, targetPort: 8080}], endpoints: []}
+  - {name: ns/typo, clusterIP: 10.96.0.41, selection: random, ports: [{name: http, port: 80, targetPort: 8080}], endpoints: []}
+`)
+	if !noteMatching(notes, "ns/typo", `swiftlane.io/lb-selection="Maglev": use random or maglev`) {
+		t.Fatalf("notes %v: want the unknown selection named with the fix", notes)
+	}
+	if noteMatching(notes, "ns/hashed", "selection") {
+		t.Fatalf("notes %v: a valid annotation is not worth a note", notes)
+	}
+}

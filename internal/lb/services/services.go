@@ -47,9 +47,21 @@ type Sessions struct {
 type Service struct {
 	Name      string     `yaml:"name"`
 	ClusterIP netip.Addr `yaml:"clusterIP"`
+	// Selection is how new connections pick a backend: SelectionRandom
+	// (default) or SelectionMaglev.
+	Selection string     `yaml:"selection"`
 	Ports     []Port     `yaml:"ports"`
 	Endpoints []Endpoint `yaml:"endpoints"`
 }
+
+const (
+	// SelectionRandom picks a ready backend uniformly at random.
+	SelectionRandom = "random"
+	// SelectionMaglev picks by a consistent hash of the connection's
+	// 5-tuple: the same backend on every LB node, and few connections move
+	// to another backend when the set changes.
+	SelectionMaglev = "maglev"
+)
 
 type Port struct {
 	Name       string `yaml:"name"`
@@ -89,6 +101,9 @@ func (c *Config) Defaults() {
 		c.Sessions.ClosingIdle = 10 * time.Second
 	}
 	for i := range c.Services {
+		if c.Services[i].Selection == "" {
+			c.Services[i].Selection = SelectionRandom
+		}
 		for j := range c.Services[i].Ports {
 			p := &c.Services[i].Ports[j]
 			if p.Protocol == "" {
@@ -144,6 +159,9 @@ func (c *Config) Validate() error {
 		names[s.Name] = true
 		if !s.ClusterIP.Is4() {
 			bad("%s.clusterIP %v: set an IPv4 service address", where, s.ClusterIP)
+		}
+		if s.Selection != SelectionRandom && s.Selection != SelectionMaglev {
+			bad("%s.selection %q: use %s or %s", where, s.Selection, SelectionRandom, SelectionMaglev)
 		}
 		if len(s.Ports) == 0 {
 			bad("%s.ports: list at least one port", where)

@@ -30,6 +30,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 	if p[0].Protocol != "TCP" || p[1].TargetPort != 53 || c.SNATPorts.Min != 32768 || c.HairpinAddress.String() != "169.254.42.1" {
 		t.Fatalf("defaults not applied: %+v %+v", p, c)
 	}
+	if c.Services[0].Selection != SelectionRandom {
+		t.Fatalf("selection %q, want the default %q", c.Services[0].Selection, SelectionRandom)
+	}
 	if !c.Services[0].Endpoints[1].Terminating {
 		t.Fatal("terminating lost")
 	}
@@ -37,11 +40,12 @@ func TestParseAppliesDefaults(t *testing.T) {
 
 func TestValidateNamesFieldAndFix(t *testing.T) {
 	for name, tc := range map[string]struct{ yaml, want string }{
-		"overlap":  {"snatPorts: {min: 30000, max: 40000}\n", "snatPorts 30000-40000 overlaps nodePortRange"},
-		"typo":     {"nodeAdresses: [1.2.3.4]\n", "field nodeAdresses not found"},
-		"protocol": {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, protocol: SCTP}]}]\n", "services[0] (a).ports[0].protocol \"SCTP\": use TCP or UDP"},
-		"nodeport": {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 80}]}]\n", "nodePort 80: outside nodePortRange"},
-		"dup":      {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 30001}]}, {name: b, clusterIP: 10.0.0.2, ports: [{port: 1, nodePort: 30001}]}]\n", "also used by"},
+		"overlap":   {"snatPorts: {min: 30000, max: 40000}\n", "snatPorts 30000-40000 overlaps nodePortRange"},
+		"typo":      {"nodeAdresses: [1.2.3.4]\n", "field nodeAdresses not found"},
+		"protocol":  {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, protocol: SCTP}]}]\n", "services[0] (a).ports[0].protocol \"SCTP\": use TCP or UDP"},
+		"selection": {"services: [{name: a, clusterIP: 10.0.0.1, selection: ring, ports: [{port: 1}]}]\n", "services[0] (a).selection \"ring\": use random or maglev"},
+		"nodeport":  {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 80}]}]\n", "nodePort 80: outside nodePortRange"},
+		"dup":       {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 30001}]}, {name: b, clusterIP: 10.0.0.2, ports: [{port: 1, nodePort: 30001}]}]\n", "also used by"},
 	} {
 		_, err := Parse([]byte("interfaces: [eth0]\n" + tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
