@@ -4,6 +4,7 @@
 package vm
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -36,8 +37,7 @@ automatic:
 	t.Logf("gNB pid %d prioritised %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
 
 	// Exit: the operator forgets it with the scheduler's exit event.
-	g.Process.Kill()
-	g.Wait()
+	g.kill()
 	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, g.Process.Pid)), "the exit to be handled")
 
 	// Restart: the new process is prioritised on its first packet.
@@ -85,7 +85,19 @@ func startLab(t *testing.T) {
 	waitOutputOrExit(t, out, regexp.MustCompile(`lab up:`), "the lab to come up", done)
 }
 
-func startGnb(t *testing.T) *exec.Cmd {
+// gnb is the lab's gNB process; done closes when it has exited (the one
+// goroutine that waits for it: a second concurrent Wait can block forever).
+type gnb struct {
+	*exec.Cmd
+	done chan struct{}
+}
+
+func (g *gnb) kill() {
+	g.Process.Kill()
+	<-g.done
+}
+
+func startGnb(t *testing.T) *gnb {
 	t.Helper()
 	cmd := exec.Command(swiftlaneBin(t), "lab", "gnb")
 	out := &syncBuffer{}
@@ -97,12 +109,16 @@ func startGnb(t *testing.T) *exec.Cmd {
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	waitOutputOrExit(t, out, regexp.MustCompile(`gnb ready`), "the gNB", done)
-	return cmd
+	return &gnb{Cmd: cmd, done: done}
 }
 
 func uePing(t *testing.T, n int) {
 	t.Helper()
-	out, err := exec.Command(swiftlaneBin(t), "lab", "ping", "-c", strconv.Itoa(n), "-i", "10ms").CombinedOutput()
+	// Bounded: a ping that never returns must fail the test with its
+	// output, not hold the VM until the lab's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, swiftlaneBin(t), "lab", "ping", "-c", strconv.Itoa(n), "-i", "10ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("UE ping through GTP-U: %v\n%s", err, out)
 	}
