@@ -61,44 +61,49 @@ type swiftlaneSwlStrategy struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	swiftlaneMapCgroupStrategy     = "cgroup_strategy"
-	swiftlaneMapCpuLlc             = "cpu_llc"
-	swiftlaneMapCpuStates          = "cpu_states"
-	swiftlaneMapEvents             = "events"
-	swiftlaneMapStats              = "stats"
-	swiftlaneMapSwiftlaneOps       = "swiftlane_ops"
-	swiftlaneMapTaskCtxs           = "task_ctxs"
-	swiftlaneMapTgidStrategy       = "tgid_strategy"
-	swiftlaneProgSwlCpuOffline     = "swl_cpu_offline"
-	swiftlaneProgSwlCpuOnline      = "swl_cpu_online"
-	swiftlaneProgSwlDispatch       = "swl_dispatch"
-	swiftlaneProgSwlEnable         = "swl_enable"
-	swiftlaneProgSwlEnqueue        = "swl_enqueue"
-	swiftlaneProgSwlExit           = "swl_exit"
-	swiftlaneProgSwlInit           = "swl_init"
-	swiftlaneProgSwlInitTask       = "swl_init_task"
-	swiftlaneProgSwlOnExec         = "swl_on_exec"
-	swiftlaneProgSwlOnExit         = "swl_on_exit"
-	swiftlaneProgSwlOnFork         = "swl_on_fork"
-	swiftlaneProgSwlRunnable       = "swl_runnable"
-	swiftlaneProgSwlRunning        = "swl_running"
-	swiftlaneProgSwlSelectCpu      = "swl_select_cpu"
-	swiftlaneProgSwlStopping       = "swl_stopping"
-	swiftlaneVarSwlEventBtf        = "_swl_event_btf"
-	swiftlaneVarBuiltinIdle        = "builtin_idle"
-	swiftlaneVarCriticalBurstNs    = "critical_burst_ns"
-	swiftlaneVarCriticalSharePct   = "critical_share_pct"
-	swiftlaneVarEarlyProcessing    = "early_processing"
-	swiftlaneVarExitInfo           = "exit_info"
-	swiftlaneVarNrCgroupStrategies = "nr_cgroup_strategies"
-	swiftlaneVarNrCpus             = "nr_cpus"
-	swiftlaneVarQueuedCritical     = "queued_critical"
-	swiftlaneVarQueuedShared       = "queued_shared"
-	swiftlaneVarSliceLagNs         = "slice_lag_ns"
-	swiftlaneVarSliceMinNs         = "slice_min_ns"
-	swiftlaneVarSliceNs            = "slice_ns"
-	swiftlaneVarStarvationNs       = "starvation_ns"
-	swiftlaneVarStrategyGen        = "strategy_gen"
+	swiftlaneMapCgroupStrategy      = "cgroup_strategy"
+	swiftlaneMapCgrpCtxs            = "cgrp_ctxs"
+	swiftlaneMapCgrpLocks           = "cgrp_locks"
+	swiftlaneMapCpuLlc              = "cpu_llc"
+	swiftlaneMapCpuStates           = "cpu_states"
+	swiftlaneMapEvents              = "events"
+	swiftlaneMapStats               = "stats"
+	swiftlaneMapSwiftlaneOps        = "swiftlane_ops"
+	swiftlaneMapTaskCtxs            = "task_ctxs"
+	swiftlaneMapTgidStrategy        = "tgid_strategy"
+	swiftlaneProgSwlCgroupInit      = "swl_cgroup_init"
+	swiftlaneProgSwlCgroupSetWeight = "swl_cgroup_set_weight"
+	swiftlaneProgSwlCpuOffline      = "swl_cpu_offline"
+	swiftlaneProgSwlCpuOnline       = "swl_cpu_online"
+	swiftlaneProgSwlDispatch        = "swl_dispatch"
+	swiftlaneProgSwlEnable          = "swl_enable"
+	swiftlaneProgSwlEnqueue         = "swl_enqueue"
+	swiftlaneProgSwlExit            = "swl_exit"
+	swiftlaneProgSwlInit            = "swl_init"
+	swiftlaneProgSwlInitTask        = "swl_init_task"
+	swiftlaneProgSwlOnExec          = "swl_on_exec"
+	swiftlaneProgSwlOnExit          = "swl_on_exit"
+	swiftlaneProgSwlOnFork          = "swl_on_fork"
+	swiftlaneProgSwlQuiescent       = "swl_quiescent"
+	swiftlaneProgSwlRunnable        = "swl_runnable"
+	swiftlaneProgSwlRunning         = "swl_running"
+	swiftlaneProgSwlSelectCpu       = "swl_select_cpu"
+	swiftlaneProgSwlStopping        = "swl_stopping"
+	swiftlaneVarSwlEventBtf         = "_swl_event_btf"
+	swiftlaneVarBuiltinIdle         = "builtin_idle"
+	swiftlaneVarCriticalBurstNs     = "critical_burst_ns"
+	swiftlaneVarCriticalSharePct    = "critical_share_pct"
+	swiftlaneVarEarlyProcessing     = "early_processing"
+	swiftlaneVarExitInfo            = "exit_info"
+	swiftlaneVarNrCgroupStrategies  = "nr_cgroup_strategies"
+	swiftlaneVarNrCpus              = "nr_cpus"
+	swiftlaneVarQueuedCritical      = "queued_critical"
+	swiftlaneVarQueuedShared        = "queued_shared"
+	swiftlaneVarSliceLagNs          = "slice_lag_ns"
+	swiftlaneVarSliceMinNs          = "slice_min_ns"
+	swiftlaneVarSliceNs             = "slice_ns"
+	swiftlaneVarStarvationNs        = "starvation_ns"
+	swiftlaneVarStrategyGen         = "strategy_gen"
 )
 
 // loadSwiftlane returns the embedded CollectionSpec for swiftlane.
@@ -143,21 +148,24 @@ type swiftlaneSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type swiftlaneProgramSpecs struct {
-	SwlCpuOffline *ebpf.ProgramSpec `ebpf:"swl_cpu_offline"`
-	SwlCpuOnline  *ebpf.ProgramSpec `ebpf:"swl_cpu_online"`
-	SwlDispatch   *ebpf.ProgramSpec `ebpf:"swl_dispatch"`
-	SwlEnable     *ebpf.ProgramSpec `ebpf:"swl_enable"`
-	SwlEnqueue    *ebpf.ProgramSpec `ebpf:"swl_enqueue"`
-	SwlExit       *ebpf.ProgramSpec `ebpf:"swl_exit"`
-	SwlInit       *ebpf.ProgramSpec `ebpf:"swl_init"`
-	SwlInitTask   *ebpf.ProgramSpec `ebpf:"swl_init_task"`
-	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
-	SwlRunnable   *ebpf.ProgramSpec `ebpf:"swl_runnable"`
-	SwlRunning    *ebpf.ProgramSpec `ebpf:"swl_running"`
-	SwlSelectCpu  *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
-	SwlStopping   *ebpf.ProgramSpec `ebpf:"swl_stopping"`
+	SwlCgroupInit      *ebpf.ProgramSpec `ebpf:"swl_cgroup_init"`
+	SwlCgroupSetWeight *ebpf.ProgramSpec `ebpf:"swl_cgroup_set_weight"`
+	SwlCpuOffline      *ebpf.ProgramSpec `ebpf:"swl_cpu_offline"`
+	SwlCpuOnline       *ebpf.ProgramSpec `ebpf:"swl_cpu_online"`
+	SwlDispatch        *ebpf.ProgramSpec `ebpf:"swl_dispatch"`
+	SwlEnable          *ebpf.ProgramSpec `ebpf:"swl_enable"`
+	SwlEnqueue         *ebpf.ProgramSpec `ebpf:"swl_enqueue"`
+	SwlExit            *ebpf.ProgramSpec `ebpf:"swl_exit"`
+	SwlInit            *ebpf.ProgramSpec `ebpf:"swl_init"`
+	SwlInitTask        *ebpf.ProgramSpec `ebpf:"swl_init_task"`
+	SwlOnExec          *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit          *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork          *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
+	SwlQuiescent       *ebpf.ProgramSpec `ebpf:"swl_quiescent"`
+	SwlRunnable        *ebpf.ProgramSpec `ebpf:"swl_runnable"`
+	SwlRunning         *ebpf.ProgramSpec `ebpf:"swl_running"`
+	SwlSelectCpu       *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
+	SwlStopping        *ebpf.ProgramSpec `ebpf:"swl_stopping"`
 }
 
 // swiftlaneMapSpecs contains maps before they are loaded into the kernel.
@@ -165,6 +173,8 @@ type swiftlaneProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type swiftlaneMapSpecs struct {
 	CgroupStrategy *ebpf.MapSpec `ebpf:"cgroup_strategy"`
+	CgrpCtxs       *ebpf.MapSpec `ebpf:"cgrp_ctxs"`
+	CgrpLocks      *ebpf.MapSpec `ebpf:"cgrp_locks"`
 	CpuLlc         *ebpf.MapSpec `ebpf:"cpu_llc"`
 	CpuStates      *ebpf.MapSpec `ebpf:"cpu_states"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
@@ -216,6 +226,8 @@ func (o *swiftlaneObjects) Close() error {
 // It can be passed to loadSwiftlaneObjects or ebpf.CollectionSpec.LoadAndAssign.
 type swiftlaneMaps struct {
 	CgroupStrategy *ebpf.Map `ebpf:"cgroup_strategy"`
+	CgrpCtxs       *ebpf.Map `ebpf:"cgrp_ctxs"`
+	CgrpLocks      *ebpf.Map `ebpf:"cgrp_locks"`
 	CpuLlc         *ebpf.Map `ebpf:"cpu_llc"`
 	CpuStates      *ebpf.Map `ebpf:"cpu_states"`
 	Events         *ebpf.Map `ebpf:"events"`
@@ -228,6 +240,8 @@ type swiftlaneMaps struct {
 func (m *swiftlaneMaps) Close() error {
 	return _SwiftlaneClose(
 		m.CgroupStrategy,
+		m.CgrpCtxs,
+		m.CgrpLocks,
 		m.CpuLlc,
 		m.CpuStates,
 		m.Events,
@@ -263,25 +277,30 @@ type swiftlaneVariables struct {
 //
 // It can be passed to loadSwiftlaneObjects or ebpf.CollectionSpec.LoadAndAssign.
 type swiftlanePrograms struct {
-	SwlCpuOffline *ebpf.Program `ebpf:"swl_cpu_offline"`
-	SwlCpuOnline  *ebpf.Program `ebpf:"swl_cpu_online"`
-	SwlDispatch   *ebpf.Program `ebpf:"swl_dispatch"`
-	SwlEnable     *ebpf.Program `ebpf:"swl_enable"`
-	SwlEnqueue    *ebpf.Program `ebpf:"swl_enqueue"`
-	SwlExit       *ebpf.Program `ebpf:"swl_exit"`
-	SwlInit       *ebpf.Program `ebpf:"swl_init"`
-	SwlInitTask   *ebpf.Program `ebpf:"swl_init_task"`
-	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
-	SwlRunnable   *ebpf.Program `ebpf:"swl_runnable"`
-	SwlRunning    *ebpf.Program `ebpf:"swl_running"`
-	SwlSelectCpu  *ebpf.Program `ebpf:"swl_select_cpu"`
-	SwlStopping   *ebpf.Program `ebpf:"swl_stopping"`
+	SwlCgroupInit      *ebpf.Program `ebpf:"swl_cgroup_init"`
+	SwlCgroupSetWeight *ebpf.Program `ebpf:"swl_cgroup_set_weight"`
+	SwlCpuOffline      *ebpf.Program `ebpf:"swl_cpu_offline"`
+	SwlCpuOnline       *ebpf.Program `ebpf:"swl_cpu_online"`
+	SwlDispatch        *ebpf.Program `ebpf:"swl_dispatch"`
+	SwlEnable          *ebpf.Program `ebpf:"swl_enable"`
+	SwlEnqueue         *ebpf.Program `ebpf:"swl_enqueue"`
+	SwlExit            *ebpf.Program `ebpf:"swl_exit"`
+	SwlInit            *ebpf.Program `ebpf:"swl_init"`
+	SwlInitTask        *ebpf.Program `ebpf:"swl_init_task"`
+	SwlOnExec          *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit          *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork          *ebpf.Program `ebpf:"swl_on_fork"`
+	SwlQuiescent       *ebpf.Program `ebpf:"swl_quiescent"`
+	SwlRunnable        *ebpf.Program `ebpf:"swl_runnable"`
+	SwlRunning         *ebpf.Program `ebpf:"swl_running"`
+	SwlSelectCpu       *ebpf.Program `ebpf:"swl_select_cpu"`
+	SwlStopping        *ebpf.Program `ebpf:"swl_stopping"`
 }
 
 func (p *swiftlanePrograms) Close() error {
 	return _SwiftlaneClose(
+		p.SwlCgroupInit,
+		p.SwlCgroupSetWeight,
 		p.SwlCpuOffline,
 		p.SwlCpuOnline,
 		p.SwlDispatch,
@@ -293,6 +312,7 @@ func (p *swiftlanePrograms) Close() error {
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,
+		p.SwlQuiescent,
 		p.SwlRunnable,
 		p.SwlRunning,
 		p.SwlSelectCpu,

@@ -16,44 +16,49 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	swiftlaneV2MapCgroupStrategy     = "cgroup_strategy"
-	swiftlaneV2MapCpuLlc             = "cpu_llc"
-	swiftlaneV2MapCpuStates          = "cpu_states"
-	swiftlaneV2MapEvents             = "events"
-	swiftlaneV2MapStats              = "stats"
-	swiftlaneV2MapSwiftlaneOps       = "swiftlane_ops"
-	swiftlaneV2MapTaskCtxs           = "task_ctxs"
-	swiftlaneV2MapTgidStrategy       = "tgid_strategy"
-	swiftlaneV2ProgSwlCpuOffline     = "swl_cpu_offline"
-	swiftlaneV2ProgSwlCpuOnline      = "swl_cpu_online"
-	swiftlaneV2ProgSwlDispatch       = "swl_dispatch"
-	swiftlaneV2ProgSwlEnable         = "swl_enable"
-	swiftlaneV2ProgSwlEnqueue        = "swl_enqueue"
-	swiftlaneV2ProgSwlExit           = "swl_exit"
-	swiftlaneV2ProgSwlInit           = "swl_init"
-	swiftlaneV2ProgSwlInitTask       = "swl_init_task"
-	swiftlaneV2ProgSwlOnExec         = "swl_on_exec"
-	swiftlaneV2ProgSwlOnExit         = "swl_on_exit"
-	swiftlaneV2ProgSwlOnFork         = "swl_on_fork"
-	swiftlaneV2ProgSwlRunnable       = "swl_runnable"
-	swiftlaneV2ProgSwlRunning        = "swl_running"
-	swiftlaneV2ProgSwlSelectCpu      = "swl_select_cpu"
-	swiftlaneV2ProgSwlStopping       = "swl_stopping"
-	swiftlaneV2VarSwlEventBtf        = "_swl_event_btf"
-	swiftlaneV2VarBuiltinIdle        = "builtin_idle"
-	swiftlaneV2VarCriticalBurstNs    = "critical_burst_ns"
-	swiftlaneV2VarCriticalSharePct   = "critical_share_pct"
-	swiftlaneV2VarEarlyProcessing    = "early_processing"
-	swiftlaneV2VarExitInfo           = "exit_info"
-	swiftlaneV2VarNrCgroupStrategies = "nr_cgroup_strategies"
-	swiftlaneV2VarNrCpus             = "nr_cpus"
-	swiftlaneV2VarQueuedCritical     = "queued_critical"
-	swiftlaneV2VarQueuedShared       = "queued_shared"
-	swiftlaneV2VarSliceLagNs         = "slice_lag_ns"
-	swiftlaneV2VarSliceMinNs         = "slice_min_ns"
-	swiftlaneV2VarSliceNs            = "slice_ns"
-	swiftlaneV2VarStarvationNs       = "starvation_ns"
-	swiftlaneV2VarStrategyGen        = "strategy_gen"
+	swiftlaneV2MapCgroupStrategy      = "cgroup_strategy"
+	swiftlaneV2MapCgrpCtxs            = "cgrp_ctxs"
+	swiftlaneV2MapCgrpLocks           = "cgrp_locks"
+	swiftlaneV2MapCpuLlc              = "cpu_llc"
+	swiftlaneV2MapCpuStates           = "cpu_states"
+	swiftlaneV2MapEvents              = "events"
+	swiftlaneV2MapStats               = "stats"
+	swiftlaneV2MapSwiftlaneOps        = "swiftlane_ops"
+	swiftlaneV2MapTaskCtxs            = "task_ctxs"
+	swiftlaneV2MapTgidStrategy        = "tgid_strategy"
+	swiftlaneV2ProgSwlCgroupInit      = "swl_cgroup_init"
+	swiftlaneV2ProgSwlCgroupSetWeight = "swl_cgroup_set_weight"
+	swiftlaneV2ProgSwlCpuOffline      = "swl_cpu_offline"
+	swiftlaneV2ProgSwlCpuOnline       = "swl_cpu_online"
+	swiftlaneV2ProgSwlDispatch        = "swl_dispatch"
+	swiftlaneV2ProgSwlEnable          = "swl_enable"
+	swiftlaneV2ProgSwlEnqueue         = "swl_enqueue"
+	swiftlaneV2ProgSwlExit            = "swl_exit"
+	swiftlaneV2ProgSwlInit            = "swl_init"
+	swiftlaneV2ProgSwlInitTask        = "swl_init_task"
+	swiftlaneV2ProgSwlOnExec          = "swl_on_exec"
+	swiftlaneV2ProgSwlOnExit          = "swl_on_exit"
+	swiftlaneV2ProgSwlOnFork          = "swl_on_fork"
+	swiftlaneV2ProgSwlQuiescent       = "swl_quiescent"
+	swiftlaneV2ProgSwlRunnable        = "swl_runnable"
+	swiftlaneV2ProgSwlRunning         = "swl_running"
+	swiftlaneV2ProgSwlSelectCpu       = "swl_select_cpu"
+	swiftlaneV2ProgSwlStopping        = "swl_stopping"
+	swiftlaneV2VarSwlEventBtf         = "_swl_event_btf"
+	swiftlaneV2VarBuiltinIdle         = "builtin_idle"
+	swiftlaneV2VarCriticalBurstNs     = "critical_burst_ns"
+	swiftlaneV2VarCriticalSharePct    = "critical_share_pct"
+	swiftlaneV2VarEarlyProcessing     = "early_processing"
+	swiftlaneV2VarExitInfo            = "exit_info"
+	swiftlaneV2VarNrCgroupStrategies  = "nr_cgroup_strategies"
+	swiftlaneV2VarNrCpus              = "nr_cpus"
+	swiftlaneV2VarQueuedCritical      = "queued_critical"
+	swiftlaneV2VarQueuedShared        = "queued_shared"
+	swiftlaneV2VarSliceLagNs          = "slice_lag_ns"
+	swiftlaneV2VarSliceMinNs          = "slice_min_ns"
+	swiftlaneV2VarSliceNs             = "slice_ns"
+	swiftlaneV2VarStarvationNs        = "starvation_ns"
+	swiftlaneV2VarStrategyGen         = "strategy_gen"
 )
 
 // loadSwiftlaneV2 returns the embedded CollectionSpec for swiftlaneV2.
@@ -98,21 +103,24 @@ type swiftlaneV2Specs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type swiftlaneV2ProgramSpecs struct {
-	SwlCpuOffline *ebpf.ProgramSpec `ebpf:"swl_cpu_offline"`
-	SwlCpuOnline  *ebpf.ProgramSpec `ebpf:"swl_cpu_online"`
-	SwlDispatch   *ebpf.ProgramSpec `ebpf:"swl_dispatch"`
-	SwlEnable     *ebpf.ProgramSpec `ebpf:"swl_enable"`
-	SwlEnqueue    *ebpf.ProgramSpec `ebpf:"swl_enqueue"`
-	SwlExit       *ebpf.ProgramSpec `ebpf:"swl_exit"`
-	SwlInit       *ebpf.ProgramSpec `ebpf:"swl_init"`
-	SwlInitTask   *ebpf.ProgramSpec `ebpf:"swl_init_task"`
-	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
-	SwlRunnable   *ebpf.ProgramSpec `ebpf:"swl_runnable"`
-	SwlRunning    *ebpf.ProgramSpec `ebpf:"swl_running"`
-	SwlSelectCpu  *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
-	SwlStopping   *ebpf.ProgramSpec `ebpf:"swl_stopping"`
+	SwlCgroupInit      *ebpf.ProgramSpec `ebpf:"swl_cgroup_init"`
+	SwlCgroupSetWeight *ebpf.ProgramSpec `ebpf:"swl_cgroup_set_weight"`
+	SwlCpuOffline      *ebpf.ProgramSpec `ebpf:"swl_cpu_offline"`
+	SwlCpuOnline       *ebpf.ProgramSpec `ebpf:"swl_cpu_online"`
+	SwlDispatch        *ebpf.ProgramSpec `ebpf:"swl_dispatch"`
+	SwlEnable          *ebpf.ProgramSpec `ebpf:"swl_enable"`
+	SwlEnqueue         *ebpf.ProgramSpec `ebpf:"swl_enqueue"`
+	SwlExit            *ebpf.ProgramSpec `ebpf:"swl_exit"`
+	SwlInit            *ebpf.ProgramSpec `ebpf:"swl_init"`
+	SwlInitTask        *ebpf.ProgramSpec `ebpf:"swl_init_task"`
+	SwlOnExec          *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit          *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork          *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
+	SwlQuiescent       *ebpf.ProgramSpec `ebpf:"swl_quiescent"`
+	SwlRunnable        *ebpf.ProgramSpec `ebpf:"swl_runnable"`
+	SwlRunning         *ebpf.ProgramSpec `ebpf:"swl_running"`
+	SwlSelectCpu       *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
+	SwlStopping        *ebpf.ProgramSpec `ebpf:"swl_stopping"`
 }
 
 // swiftlaneV2MapSpecs contains maps before they are loaded into the kernel.
@@ -120,6 +128,8 @@ type swiftlaneV2ProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type swiftlaneV2MapSpecs struct {
 	CgroupStrategy *ebpf.MapSpec `ebpf:"cgroup_strategy"`
+	CgrpCtxs       *ebpf.MapSpec `ebpf:"cgrp_ctxs"`
+	CgrpLocks      *ebpf.MapSpec `ebpf:"cgrp_locks"`
 	CpuLlc         *ebpf.MapSpec `ebpf:"cpu_llc"`
 	CpuStates      *ebpf.MapSpec `ebpf:"cpu_states"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
@@ -171,6 +181,8 @@ func (o *swiftlaneV2Objects) Close() error {
 // It can be passed to loadSwiftlaneV2Objects or ebpf.CollectionSpec.LoadAndAssign.
 type swiftlaneV2Maps struct {
 	CgroupStrategy *ebpf.Map `ebpf:"cgroup_strategy"`
+	CgrpCtxs       *ebpf.Map `ebpf:"cgrp_ctxs"`
+	CgrpLocks      *ebpf.Map `ebpf:"cgrp_locks"`
 	CpuLlc         *ebpf.Map `ebpf:"cpu_llc"`
 	CpuStates      *ebpf.Map `ebpf:"cpu_states"`
 	Events         *ebpf.Map `ebpf:"events"`
@@ -183,6 +195,8 @@ type swiftlaneV2Maps struct {
 func (m *swiftlaneV2Maps) Close() error {
 	return _SwiftlaneV2Close(
 		m.CgroupStrategy,
+		m.CgrpCtxs,
+		m.CgrpLocks,
 		m.CpuLlc,
 		m.CpuStates,
 		m.Events,
@@ -218,25 +232,30 @@ type swiftlaneV2Variables struct {
 //
 // It can be passed to loadSwiftlaneV2Objects or ebpf.CollectionSpec.LoadAndAssign.
 type swiftlaneV2Programs struct {
-	SwlCpuOffline *ebpf.Program `ebpf:"swl_cpu_offline"`
-	SwlCpuOnline  *ebpf.Program `ebpf:"swl_cpu_online"`
-	SwlDispatch   *ebpf.Program `ebpf:"swl_dispatch"`
-	SwlEnable     *ebpf.Program `ebpf:"swl_enable"`
-	SwlEnqueue    *ebpf.Program `ebpf:"swl_enqueue"`
-	SwlExit       *ebpf.Program `ebpf:"swl_exit"`
-	SwlInit       *ebpf.Program `ebpf:"swl_init"`
-	SwlInitTask   *ebpf.Program `ebpf:"swl_init_task"`
-	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
-	SwlRunnable   *ebpf.Program `ebpf:"swl_runnable"`
-	SwlRunning    *ebpf.Program `ebpf:"swl_running"`
-	SwlSelectCpu  *ebpf.Program `ebpf:"swl_select_cpu"`
-	SwlStopping   *ebpf.Program `ebpf:"swl_stopping"`
+	SwlCgroupInit      *ebpf.Program `ebpf:"swl_cgroup_init"`
+	SwlCgroupSetWeight *ebpf.Program `ebpf:"swl_cgroup_set_weight"`
+	SwlCpuOffline      *ebpf.Program `ebpf:"swl_cpu_offline"`
+	SwlCpuOnline       *ebpf.Program `ebpf:"swl_cpu_online"`
+	SwlDispatch        *ebpf.Program `ebpf:"swl_dispatch"`
+	SwlEnable          *ebpf.Program `ebpf:"swl_enable"`
+	SwlEnqueue         *ebpf.Program `ebpf:"swl_enqueue"`
+	SwlExit            *ebpf.Program `ebpf:"swl_exit"`
+	SwlInit            *ebpf.Program `ebpf:"swl_init"`
+	SwlInitTask        *ebpf.Program `ebpf:"swl_init_task"`
+	SwlOnExec          *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit          *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork          *ebpf.Program `ebpf:"swl_on_fork"`
+	SwlQuiescent       *ebpf.Program `ebpf:"swl_quiescent"`
+	SwlRunnable        *ebpf.Program `ebpf:"swl_runnable"`
+	SwlRunning         *ebpf.Program `ebpf:"swl_running"`
+	SwlSelectCpu       *ebpf.Program `ebpf:"swl_select_cpu"`
+	SwlStopping        *ebpf.Program `ebpf:"swl_stopping"`
 }
 
 func (p *swiftlaneV2Programs) Close() error {
 	return _SwiftlaneV2Close(
+		p.SwlCgroupInit,
+		p.SwlCgroupSetWeight,
 		p.SwlCpuOffline,
 		p.SwlCpuOnline,
 		p.SwlDispatch,
@@ -248,6 +267,7 @@ func (p *swiftlaneV2Programs) Close() error {
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,
+		p.SwlQuiescent,
 		p.SwlRunnable,
 		p.SwlRunning,
 		p.SwlSelectCpu,

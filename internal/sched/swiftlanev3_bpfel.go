@@ -16,44 +16,49 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	swiftlaneV3MapCgroupStrategy     = "cgroup_strategy"
-	swiftlaneV3MapCpuLlc             = "cpu_llc"
-	swiftlaneV3MapCpuStates          = "cpu_states"
-	swiftlaneV3MapEvents             = "events"
-	swiftlaneV3MapStats              = "stats"
-	swiftlaneV3MapSwiftlaneOps       = "swiftlane_ops"
-	swiftlaneV3MapTaskCtxs           = "task_ctxs"
-	swiftlaneV3MapTgidStrategy       = "tgid_strategy"
-	swiftlaneV3ProgSwlCpuOffline     = "swl_cpu_offline"
-	swiftlaneV3ProgSwlCpuOnline      = "swl_cpu_online"
-	swiftlaneV3ProgSwlDispatch       = "swl_dispatch"
-	swiftlaneV3ProgSwlEnable         = "swl_enable"
-	swiftlaneV3ProgSwlEnqueue        = "swl_enqueue"
-	swiftlaneV3ProgSwlExit           = "swl_exit"
-	swiftlaneV3ProgSwlInit           = "swl_init"
-	swiftlaneV3ProgSwlInitTask       = "swl_init_task"
-	swiftlaneV3ProgSwlOnExec         = "swl_on_exec"
-	swiftlaneV3ProgSwlOnExit         = "swl_on_exit"
-	swiftlaneV3ProgSwlOnFork         = "swl_on_fork"
-	swiftlaneV3ProgSwlRunnable       = "swl_runnable"
-	swiftlaneV3ProgSwlRunning        = "swl_running"
-	swiftlaneV3ProgSwlSelectCpu      = "swl_select_cpu"
-	swiftlaneV3ProgSwlStopping       = "swl_stopping"
-	swiftlaneV3VarSwlEventBtf        = "_swl_event_btf"
-	swiftlaneV3VarBuiltinIdle        = "builtin_idle"
-	swiftlaneV3VarCriticalBurstNs    = "critical_burst_ns"
-	swiftlaneV3VarCriticalSharePct   = "critical_share_pct"
-	swiftlaneV3VarEarlyProcessing    = "early_processing"
-	swiftlaneV3VarExitInfo           = "exit_info"
-	swiftlaneV3VarNrCgroupStrategies = "nr_cgroup_strategies"
-	swiftlaneV3VarNrCpus             = "nr_cpus"
-	swiftlaneV3VarQueuedCritical     = "queued_critical"
-	swiftlaneV3VarQueuedShared       = "queued_shared"
-	swiftlaneV3VarSliceLagNs         = "slice_lag_ns"
-	swiftlaneV3VarSliceMinNs         = "slice_min_ns"
-	swiftlaneV3VarSliceNs            = "slice_ns"
-	swiftlaneV3VarStarvationNs       = "starvation_ns"
-	swiftlaneV3VarStrategyGen        = "strategy_gen"
+	swiftlaneV3MapCgroupStrategy      = "cgroup_strategy"
+	swiftlaneV3MapCgrpCtxs            = "cgrp_ctxs"
+	swiftlaneV3MapCgrpLocks           = "cgrp_locks"
+	swiftlaneV3MapCpuLlc              = "cpu_llc"
+	swiftlaneV3MapCpuStates           = "cpu_states"
+	swiftlaneV3MapEvents              = "events"
+	swiftlaneV3MapStats               = "stats"
+	swiftlaneV3MapSwiftlaneOps        = "swiftlane_ops"
+	swiftlaneV3MapTaskCtxs            = "task_ctxs"
+	swiftlaneV3MapTgidStrategy        = "tgid_strategy"
+	swiftlaneV3ProgSwlCgroupInit      = "swl_cgroup_init"
+	swiftlaneV3ProgSwlCgroupSetWeight = "swl_cgroup_set_weight"
+	swiftlaneV3ProgSwlCpuOffline      = "swl_cpu_offline"
+	swiftlaneV3ProgSwlCpuOnline       = "swl_cpu_online"
+	swiftlaneV3ProgSwlDispatch        = "swl_dispatch"
+	swiftlaneV3ProgSwlEnable          = "swl_enable"
+	swiftlaneV3ProgSwlEnqueue         = "swl_enqueue"
+	swiftlaneV3ProgSwlExit            = "swl_exit"
+	swiftlaneV3ProgSwlInit            = "swl_init"
+	swiftlaneV3ProgSwlInitTask        = "swl_init_task"
+	swiftlaneV3ProgSwlOnExec          = "swl_on_exec"
+	swiftlaneV3ProgSwlOnExit          = "swl_on_exit"
+	swiftlaneV3ProgSwlOnFork          = "swl_on_fork"
+	swiftlaneV3ProgSwlQuiescent       = "swl_quiescent"
+	swiftlaneV3ProgSwlRunnable        = "swl_runnable"
+	swiftlaneV3ProgSwlRunning         = "swl_running"
+	swiftlaneV3ProgSwlSelectCpu       = "swl_select_cpu"
+	swiftlaneV3ProgSwlStopping        = "swl_stopping"
+	swiftlaneV3VarSwlEventBtf         = "_swl_event_btf"
+	swiftlaneV3VarBuiltinIdle         = "builtin_idle"
+	swiftlaneV3VarCriticalBurstNs     = "critical_burst_ns"
+	swiftlaneV3VarCriticalSharePct    = "critical_share_pct"
+	swiftlaneV3VarEarlyProcessing     = "early_processing"
+	swiftlaneV3VarExitInfo            = "exit_info"
+	swiftlaneV3VarNrCgroupStrategies  = "nr_cgroup_strategies"
+	swiftlaneV3VarNrCpus              = "nr_cpus"
+	swiftlaneV3VarQueuedCritical      = "queued_critical"
+	swiftlaneV3VarQueuedShared        = "queued_shared"
+	swiftlaneV3VarSliceLagNs          = "slice_lag_ns"
+	swiftlaneV3VarSliceMinNs          = "slice_min_ns"
+	swiftlaneV3VarSliceNs             = "slice_ns"
+	swiftlaneV3VarStarvationNs        = "starvation_ns"
+	swiftlaneV3VarStrategyGen         = "strategy_gen"
 )
 
 // loadSwiftlaneV3 returns the embedded CollectionSpec for swiftlaneV3.
@@ -98,21 +103,24 @@ type swiftlaneV3Specs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type swiftlaneV3ProgramSpecs struct {
-	SwlCpuOffline *ebpf.ProgramSpec `ebpf:"swl_cpu_offline"`
-	SwlCpuOnline  *ebpf.ProgramSpec `ebpf:"swl_cpu_online"`
-	SwlDispatch   *ebpf.ProgramSpec `ebpf:"swl_dispatch"`
-	SwlEnable     *ebpf.ProgramSpec `ebpf:"swl_enable"`
-	SwlEnqueue    *ebpf.ProgramSpec `ebpf:"swl_enqueue"`
-	SwlExit       *ebpf.ProgramSpec `ebpf:"swl_exit"`
-	SwlInit       *ebpf.ProgramSpec `ebpf:"swl_init"`
-	SwlInitTask   *ebpf.ProgramSpec `ebpf:"swl_init_task"`
-	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
-	SwlRunnable   *ebpf.ProgramSpec `ebpf:"swl_runnable"`
-	SwlRunning    *ebpf.ProgramSpec `ebpf:"swl_running"`
-	SwlSelectCpu  *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
-	SwlStopping   *ebpf.ProgramSpec `ebpf:"swl_stopping"`
+	SwlCgroupInit      *ebpf.ProgramSpec `ebpf:"swl_cgroup_init"`
+	SwlCgroupSetWeight *ebpf.ProgramSpec `ebpf:"swl_cgroup_set_weight"`
+	SwlCpuOffline      *ebpf.ProgramSpec `ebpf:"swl_cpu_offline"`
+	SwlCpuOnline       *ebpf.ProgramSpec `ebpf:"swl_cpu_online"`
+	SwlDispatch        *ebpf.ProgramSpec `ebpf:"swl_dispatch"`
+	SwlEnable          *ebpf.ProgramSpec `ebpf:"swl_enable"`
+	SwlEnqueue         *ebpf.ProgramSpec `ebpf:"swl_enqueue"`
+	SwlExit            *ebpf.ProgramSpec `ebpf:"swl_exit"`
+	SwlInit            *ebpf.ProgramSpec `ebpf:"swl_init"`
+	SwlInitTask        *ebpf.ProgramSpec `ebpf:"swl_init_task"`
+	SwlOnExec          *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit          *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork          *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
+	SwlQuiescent       *ebpf.ProgramSpec `ebpf:"swl_quiescent"`
+	SwlRunnable        *ebpf.ProgramSpec `ebpf:"swl_runnable"`
+	SwlRunning         *ebpf.ProgramSpec `ebpf:"swl_running"`
+	SwlSelectCpu       *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
+	SwlStopping        *ebpf.ProgramSpec `ebpf:"swl_stopping"`
 }
 
 // swiftlaneV3MapSpecs contains maps before they are loaded into the kernel.
@@ -120,6 +128,8 @@ type swiftlaneV3ProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type swiftlaneV3MapSpecs struct {
 	CgroupStrategy *ebpf.MapSpec `ebpf:"cgroup_strategy"`
+	CgrpCtxs       *ebpf.MapSpec `ebpf:"cgrp_ctxs"`
+	CgrpLocks      *ebpf.MapSpec `ebpf:"cgrp_locks"`
 	CpuLlc         *ebpf.MapSpec `ebpf:"cpu_llc"`
 	CpuStates      *ebpf.MapSpec `ebpf:"cpu_states"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
@@ -171,6 +181,8 @@ func (o *swiftlaneV3Objects) Close() error {
 // It can be passed to loadSwiftlaneV3Objects or ebpf.CollectionSpec.LoadAndAssign.
 type swiftlaneV3Maps struct {
 	CgroupStrategy *ebpf.Map `ebpf:"cgroup_strategy"`
+	CgrpCtxs       *ebpf.Map `ebpf:"cgrp_ctxs"`
+	CgrpLocks      *ebpf.Map `ebpf:"cgrp_locks"`
 	CpuLlc         *ebpf.Map `ebpf:"cpu_llc"`
 	CpuStates      *ebpf.Map `ebpf:"cpu_states"`
 	Events         *ebpf.Map `ebpf:"events"`
@@ -183,6 +195,8 @@ type swiftlaneV3Maps struct {
 func (m *swiftlaneV3Maps) Close() error {
 	return _SwiftlaneV3Close(
 		m.CgroupStrategy,
+		m.CgrpCtxs,
+		m.CgrpLocks,
 		m.CpuLlc,
 		m.CpuStates,
 		m.Events,
@@ -218,25 +232,30 @@ type swiftlaneV3Variables struct {
 //
 // It can be passed to loadSwiftlaneV3Objects or ebpf.CollectionSpec.LoadAndAssign.
 type swiftlaneV3Programs struct {
-	SwlCpuOffline *ebpf.Program `ebpf:"swl_cpu_offline"`
-	SwlCpuOnline  *ebpf.Program `ebpf:"swl_cpu_online"`
-	SwlDispatch   *ebpf.Program `ebpf:"swl_dispatch"`
-	SwlEnable     *ebpf.Program `ebpf:"swl_enable"`
-	SwlEnqueue    *ebpf.Program `ebpf:"swl_enqueue"`
-	SwlExit       *ebpf.Program `ebpf:"swl_exit"`
-	SwlInit       *ebpf.Program `ebpf:"swl_init"`
-	SwlInitTask   *ebpf.Program `ebpf:"swl_init_task"`
-	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
-	SwlRunnable   *ebpf.Program `ebpf:"swl_runnable"`
-	SwlRunning    *ebpf.Program `ebpf:"swl_running"`
-	SwlSelectCpu  *ebpf.Program `ebpf:"swl_select_cpu"`
-	SwlStopping   *ebpf.Program `ebpf:"swl_stopping"`
+	SwlCgroupInit      *ebpf.Program `ebpf:"swl_cgroup_init"`
+	SwlCgroupSetWeight *ebpf.Program `ebpf:"swl_cgroup_set_weight"`
+	SwlCpuOffline      *ebpf.Program `ebpf:"swl_cpu_offline"`
+	SwlCpuOnline       *ebpf.Program `ebpf:"swl_cpu_online"`
+	SwlDispatch        *ebpf.Program `ebpf:"swl_dispatch"`
+	SwlEnable          *ebpf.Program `ebpf:"swl_enable"`
+	SwlEnqueue         *ebpf.Program `ebpf:"swl_enqueue"`
+	SwlExit            *ebpf.Program `ebpf:"swl_exit"`
+	SwlInit            *ebpf.Program `ebpf:"swl_init"`
+	SwlInitTask        *ebpf.Program `ebpf:"swl_init_task"`
+	SwlOnExec          *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit          *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork          *ebpf.Program `ebpf:"swl_on_fork"`
+	SwlQuiescent       *ebpf.Program `ebpf:"swl_quiescent"`
+	SwlRunnable        *ebpf.Program `ebpf:"swl_runnable"`
+	SwlRunning         *ebpf.Program `ebpf:"swl_running"`
+	SwlSelectCpu       *ebpf.Program `ebpf:"swl_select_cpu"`
+	SwlStopping        *ebpf.Program `ebpf:"swl_stopping"`
 }
 
 func (p *swiftlaneV3Programs) Close() error {
 	return _SwiftlaneV3Close(
+		p.SwlCgroupInit,
+		p.SwlCgroupSetWeight,
 		p.SwlCpuOffline,
 		p.SwlCpuOnline,
 		p.SwlDispatch,
@@ -248,6 +267,7 @@ func (p *swiftlaneV3Programs) Close() error {
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,
+		p.SwlQuiescent,
 		p.SwlRunnable,
 		p.SwlRunning,
 		p.SwlSelectCpu,

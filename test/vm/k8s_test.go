@@ -244,7 +244,8 @@ func cgroupInode(t *testing.T, dir string) uint64 {
 	return st.Ino
 }
 
-// mergeK8sResults merges keys into the JSON file SWL_K8S_RESULTS names.
+// mergeK8sResults sets keys (and "kernel") in the JSON object the file
+// SWL_K8S_RESULTS names, keeping the keys other tests wrote there.
 func mergeK8sResults(t *testing.T, kv map[string]any) {
 	t.Helper()
 	path := os.Getenv("SWL_K8S_RESULTS")
@@ -252,15 +253,28 @@ func mergeK8sResults(t *testing.T, kv map[string]any) {
 		return
 	}
 	out := map[string]any{}
-	if b, err := os.ReadFile(path); err == nil {
-		_ = json.Unmarshal(b, &out)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("SWL_K8S_RESULTS: %s is not a JSON object: %v", path, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		t.Fatalf("SWL_K8S_RESULTS: %v", err)
 	}
 	for k, v := range kv {
 		out[k] = v
 	}
 	out["kernel"] = kernelRelease(t)
-	b, _ := json.MarshalIndent(out, "", "  ")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	b, err = json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }

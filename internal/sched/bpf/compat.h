@@ -37,6 +37,10 @@ bool scx_bpf_test_and_clear_cpu_idle(s32 cpu) __ksym;
 s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
 s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, bool *is_idle) __ksym __weak;
 bool bpf_cpumask_test_cpu(u32 cpu, const struct cpumask *cpumask) __ksym;
+struct cgroup *bpf_cgroup_ancestor(struct cgroup *cgrp, int level) __ksym;
+void bpf_cgroup_release(struct cgroup *cgrp) __ksym;
+/* Only with CONFIG_CGROUP_SCHED: without it every task counts as the root cgroup's. */
+struct cgroup *scx_bpf_task_cgroup(struct task_struct *p) __ksym __weak;
 
 #ifndef SWL_API
 #error "SWL_API must be 1, 2 or 3: see compat.h"

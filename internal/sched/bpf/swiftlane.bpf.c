@@ -5,7 +5,7 @@
  * swiftlane: a sched_ext scheduler with a fast lane for latency-critical
  * network functions.
  *
- * Ordering. Every task has a virtual runtime (p->scx.dsq_vtime) that advances
+ * Ordering. Every task has a virtual runtime (task_ctx.vruntime) that advances
  * with the CPU time it uses, scaled down by its weight and class. It is queued
  * by deadline = vruntime + CPU time used since it last slept, so tasks that
  * sleep often (packet loops, request handlers) are served before CPU hogs.
@@ -23,6 +23,11 @@
  * created after a strategy was set are covered without user space knowing
  * them. A critical task may preempt a non-critical one, but only within a CPU
  * budget: see effective_class().
+ *
+ * Cgroup weights. The weight a task's vruntime is scaled by follows the cpu
+ * cgroup hierarchy's cpu.weight the way the kernel's fair class divides CPU
+ * time (Kubernetes sets it from pod and container CPU requests): see
+ * task_vweight().
  */
 #define BPF_NO_KFUNC_PROTOTYPES
 #include "vmlinux.h"
@@ -46,6 +51,14 @@ char _license[] SEC("license") = "GPL";
 #define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
 /* Farthest a task's deadline may lie ahead of the current vtime (virtual ns): bounds every wait. */
 #define DEADLINE_AHEAD_MAX (100 * NSEC_PER_MSEC)
+/* Farthest its vruntime may: the most debt a task carries (see task_deadline()). */
+#define VRUNTIME_AHEAD_MAX (10 * DEADLINE_AHEAD_MAX)
+/*
+ * Most a burst may push a deadline past the vruntime (virtual ns). Well under
+ * DEADLINE_AHEAD_MAX, so CPU hogs, whose bursts all reach it, stay ordered by
+ * vruntime (that is, by weight) instead of all meeting the same bound.
+ */
+#define BURST_AHEAD_MAX (50 * NSEC_PER_MSEC)
 /* CPUs scanned for an idle cache sibling or a preemption victim; bigger machines fall back to the kernel's idle pick. */
 #define MAX_CPU_SCAN 512
 /* cgroup ancestors checked against cgroup strategies (pod slice → pod → container is ~6 levels). */
@@ -161,8 +174,13 @@ struct {
 /* Unused: makes the compiler emit struct swl_event's BTF for the Go bindings. */
 struct swl_event _swl_event_btf;
 
-/* Per-task scheduling state. */
+/*
+ * Per-task scheduling state. The vruntime lives here, not in
+ * p->scx.dsq_vtime: the kernel sets that to the key a task is queued with,
+ * its deadline, which would fold every burst into the vruntime.
+ */
 struct task_ctx {
+	u64 vruntime;     /* virtual runtime (see "Ordering") */
 	u64 enq_at;       /* when it became runnable; 0 while it runs */
 	u64 started_at;   /* when it last got a CPU */
 	u64 exec_runtime; /* CPU time since it last slept */
@@ -171,6 +189,10 @@ struct task_ctx {
 	u64 strat_gen;    /* strategy_gen + 1 when class and slice were resolved */
 	u64 strat_slice;  /* slice from its strategy, 0 for the default */
 	u64 deadline;     /* deadline it was queued with */
+	u64 vweight;      /* weight its vruntime is scaled by (task_vweight()) */
+	u64 cg_id;        /* cpu cgroup its weight was added to while runnable */
+	u32 cg_weight;    /* weight added there, 0 while not runnable */
+	u32 cg_level;     /* that cgroup's level, 0 for the root */
 	u32 class;        /* class from its strategy */
 	u32 run_class;    /* class it was queued with this time */
 };
@@ -295,14 +317,251 @@ static u64 class_weight8(u32 class)
 	}
 }
 
-/* Scale CPU time to virtual time: heavier tasks and better classes age slower. */
-static u64 scale_inverse(u64 delta, const struct task_struct *p, u32 class)
+/*
+ * Cgroup weights.
+ *
+ * The kernel's fair class shares CPU time down the cpu cgroup hierarchy: at
+ * every level, a cgroup with runnable work gets the part of its parent's
+ * share that its cpu.weight is of everything competing there (the parent's
+ * other active child cgroups and the parent's own runnable tasks, by nice
+ * weight); the root shares the machine the same way. Flattened, that gives
+ * every runnable task a fraction F of the machine, and a pod with four
+ * threads splits its request four ways instead of getting it four times.
+ *
+ * There is one global vtime, so each task's vruntime is scaled by
+ * vweight = F x nr_runnable x 100: its entitlement relative to the average
+ * runnable task. Nice-0 tasks on a host without cgroup weights keep the 100
+ * they always had, and the virtual clock keeps its pace however small the
+ * cgroups' weights are, so the bounds on sleep credit and on debt in
+ * task_deadline() mean the same in a pod as outside one.
+ *
+ * Bookkeeping. cgroup_init and cgroup_set_weight keep each cgroup's
+ * cpu.weight in cgroup storage. runnable and quiescent add and remove the
+ * task's nice weight in its cgroup (the root's in root_weight); a cgroup's
+ * first runnable task adds its cpu.weight to its parent, which goes on up as
+ * long as ancestors become active, and its last one undoes that. A task moved
+ * to another cgroup while runnable is dequeued around the move, so
+ * quiescent/runnable carry its weight along.
+ *
+ * Limits. Shares follow runnable state, not use: a cgroup whose threads
+ * wake briefly and often counts as active while they run. A task whose
+ * share is so small that one run charges it more than DEADLINE_AHEAD_MAX -
+ * BURST_AHEAD_MAX (with 4 ms ticks, below about 1/10 of the average task's)
+ * is served at the debt horizon of task_deadline(), about once per that much
+ * virtual time, which is more than its share: the price of a bounded wait.
+ * Critical tasks are weighted as if they were in the root cgroup: their
+ * class decides, not their pod. cpu.max (bandwidth) and cpu.idle are not
+ * applied.
+ */
+#define FRAC_SHIFT 24              /* F in fixed point */
+#define NR_RUNNABLE_MAX (1 << 20)  /* keeps F x nr_runnable x VWEIGHT_DFL in 64 bits */
+#define VWEIGHT_DFL (100ULL << 10) /* vweight of a nice-0 task among its like, in 1/1024ths */
+
+/* Per-cgroup state, for every non-root cgroup with the cpu controller. */
+struct cgrp_ctx {
+	u64 task_weight;  /* nice weights of its runnable tasks (atomic) */
+	u64 child_weight; /* cpu.weight of its active children (under cgrp_lock) */
+	u32 weight;       /* its cpu.weight (under cgrp_lock) */
+	/*
+	 * Active children, +1 while it has runnable tasks (under cgrp_lock).
+	 * Activations and deactivations race up the tree and may arrive out of
+	 * order; counting through negative values makes such a pair cancel out.
+	 */
+	s32 nr_active;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGRP_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct cgrp_ctx);
+} cgrp_ctxs SEC(".maps");
+
+/* Serialises activation changes against cpu.weight changes. */
+struct cgrp_lock {
+	struct bpf_spin_lock lock;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct cgrp_lock);
+} cgrp_locks SEC(".maps");
+
+static u64 nr_runnable; /* runnable tasks (atomic) */
+/* Nice weights of the root cgroup's runnable tasks + cpu.weight of active top-level cgroups (atomic). */
+static u64 root_weight;
+
+static u64 max64(u64 a, u64 b)
 {
-	u64 w = (u64)p->scx.weight * class_weight8(class);
+	return a > b ? a : b;
+}
+
+/* State of cgrp's ancestor at level (1 .. cgrp->level, the latter being cgrp). */
+static struct cgrp_ctx *lookup_ancestor_ctx(struct cgroup *cgrp, int level)
+{
+	struct cgroup *anc = bpf_cgroup_ancestor(cgrp, level);
+	struct cgrp_ctx *cgc;
+
+	if (!anc)
+		return NULL;
+	cgc = bpf_cgrp_storage_get(&cgrp_ctxs, anc, 0, 0);
+	bpf_cgroup_release(anc);
+	return cgc;
+}
+
+/* cgrp got its first runnable task (activate) or lost its last: update the active weights above it. */
+static void cgroup_propagate(struct cgroup *cgrp, struct cgrp_ctx *cgc, bool activate)
+{
+	struct cgrp_ctx *pcgc;
+	struct cgrp_lock *lk;
+	int level = cgrp->level, i, l;
+	bool changed;
+	u32 zero = 0, w;
+
+	lk = bpf_map_lookup_elem(&cgrp_locks, &zero);
+	if (!lk)
+		return;
+
+	bpf_for(i, 0, MAX_CGROUP_DEPTH) {
+		l = level - i; /* cgc's level */
+		if (l < 1)
+			break;
+		pcgc = NULL;
+		if (l > 1) {
+			pcgc = lookup_ancestor_ctx(cgrp, l - 1);
+			if (!pcgc)
+				break;
+		}
+
+		bpf_spin_lock(&lk->lock);
+		if (activate)
+			changed = cgc->nr_active++ == 0;
+		else
+			changed = --cgc->nr_active == 0;
+		w = cgc->weight;
+		if (changed && pcgc)
+			pcgc->child_weight += activate ? (u64)w : -(u64)w;
+		bpf_spin_unlock(&lk->lock);
+
+		if (!changed)
+			break;
+		if (!pcgc) {
+			/* A top-level cgroup competes with the root's own tasks. */
+			__sync_fetch_and_add(&root_weight, activate ? (u64)w : -(u64)w);
+			break;
+		}
+		cgc = pcgc; /* the parent's activity may change in turn */
+	}
+}
+
+/* p became runnable: add its weight where it competes. */
+static void cgroup_runnable(struct task_struct *p, struct task_ctx *tctx)
+{
+	u32 w = p->scx.weight ? p->scx.weight : 1;
+	struct cgroup *cgrp;
+	struct cgrp_ctx *cgc = NULL;
+
+	if (tctx->cg_weight)
+		return; /* already counted */
+	__sync_fetch_and_add(&nr_runnable, 1);
+	tctx->cg_weight = w;
+	tctx->cg_level = 0;
+
+	if (bpf_ksym_exists(scx_bpf_task_cgroup)) {
+		cgrp = scx_bpf_task_cgroup(p);
+		if (cgrp->level)
+			cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, 0);
+		if (cgc) {
+			tctx->cg_level = cgrp->level;
+			tctx->cg_id = cgrp->kn->id;
+			if (!__sync_fetch_and_add(&cgc->task_weight, w))
+				cgroup_propagate(cgrp, cgc, true);
+		}
+		bpf_cgroup_release(cgrp);
+	}
+	/* In the root cgroup, or in one we have no state for. */
+	if (!cgc)
+		__sync_fetch_and_add(&root_weight, w);
+}
+
+/* p stopped being runnable: take its weight back from where runnable put it. */
+static void cgroup_quiescent(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 w = tctx->cg_weight;
+	struct cgroup *cgrp;
+	struct cgrp_ctx *cgc;
 
 	if (!w)
-		w = 1;
-	return delta * 100 * 8 / w;
+		return;
+	tctx->cg_weight = 0;
+	__sync_fetch_and_sub(&nr_runnable, 1);
+	if (!tctx->cg_level || !bpf_ksym_exists(scx_bpf_task_cgroup)) {
+		__sync_fetch_and_sub(&root_weight, w);
+		return;
+	}
+
+	/*
+	 * The kernel changes a task's cpu cgroup only with the task dequeued
+	 * (quiescent, then runnable in the new cgroup), so this is the cgroup
+	 * runnable used. Were it not, leave it: taking the weight from a cgroup
+	 * that never had it would be worse, and looking the old one up by id
+	 * (bpf_cgroup_from_id) takes kernfs locks, best kept out from under the
+	 * run-queue lock held here.
+	 */
+	cgrp = scx_bpf_task_cgroup(p);
+	if (cgrp->kn->id == tctx->cg_id) {
+		cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, 0);
+		if (cgc && __sync_fetch_and_sub(&cgc->task_weight, w) == w)
+			cgroup_propagate(cgrp, cgc, false);
+	}
+	bpf_cgroup_release(cgrp);
+}
+
+/*
+ * The weight p's vruntime is scaled by (see "Cgroup weights"), from the
+ * weights competing now: F x nr_runnable x VWEIGHT_DFL / 100.
+ */
+static u64 task_vweight(struct task_struct *p, struct task_ctx *tctx, u32 class)
+{
+	u64 w = p->scx.weight ? p->scx.weight : 1;
+	u64 n = nr_runnable, denom = root_weight, frac = 1ULL << FRAC_SHIFT, vw;
+	struct cgroup *cgrp;
+	struct cgrp_ctx *cgc;
+	int level, l;
+
+	n = n < 1 ? 1 : n > NR_RUNNABLE_MAX ? NR_RUNNABLE_MAX : n;
+
+	/* Critical tasks are weighted as if in the root cgroup. */
+	if (tctx->cg_level && class != SWL_CLASS_CRITICAL && bpf_ksym_exists(scx_bpf_task_cgroup)) {
+		cgrp = scx_bpf_task_cgroup(p);
+		level = cgrp->level;
+		/* Down from the top-level ancestor: its share of its parent's share. */
+		bpf_for(l, 1, MAX_CGROUP_DEPTH + 1) {
+			if (l > level)
+				break;
+			cgc = lookup_ancestor_ctx(cgrp, l);
+			if (!cgc)
+				break;
+			frac = frac * max64(cgc->weight, 1) / max64(denom, max64(cgc->weight, 1));
+			denom = cgc->task_weight + cgc->child_weight;
+		}
+		bpf_cgroup_release(cgrp);
+	}
+	/* The task's own part among the runnable tasks of its cgroup. */
+	frac = frac * w / max64(denom, w);
+
+	vw = (frac * n * VWEIGHT_DFL) >> FRAC_SHIFT;
+	return vw ? vw : 1;
+}
+
+/* Scale CPU time to virtual time: heavier tasks and better classes age slower. */
+static u64 scale_inverse(u64 delta, u64 vweight, u32 class)
+{
+	u64 w = vweight * class_weight8(class);
+
+	return delta * VWEIGHT_DFL * 8 / (w ? w : 1);
 }
 
 /* Number of waiting tasks per CPU, to shrink the slice when the queues grow. */
@@ -320,24 +579,37 @@ static u64 task_slice(struct task_ctx *tctx)
 
 static u64 task_deadline(struct task_struct *p, struct task_ctx *tctx, u32 class)
 {
-	u64 lag = scale_inverse(slice_lag_ns, p, class);
+	u64 lag = scale_inverse(slice_lag_ns, VWEIGHT_DFL, class);
 	u64 vmin = vtime_now - lag, vmax = vtime_now + DEADLINE_AHEAD_MAX;
-	u64 dl;
+	u64 burst, dl;
 
-	/* Bounded sleep credit. */
-	if (time_before(p->scx.dsq_vtime, vmin))
-		p->scx.dsq_vtime = vmin;
+	/*
+	 * Bounded sleep credit, for a task that has not run since it woke. The
+	 * bound is the same virtual time for every weight (only the class
+	 * scales it), which is the same part of what each task is entitled to;
+	 * and a task queued again after its slice keeps the lag it has, which
+	 * it is owed. Either way round, cutting it would favour whoever charges
+	 * in bigger steps (lighter tasks, which lead the current vtime) over
+	 * heavier ones that merely wait their turn.
+	 */
+	if (!tctx->exec_runtime && time_before(tctx->vruntime, vmin))
+		tctx->vruntime = vmin;
 	/*
 	 * Bounded debt. A low-weight task that ran a lot (khugepaged at nice 19
-	 * ages ~7x faster than a default task) would otherwise queue behind every
-	 * CPU hog for seconds; preempted inside an RCU read-side section, that
-	 * stalls RCU for the whole machine. This costs low-weight hogs some of
-	 * their weight-fairness and buys every task a bounded wait.
+	 * ages ~75x faster than a default task) would otherwise queue behind
+	 * every CPU hog for seconds; preempted inside an RCU read-side section,
+	 * that stalls RCU for the whole machine. So no deadline lies more than
+	 * DEADLINE_AHEAD_MAX ahead: every wait is bounded. The debt itself stays
+	 * in the vruntime (up to VRUNTIME_AHEAD_MAX, which forgives what a task
+	 * ran alone), so a task that overran, or was charged for a stalled vCPU,
+	 * pays it back by running at that horizon until the others catch up,
+	 * instead of having it forgiven.
 	 */
-	if (time_before(vmax, p->scx.dsq_vtime))
-		p->scx.dsq_vtime = vmax;
+	if (time_before(vtime_now + VRUNTIME_AHEAD_MAX, tctx->vruntime))
+		tctx->vruntime = vtime_now + VRUNTIME_AHEAD_MAX;
 
-	dl = p->scx.dsq_vtime + scale_inverse(tctx->exec_runtime, p, class);
+	burst = scale_inverse(tctx->exec_runtime, tctx->vweight, class);
+	dl = tctx->vruntime + (burst < BURST_AHEAD_MAX ? burst : BURST_AHEAD_MAX);
 	return time_before(vmax, dl) ? vmax : dl;
 }
 
@@ -520,6 +792,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (is_percpu_kthread(p)) {
 		tctx->run_class = SWL_CLASS_HIGH;
+		tctx->deadline = vtime_now; /* not queued by deadline: must not move the vtime */
 		STAT_INC(kthread_dispatch);
 		swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | (early_processing ? ENQ_PREEMPT : 0));
 		return;
@@ -616,6 +889,15 @@ void BPF_STRUCT_OPS(swl_runnable, struct task_struct *p, u64 enq_flags)
 	/* It slept: its burst is over. */
 	tctx->exec_runtime = 0;
 	tctx->enq_at = bpf_ktime_get_ns();
+	cgroup_runnable(p, tctx);
+}
+
+void BPF_STRUCT_OPS(swl_quiescent, struct task_struct *p, u64 deq_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	if (tctx)
+		cgroup_quiescent(p, tctx);
 }
 
 void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
@@ -623,7 +905,7 @@ void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
 	struct task_ctx *tctx = lookup_task_ctx(p);
 	u32 cpu = scx_bpf_task_cpu(p);
 	struct cpu_state *cs;
-	u64 now;
+	u64 now, start;
 
 	if (!tctx)
 		return;
@@ -635,8 +917,15 @@ void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
 		tctx->enq_at = 0;
 	}
 
-	if (time_before(vtime_now, p->scx.dsq_vtime))
-		vtime_now = p->scx.dsq_vtime;
+	/*
+	 * The current vtime follows the tasks that start: their vruntime, or a
+	 * debtor's bounded deadline, lest it drag everyone's reference ahead.
+	 */
+	start = time_before(tctx->deadline, tctx->vruntime) ? tctx->deadline : tctx->vruntime;
+	if (time_before(vtime_now, start))
+		vtime_now = start;
+	/* Weighed now, with this run's competition, for its charge and its next deadline. */
+	tctx->vweight = task_vweight(p, tctx, tctx->run_class);
 
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs) {
@@ -660,7 +949,7 @@ void BPF_STRUCT_OPS(swl_stopping, struct task_struct *p, bool runnable)
 	tctx->exec_runtime += delta;
 	if (tctx->exec_runtime > EXEC_RUNTIME_MAX)
 		tctx->exec_runtime = EXEC_RUNTIME_MAX;
-	p->scx.dsq_vtime += scale_inverse(delta, p, tctx->run_class);
+	tctx->vruntime += scale_inverse(delta, tctx->vweight, tctx->run_class);
 	if (tctx->run_class == SWL_CLASS_CRITICAL)
 		tctx->crit_budget -= delta;
 
@@ -671,7 +960,10 @@ void BPF_STRUCT_OPS(swl_stopping, struct task_struct *p, bool runnable)
 
 void BPF_STRUCT_OPS(swl_enable, struct task_struct *p)
 {
-	p->scx.dsq_vtime = vtime_now;
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	if (tctx)
+		tctx->vruntime = vtime_now;
 }
 
 s32 BPF_STRUCT_OPS(swl_init_task, struct task_struct *p, struct scx_init_task_args *args)
@@ -685,7 +977,53 @@ s32 BPF_STRUCT_OPS(swl_init_task, struct task_struct *p, struct scx_init_task_ar
 	tctx->budget_at = bpf_ktime_get_ns();
 	tctx->class = SWL_CLASS_NORMAL;
 	tctx->run_class = SWL_CLASS_NORMAL;
+	tctx->vweight = (u64)p->scx.weight << 10; /* until it first runs */
 	return 0;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(swl_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_args *args)
+{
+	struct cgrp_ctx *cgc;
+
+	if (!cgrp->level)
+		return 0; /* the root has no cpu.weight: root_weight stands for it */
+	/*
+	 * Without state (out of memory) the cgroup's tasks count as the root's;
+	 * failing here would refuse the cgroup or stop the scheduler.
+	 */
+	cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (cgc)
+		cgc->weight = args->weight;
+	return 0;
+}
+
+void BPF_STRUCT_OPS(swl_cgroup_set_weight, struct cgroup *cgrp, u32 weight)
+{
+	struct cgrp_ctx *cgc, *pcgc = NULL;
+	struct cgrp_lock *lk;
+	u32 zero = 0, old;
+	bool active;
+
+	cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, 0);
+	lk = bpf_map_lookup_elem(&cgrp_locks, &zero);
+	if (!cgc || !lk)
+		return;
+	if (cgrp->level > 1) {
+		pcgc = lookup_ancestor_ctx(cgrp, cgrp->level - 1);
+		if (!pcgc)
+			return;
+	}
+
+	bpf_spin_lock(&lk->lock);
+	old = cgc->weight;
+	cgc->weight = weight;
+	active = cgc->nr_active > 0;
+	if (active && pcgc)
+		pcgc->child_weight += (u64)weight - old;
+	bpf_spin_unlock(&lk->lock);
+
+	if (active && !pcgc)
+		__sync_fetch_and_add(&root_weight, (u64)weight - old);
 }
 
 /*
@@ -781,8 +1119,16 @@ struct sched_ext_ops swiftlane_ops = {
 	.runnable = (void *)swl_runnable,
 	.running = (void *)swl_running,
 	.stopping = (void *)swl_stopping,
+	.quiescent = (void *)swl_quiescent,
 	.enable = (void *)swl_enable,
 	.init_task = (void *)swl_init_task,
+	/*
+	 * No ops flag is needed for cgroup weights: SCX_OPS_HAS_CGROUP_WEIGHT
+	 * only silenced a warning up to 6.14, is a no-op that warns from 6.15
+	 * and is rejected from 7.1, where it was removed.
+	 */
+	.cgroup_init = (void *)swl_cgroup_init,
+	.cgroup_set_weight = (void *)swl_cgroup_set_weight,
 	.cpu_online = (void *)swl_cpu_online,
 	.cpu_offline = (void *)swl_cpu_offline,
 	.init = (void *)swl_init,
