@@ -19,7 +19,7 @@ test-vm: deps vm-bins ## Scheduler tests on real sched_ext kernels in the VM lab
 	@for k in $(KERNELS); do \
 	  cycles=5; [ "$$k" = newest ] && cycles=20; \
 	  echo "== VM tests on kernel '$$k' ($$cycles attach/detach cycles)"; \
-	  $(VM) --kernel $$k -- env SWIFTLANE_BIN=$(BUILD)/swiftlane SWL_ATTACH_CYCLES=$$cycles $(VMTEST) -test.v -test.timeout 30m || exit 1; \
+	  $(VM) --timeout 2700 --kernel $$k -- env SWIFTLANE_BIN=$(BUILD)/swiftlane SWL_ATTACH_CYCLES=$$cycles $(VMTEST) -test.v -test.timeout 40m || exit 1; \
 	done
 
 .PHONY: vm-shell
