@@ -7,16 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -240,7 +236,7 @@ func runAgent(ctx context.Context, cfg config.Config, log *slog.Logger, metricsA
 	var slot collectorSlot
 	var ready atomic.Bool
 	if metricsAddr != "" {
-		srv, err := serveAgentHTTP(metricsAddr, &slot, &ready)
+		srv, err := serveHTTP(metricsAddr, &slot, &ready)
 		if err != nil {
 			return err
 		}
@@ -350,28 +346,4 @@ func countersOf(st sched.Stats) *store.Counters {
 		c.RunqueueWait[name] = store.WaitHistogram{Count: st.WaitCount[i], SumNs: st.WaitSumNs[i], Buckets: append([]uint64(nil), st.WaitHist[i][:]...)}
 	}
 	return c
-}
-
-// serveAgentHTTP serves the scheduler's metrics, /healthz (the process
-// answers) and /readyz (the scheduler is attached, or observe mode runs).
-func serveAgentHTTP(addr string, slot *collectorSlot, ready *atomic.Bool) (*http.Server, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(slot)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w (pick another address, or pass --metrics-addr='' to turn it off)", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "scheduler not attached yet", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	return srv, nil
 }

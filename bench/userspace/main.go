@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command userspace is the benchmark behind `make bench-userspace`. It runs
+// as root inside the VM lab, every variant in one boot: the kernel's default
+// scheduler (EEVDF), swiftlane in kernel mode, swiftlane in user-space mode
+// (the vruntime policy in Go) and scx_rustland (the Rust user-space
+// scheduler). For each it measures
+//
+//   - throughput of a message-passing workload that saturates the CPUs
+//     (perf bench sched messaging: groups of processes over socketpairs),
+//   - for swiftlane: scheduling decisions per second and the scheduler
+//     process's CPU use during that workload,
+//   - for swiftlane: the critical probe's round trip (a critical strategy
+//     for `swiftlane probe`) under stress-ng --cpu 2xCPUs.
+//
+// It writes bench/results/userspace.json.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
+)
+
+// Variant is one scheduler's results.
+type Variant struct {
+	// Throughput is messages per second (median run).
+	Throughput float64   `json:"throughput"`
+	RunsSec    []float64 `json:"runs_s,omitempty"`
+	// DecisionsPerS are tasks the scheduler placed per second during the
+	// workload: user-space decisions applied (user mode) or BPF dispatches
+	// (kernel mode).
+	DecisionsPerS float64 `json:"decisions_per_s,omitempty"`
+	// LoopCPUPct is the scheduler process's CPU time during the workload,
+	// in % of one CPU (in user mode, mostly the Go loop).
+	LoopCPUPct    float64 `json:"loop_cpu_pct,omitempty"`
+	CriticalAvgUs float64 `json:"critical_avg_us,omitempty"`
+	CriticalP99Us float64 `json:"critical_p99_us,omitempty"`
+	// Counters of user-space mode over the workload, to explain it.
+	Counters    map[string]float64 `json:"counters,omitempty"`
+	Error       string             `json:"error,omitempty"`
+	Description string             `json:"description"`
+}
+
+type Report struct {
+	Kernel         string              `json:"kernel"`
+	CPUs           int                 `json:"cpus"`
+	Date           string              `json:"date"`
+	Note           string              `json:"note"`
+	Workload       string              `json:"workload"`
+	ThroughputUnit string              `json:"throughput_unit"`
+	Order          []string            `json:"order"`
+	Variants       map[string]*Variant `json:"variants"`
+	// UserVsKernelPct is swiftlane-user's throughput in % of swiftlane-kernel's (target >= 95).
+	UserVsKernelPct float64 `json:"user_vs_kernel_throughput_pct,omitempty"`
+	// CriticalAvgRatio is swiftlane-user's critical probe average over swiftlane-kernel's (target <= 1.5).
+	CriticalAvgRatio float64 `json:"critical_avg_ratio_user_vs_kernel,omitempty"`
+}
+
+var (
+	swiftlane = flag.String("swiftlane", "build/swiftlane", "swiftlane binary")
+	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with scx_rustland")
+	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
+	out       = flag.String("out", "bench/results/userspace.json", "JSON output")
+	groups    = flag.Int("groups", 2, "perf bench sched messaging: groups of 20 senders + 20 receivers")
+	loops     = flag.Int("loops", 100, "perf bench sched messaging: messages each sender sends each receiver")
+	runs      = flag.Int("runs", 3, "workload runs per variant (the median counts)")
+	samples   = flag.Int("samples", 500, "critical probe round trips per swiftlane variant")
+	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
+)
+
+var all = []string{"eevdf", "swiftlane-kernel", "swiftlane-user", "scx_rustland"}
+
+var describe = map[string]string{
+	"eevdf":            "kernel default scheduler",
+	"swiftlane-kernel": "swiftlane run (policy in BPF), probe class critical",
+	"swiftlane-user":   "swiftlane run --mode userspace --policy vruntime (policy in Go), probe class critical",
+	"scx_rustland":     "scx_rustland (crates.io; policy in Rust, user space)",
+}
+
+const metricsAddr = "127.0.0.1:9463"
+
+func main() {
+	flag.Parse()
+	names := all
+	if *only != "" {
+		names = strings.Split(*only, ",")
+	}
+	if _, err := exec.LookPath("perf"); err != nil {
+		fail(fmt.Errorf("perf not found: install linux-perf (perf bench sched messaging is the workload)"))
+	}
+	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	rep := Report{
+		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
+		Note:           "QEMU TCG guest: absolute numbers are inflated 20-50x and noisy, and anything else running on the host skews them; compare variants within this run only.",
+		Workload:       fmt.Sprintf("perf bench sched messaging -g %d -l %d (processes over socketpairs), median of %d runs", *groups, *loops, *runs),
+		ThroughputUnit: "messages/s",
+		Order:          names,
+		Variants:       map[string]*Variant{},
+	}
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
+		v, err := runVariant(name)
+		if err != nil {
+			if v == nil {
+				v = &Variant{}
+			}
+			v.Error = err.Error()
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
+		}
+		v.Description = describe[name]
+		rep.Variants[name] = v
+	}
+	k, u := rep.Variants["swiftlane-kernel"], rep.Variants["swiftlane-user"]
+	if k != nil && u != nil && k.Throughput > 0 && u.Throughput > 0 {
+		rep.UserVsKernelPct = math.Round(1000*u.Throughput/k.Throughput) / 10
+	}
+	if k != nil && u != nil && k.CriticalAvgUs > 0 && u.CriticalAvgUs > 0 {
+		rep.CriticalAvgRatio = math.Round(100*u.CriticalAvgUs/k.CriticalAvgUs) / 100
+	}
+	printTable(rep)
+	if err := benchlab.WriteJSON(*out, rep); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+const probeConfig = "strategies:\n  - name: probe\n    class: critical\n    command_regex: 'swiftlane probe'\n"
+
+func runVariant(name string) (*Variant, error) {
+	var sched *scheduler
+	var err error
+	switch name {
+	case "eevdf":
+	case "swiftlane-kernel", "swiftlane-user":
+		cfg, err := benchlab.WriteConfig(probeConfig)
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"run", "--metrics-addr", metricsAddr, "--config", cfg}
+		if name == "swiftlane-user" {
+			args = append(args, "--mode", "userspace", "--policy", "vruntime")
+		}
+		sched, err = startScheduler(*swiftlane, args...)
+	case "scx_rustland":
+		bin := filepath.Join(*peersDir, name)
+		if _, serr := os.Stat(bin); serr != nil {
+			return nil, fmt.Errorf("%s not built: %s", name, benchlab.PeerError(*peerErrs, name))
+		}
+		sched, err = startScheduler(bin)
+	default:
+		return nil, fmt.Errorf("unknown variant %q", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sched != nil {
+		defer sched.stop()
+	}
+
+	v := &Variant{}
+	swift := strings.HasPrefix(name, "swiftlane")
+	var before map[string]float64
+	var cpuBefore time.Duration
+	if swift {
+		before = scrape()
+		cpuBefore = sched.cpuTime()
+	}
+	start := time.Now()
+	for i := 0; i < *runs; i++ {
+		sec, err := messaging()
+		if err != nil {
+			return v, err
+		}
+		v.RunsSec = append(v.RunsSec, sec)
+	}
+	wall := time.Since(start)
+	sorted := slices.Clone(v.RunsSec)
+	slices.Sort(sorted)
+	msgs := float64(*groups * 20 * 20 * *loops)
+	v.Throughput = math.Round(msgs / sorted[len(sorted)/2])
+	if swift {
+		after := scrape()
+		delta := func(k string) float64 { return after[k] - before[k] }
+		if name == "swiftlane-user" {
+			v.DecisionsPerS = delta("user_decisions_total.applied") / wall.Seconds()
+			v.Counters = map[string]float64{}
+			for _, k := range []string{"user_queued_total", "user_decisions_total.applied", "user_decisions_total.stale",
+				"user_decisions_total.bounced", "dispatch_total.fallback", "dispatch_total.kthread", "dispatch_total.scheduler",
+				"user_loop_iterations_total", "user_round_trips_total", "user_round_trip_seconds_total"} {
+				v.Counters[k] = delta(k)
+			}
+			if n := v.Counters["user_round_trips_total"]; n > 0 {
+				v.Counters["user_round_trip_avg_us"] = 1e6 * v.Counters["user_round_trip_seconds_total"] / n
+			}
+		} else {
+			for _, p := range []string{"direct", "critical", "shared", "kthread"} {
+				v.DecisionsPerS += delta("dispatch_total." + p)
+			}
+			v.DecisionsPerS /= wall.Seconds()
+		}
+		v.DecisionsPerS = math.Round(v.DecisionsPerS)
+		v.LoopCPUPct = math.Round(1000*(sched.cpuTime()-cpuBefore).Seconds()/wall.Seconds()) / 10
+
+		r, err := probeUnderLoad()
+		if err != nil {
+			return v, err
+		}
+		v.CriticalAvgUs, v.CriticalP99Us = r.AvgUs, r.P99Us
+	}
+	if sched != nil {
+		if err := sched.stop(); err != nil {
+			return v, fmt.Errorf("scheduler stopped badly: %w", err)
+		}
+	}
+	return v, nil
+}
+
+var totalRE = regexp.MustCompile(`Total time: ([0-9.]+) \[sec\]`)
+
+// messaging runs the workload once and returns its time in seconds.
+func messaging() (float64, error) {
+	out, err := exec.Command("perf", "bench", "sched", "messaging", "-g", strconv.Itoa(*groups), "-l", strconv.Itoa(*loops)).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("perf bench sched messaging: %v: %s", err, out)
+	}
+	m := totalRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("perf bench sched messaging: no total time in %q", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+type probeResult struct {
+	Samples int     `json:"samples"`
+	AvgUs   float64 `json:"avg_us"`
+	P99Us   float64 `json:"p99_us"`
+}
+
+// probeUnderLoad times the UDP echo probe while stress-ng keeps every CPU busy.
+func probeUnderLoad() (probeResult, error) {
+	hog := exec.Command("stress-ng", "--temp-path", os.TempDir(), "--quiet", "--cpu", fmt.Sprint(2*runtime.NumCPU()))
+	if err := hog.Start(); err != nil {
+		return probeResult{}, fmt.Errorf("stress-ng: %w", err)
+	}
+	defer func() { hog.Process.Signal(syscall.SIGTERM); hog.Wait() }()
+	if err := waitChildren(hog.Process.Pid, 2*runtime.NumCPU(), 30*time.Second); err != nil {
+		return probeResult{}, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	echo := exec.CommandContext(ctx, *swiftlane, "probe", "echo", "--listen", "127.0.0.1:7779")
+	if err := echo.Start(); err != nil {
+		return probeResult{}, err
+	}
+	defer func() { cancel(); echo.Wait() }()
+	res := filepath.Join(os.TempDir(), fmt.Sprintf("rtt-%d.json", time.Now().UnixNano()))
+	cmd := exec.Command(*swiftlane, "probe", "rtt", "--target", "127.0.0.1:7779", "--samples", fmt.Sprint(*samples),
+		"--duration", "20s", "--interval", "1ms", "--timeout", "2s", "--json", res)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return probeResult{}, fmt.Errorf("probe: %v: %s", err, b)
+	}
+	var r probeResult
+	b, err := os.ReadFile(res)
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err == nil && r.Samples == 0 {
+		err = fmt.Errorf("probe got no replies")
+	}
+	return r, err
+}
+
+// waitChildren waits until process pid has n children (stress-ng's hogs
+// all forked, so every CPU has a queue). procfs cannot notify it: poll.
+func waitChildren(pid, n int, timeout time.Duration) error {
+	path := fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("stress-ng: %w", err)
+		}
+		if len(strings.Fields(string(b))) >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stress-ng started %d of its %d workers in %v", len(strings.Fields(string(b))), n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// scrape reads swiftlane's counters as name.label -> value.
+func scrape() map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return out
+	}
+	for name, f := range fams {
+		for _, m := range f.Metric {
+			key := strings.TrimPrefix(name, "swiftlane_")
+			for _, l := range m.Label {
+				key += "." + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			}
+		}
+	}
+	return out
+}
+
+type scheduler struct {
+	cmd     *exec.Cmd
+	exited  chan error
+	stopped bool
+}
+
+// startScheduler starts a sched_ext scheduler and waits until the kernel
+// reports it enabled.
+func startScheduler(bin string, args ...string) (*scheduler, error) {
+	cmd := exec.Command(bin, args...)
+	logf, _ := os.CreateTemp("", "sched-*.log")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, with default signal dispositions.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &scheduler{cmd: cmd, exited: make(chan error, 1)}
+	go func() { s.exited <- cmd.Wait() }()
+	tail := func() string {
+		b, _ := os.ReadFile(logf.Name())
+		return strings.TrimSpace(string(b[max(0, len(b)-600):]))
+	}
+	// User-space mode locks all its memory before attaching: in the lab that
+	// reads the whole binary over 9p, tens of seconds under TCG.
+	err := benchlab.WaitState("enabled", 3*time.Minute, func() error {
+		select {
+		case err := <-s.exited:
+			return fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), err, tail())
+		default:
+			return nil
+		}
+	})
+	if err != nil {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("%s: %w", filepath.Base(bin), err)
+	}
+	return s, nil
+}
+
+// cpuTime is the scheduler process's user+system CPU time so far.
+func (s *scheduler) cpuTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return time.Duration((utime + stime) / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
+}
+
+// stop detaches the scheduler (SIGINT, then SIGTERM, then SIGKILL) and
+// waits for the default scheduler.
+func (s *scheduler) stop() error {
+	if s.stopped {
+		return nil
+	}
+	s.stopped = true
+	s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+	case <-time.After(15 * time.Second):
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(15 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.exited
+		}
+	}
+	return benchlab.WaitState("disabled", 30*time.Second, nil)
+}
+
+func printTable(rep Report) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\t\n")
+	for _, name := range rep.Order {
+		v := rep.Variants[name]
+		if v.Error != "" {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\n", name, v.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t\n", name, v.Throughput, v.DecisionsPerS, v.LoopCPUPct, v.CriticalAvgUs, v.CriticalP99Us)
+	}
+	tw.Flush()
+	fmt.Printf("user-space throughput: %.1f %% of kernel mode (target >= 95); critical avg: %.2fx kernel mode (target <= 1.5)\n",
+		rep.UserVsKernelPct, rep.CriticalAvgRatio)
+}

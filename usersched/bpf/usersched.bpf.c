@@ -1,0 +1,946 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//go:build ignore
+
+/*
+ * swiftlane user-space mode: the kernel half of a sched_ext scheduler whose
+ * policy runs in a Go process (package usersched).
+ *
+ * Flow. A task that becomes runnable is sent to user space through the ring
+ * buffer "queued" (struct usr_task). The Go loop orders the tasks, picks
+ * CPUs and sends decisions back through the user ring buffer "dispatched"
+ * (struct usr_decision), which CPUs drain in ops.dispatch. A decision puts
+ * the task on one CPU's local queue, or in DSQ_USER, ordered by the deadline
+ * user space gave it and served by every CPU.
+ *
+ * Stale decisions. Each request carries a sequence number that the task's
+ * context keeps until the decision comes back. If the task was queued again,
+ * dequeued (its affinity or class changed) or has gone meanwhile, the numbers
+ * differ and the decision is dropped (counted), never applied to the wrong
+ * enqueue.
+ *
+ * What never waits for user space:
+ *  - critical tasks (a `critical` strategy): they wake onto an idle CPU, or
+ *    wait in DSQ_CRITICAL, served first, preempting non-critical work, within
+ *    the same CPU budget as the in-kernel scheduler (effective_class);
+ *  - kernel threads: per-CPU ones straight to their CPU, the others in
+ *    DSQ_KTHREAD, FIFO, ahead of user decisions. They are what the kernel
+ *    itself runs on (RCU's grace-period thread, the kworker that runs
+ *    sched_ext's own watchdog): made to wait behind a slow user space, they
+ *    get the scheduler ejected (RCU stall, watchdog). A user-space policy
+ *    is for user workloads;
+ *  - tasks that find the ring to user space full: DSQ_FALLBACK (counted);
+ *  - tasks waiting for a user space that has answered nothing for stall_ns
+ *    while it has work pending: a CPU takes them back from the map of
+ *    outstanding requests (rescue_stalled) and new ones skip user space,
+ *    until it answers again (counted). A user-space scheduler cannot rule
+ *    out waiting, in the kernel, for a task that waits for it (a forked
+ *    child, a kworker), nor long pauses of its runtime: this bounds the
+ *    damage to stall_ns, far below the kernel's 30 s watchdog;
+ *  - the scheduler's own threads: every thread of the Go process, known by
+ *    its thread-group id (which also covers threads the runtime starts
+ *    later). The loop thread waits in DSQ_LOOP and runs only while user
+ *    space has work pending (tasks sent and not answered yet): after the
+ *    tasks already dispatched, or ahead of them once that work has waited a
+ *    slice (loop_overdue). With nothing pending it parks there when it yields
+ *    instead of spinning, so the scheduler runs in bursts and costs nothing
+ *    when idle; a BPF timer (the heartbeat) still runs it now and then, to
+ *    notice it should stop. The Go runtime's other threads (garbage
+ *    collector, sysmon, timers) wait in DSQ_SCHED, served ahead of user
+ *    decisions while they stay within a CPU budget (the loop may be waiting
+ *    for one of them, e.g. for a P or to finish a stop-the-world), and every
+ *    other time beyond it: a busy Go process (a storm of garbage
+ *    collections) neither starves the machine nor starves itself.
+ *
+ * The strategy maps, process events and exit record use the in-kernel
+ * scheduler's layouts (internal/sched/bpf/intf.h), so the same strategy
+ * Applier drives both.
+ */
+#define BPF_NO_KFUNC_PROTOTYPES
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "intf.h"   /* internal/sched/bpf */
+#include "compat.h" /* internal/sched/bpf */
+#include "usersched.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define BPF_STRUCT_OPS(name, args...) SEC("struct_ops/" #name) BPF_PROG(name, ##args)
+#define BPF_STRUCT_OPS_SLEEPABLE(name, args...) SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
+#define ENOMEM 12
+#define CLOCK_MONOTONIC 1
+#define NSEC_PER_MSEC 1000000ULL
+/* Longest runtime-since-sleep reported and accounted, so one burst cannot push a task back forever. */
+#define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
+#define MAX_CPU_SCAN 512
+#define MAX_CGROUP_DEPTH 16
+#define PF_KTHREAD 0x00200000
+/* Enqueue flags are renumbered between kernels: read them from the running kernel's BTF. */
+#define ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
+#define ENQ_LAST bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_LAST)
+
+#define DSQ_CRITICAL 1 /* critical tasks, FIFO, served first */
+#define DSQ_USER 2     /* decisions for any CPU, by the deadline user space gave */
+#define DSQ_FALLBACK 3 /* tasks that found the ring to user space full, FIFO */
+#define DSQ_LOOP 4     /* the Go dispatch loop's thread */
+#define DSQ_SCHED 5    /* the Go process's other threads, FIFO */
+#define DSQ_KTHREAD 6  /* kernel threads not bound to one CPU, FIFO */
+
+struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
+void bpf_task_release(struct task_struct *p) __ksym;
+u32 scx_bpf_dispatch_nr_slots(void) __ksym;
+
+/* Set by the loader before the object is loaded (usersched.Options). */
+const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;      /* slice of decisions that leave it 0 */
+const volatile u64 heartbeat_ns = 100 * NSEC_PER_MSEC; /* a parked loop runs at least this often */
+const volatile u64 stall_ns = 500 * NSEC_PER_MSEC;     /* user space silent this long: rescue */
+const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC;
+const volatile u32 critical_share_pct = 50;
+const volatile u32 nr_cpus = 1;
+const volatile u32 sched_tgid; /* the user-space scheduler's process */
+
+/* Written by user space (strategy.Applier through usersched), as in the in-kernel scheduler. */
+u64 strategy_gen;
+u32 nr_cgroup_strategies;
+struct swl_exit_info exit_info;
+
+/* Requests sent to user space and decisions received: work is pending while they differ. */
+u64 nr_sent, nr_answered;
+/* When the last decision arrived. */
+static u64 last_answer_at;
+static u64 next_seq;
+/* Set by the heartbeat: the loop runs ahead of everything else once. */
+static bool heartbeat_due;
+/*
+ * CPU time the Go process's other threads may still take ahead of user
+ * decisions: refills at SCHED_SHARE_PCT of one CPU, banks SCHED_BURST_NS.
+ */
+#define SCHED_SHARE_PCT 25
+#define SCHED_BURST_NS (20 * NSEC_PER_MSEC)
+static s64 sched_budget = SCHED_BURST_NS;
+static u64 sched_budget_at;
+static u32 sched_turns; /* over budget, DSQ_SCHED takes every other turn */
+/* The loop's thread while it is on a CPU (0 when off), and when it last left one. */
+static u32 loop_on_cpu;
+static u64 loop_stopped_at;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct usr_stats);
+} stats SEC(".maps");
+
+#define STAT_INC(field)                                                       \
+	do {                                                                  \
+		u32 __zero = 0;                                               \
+		struct usr_stats *__s = bpf_map_lookup_elem(&stats, &__zero); \
+		if (__s)                                                      \
+			__s->field++;                                         \
+	} while (0)
+
+/* Runnable tasks for user space; sized by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 512 * 1024);
+} queued SEC(".maps");
+
+/* Decisions from user space; sized by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_USER_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} dispatched SEC(".maps");
+
+/* Outstanding requests, pid -> seq, for rescue_stalled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 32768);
+	__type(key, u32);
+	__type(value, u64);
+} outstanding SEC(".maps");
+
+/* Live state user space reads through mmap: idle CPUs, whether we exited. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct usr_shared);
+} shared SEC(".maps");
+
+/* Process lifecycle events, for matching new processes against strategies. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct swl_strategy);
+} tgid_strategy SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, struct swl_strategy);
+} cgroup_strategy SEC(".maps");
+
+/* What each CPU runs now, to find a CPU a critical task may preempt. */
+struct cpu_state {
+	u32 class;
+	u32 busy;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of possible CPUs by the loader */
+	__type(key, u32);
+	__type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+struct heartbeat_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct heartbeat_timer);
+} heartbeat SEC(".maps");
+
+/* Unused: make the compiler emit these types' BTF for the Go bindings. */
+struct swl_event _swl_event_btf;
+struct usr_task _usr_task_btf;
+struct usr_decision _usr_decision_btf;
+
+struct task_ctx {
+	u64 seq;          /* request to user space awaiting its decision, 0 if none */
+	u64 sent_at;      /* when that request was sent */
+	u64 started_at;   /* when it last got a CPU */
+	u64 exec_runtime; /* CPU time since it last slept */
+	u64 vtime;        /* virtual runtime (usr_task.vtime) */
+	s64 crit_budget;  /* critical-class CPU time it may still use, ns */
+	u64 budget_at;    /* last budget refill */
+	u64 strat_gen;    /* strategy_gen + 1 when class and slice were resolved */
+	u64 strat_slice;  /* slice from its strategy, 0 for the default */
+	u32 class;        /* class from its strategy */
+	u32 run_class;    /* class it runs with this time (critical may be demoted) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+static struct task_ctx *lookup_task_ctx(struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
+}
+
+static struct usr_shared *lookup_shared(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&shared, &zero);
+}
+
+static bool is_sched_thread(const struct task_struct *p)
+{
+	return p->tgid == sched_tgid;
+}
+
+/*
+ * The loop's goroutine is not locked to a thread (a locked goroutine that the
+ * Go runtime preempts needs two other threads to get going again), so user
+ * space publishes which thread runs it, every iteration.
+ */
+static bool is_loop_thread(const struct task_struct *p)
+{
+	struct usr_shared *sh = lookup_shared();
+	u32 tid = sh ? *(volatile u32 *)&sh->loop_tid : 0;
+
+	return tid && p->pid == tid;
+}
+
+static bool is_kthread(const struct task_struct *p)
+{
+	return p->flags & PF_KTHREAD;
+}
+
+static bool user_work_pending(void)
+{
+	return nr_sent != nr_answered;
+}
+
+/* User space has had work for stall_ns and answered nothing meanwhile. */
+static bool user_stalled(void)
+{
+	return user_work_pending() && bpf_ktime_get_ns() - last_answer_at > stall_ns;
+}
+
+/*
+ * Pending work waits for the loop at most one slice: past that, the
+ * scheduler's threads go ahead of the tasks already dispatched, instead of
+ * after them. Otherwise a deep DSQ_USER would delay every new decision by
+ * the time it takes to drain.
+ */
+static bool loop_overdue(void)
+{
+	return user_work_pending() && !loop_on_cpu && bpf_ktime_get_ns() - loop_stopped_at > slice_ns;
+}
+
+static void emit_event(u32 type, u32 pid, u32 tgid, u32 ppid)
+{
+	struct swl_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		STAT_INC(events_dropped);
+		return;
+	}
+	e->type = type;
+	e->pid = pid;
+	e->tgid = tgid;
+	e->ppid = ppid;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* Strategy of the nearest ancestor cgroup that has one. */
+static struct swl_strategy *lookup_cgroup_strategy(struct task_struct *p)
+{
+	struct cgroup *cgrp = BPF_CORE_READ(p, cgroups, dfl_cgrp);
+	int i;
+
+	for (i = 0; i < MAX_CGROUP_DEPTH && cgrp; i++) {
+		u64 id = BPF_CORE_READ(cgrp, kn, id);
+		struct swl_strategy *s = bpf_map_lookup_elem(&cgroup_strategy, &id);
+
+		if (s)
+			return s;
+		cgrp = (struct cgroup *)BPF_CORE_READ(cgrp, self.parent);
+	}
+	return NULL;
+}
+
+/* Class and slice from the strategy maps, looked up again only after a strategy change. */
+static void resolve_strategy(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 gen = strategy_gen + 1;
+	struct swl_strategy *s;
+	u32 tgid = p->tgid;
+
+	if (tctx->strat_gen == gen)
+		return;
+	s = bpf_map_lookup_elem(&tgid_strategy, &tgid);
+	if (!s && nr_cgroup_strategies)
+		s = lookup_cgroup_strategy(p);
+	tctx->class = s && s->class < SWL_NR_CLASSES ? s->class : SWL_CLASS_NORMAL;
+	tctx->strat_slice = s ? s->slice_ns : 0;
+	tctx->strat_gen = gen;
+}
+
+/*
+ * A critical task keeps its class only while it has CPU budget: it refills
+ * at critical_share_pct of one CPU and banks at most critical_burst_ns, so a
+ * spinning critical task cannot starve the rest. Over budget, it goes to
+ * user space like any other task.
+ */
+static u32 effective_class(struct task_ctx *tctx, u64 now)
+{
+	s64 budget;
+
+	if (tctx->class != SWL_CLASS_CRITICAL)
+		return tctx->class;
+	budget = tctx->crit_budget + (s64)((now - tctx->budget_at) * critical_share_pct / 100);
+	if (budget > (s64)critical_burst_ns)
+		budget = critical_burst_ns;
+	tctx->crit_budget = budget;
+	tctx->budget_at = now;
+	if (budget <= 0) {
+		STAT_INC(critical_demoted);
+		return SWL_CLASS_NORMAL;
+	}
+	return SWL_CLASS_CRITICAL;
+}
+
+/* CPU time to virtual time, as the in-kernel scheduler ages tasks: by weight, then class. */
+static u64 scale_inverse(u64 delta, const struct task_struct *p, u32 class)
+{
+	u64 w8 = class <= SWL_CLASS_HIGH ? 32 : class == SWL_CLASS_BACKGROUND ? 1 : 8;
+	u64 w = (u64)p->scx.weight * w8;
+
+	return delta * 100 * 8 / (w ? w : 1);
+}
+
+/* An idle CPU for p, claimed: its previous CPU, then a fully idle core, then any. */
+static s32 pick_idle_cpu(struct task_struct *p, s32 prev_cpu)
+{
+	s32 cpu;
+
+	if (prev_cpu >= 0 && bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr) &&
+	    scx_bpf_test_and_clear_cpu_idle(prev_cpu))
+		return prev_cpu;
+	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, SCX_PICK_IDLE_CORE);
+	if (cpu >= 0)
+		return cpu;
+	return scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+}
+
+/* Wake an idle CPU p may run on, so it runs ops.dispatch soon. */
+static void kick_idle(struct task_struct *p)
+{
+	s32 cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+
+	if (cpu >= 0)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
+/* May p be put on cpu's local queue? A migration-disabled task must stay where it is. */
+static bool cpu_allowed(struct task_struct *p, s32 cpu)
+{
+	if (cpu < 0 || cpu >= nr_cpus || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+		return false;
+	if (bpf_core_field_exists(p->migration_disabled) && p->migration_disabled &&
+	    cpu != scx_bpf_task_cpu(p))
+		return false;
+	return true;
+}
+
+static bool can_preempt(const struct task_struct *p, u32 cpu)
+{
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+
+	return cs && cs->busy && cs->class != SWL_CLASS_CRITICAL &&
+	       bpf_cpumask_test_cpu(cpu, p->cpus_ptr);
+}
+
+/* Make a CPU available to a woken critical task: an idle one, else preempt non-critical work. */
+static void kick_for_critical(struct task_struct *p)
+{
+	s32 prev = scx_bpf_task_cpu(p), idle;
+	u32 i, cpu;
+
+	idle = pick_idle_cpu(p, prev);
+	if (idle >= 0) {
+		scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
+		return;
+	}
+	bpf_for(i, 0, nr_cpus) {
+		if (i >= MAX_CPU_SCAN)
+			break;
+		cpu = ((u32)prev + i) % nr_cpus;
+		if (can_preempt(p, cpu)) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			STAT_INC(preempt_kicks);
+			return;
+		}
+	}
+}
+
+/*
+ * Hand p to user space. If the ring is full, user space is behind: dispatch
+ * p here rather than lose it, and forget any request still outstanding for
+ * it so a late decision counts as stale.
+ */
+static void send_to_user(struct task_struct *p, struct task_ctx *tctx, u32 class, u64 enq_flags, u64 now)
+{
+	struct usr_task *t;
+	u32 pid = p->pid;
+	u64 seq;
+
+	if (user_stalled()) {
+		STAT_INC(rescued);
+		goto direct;
+	}
+	seq = __sync_add_and_fetch(&next_seq, 1);
+	if (bpf_map_update_elem(&outstanding, &pid, &seq, BPF_ANY))
+		goto full;
+	t = bpf_ringbuf_reserve(&queued, sizeof(*t), 0);
+	if (!t) {
+		bpf_map_delete_elem(&outstanding, &pid);
+		goto full;
+	}
+	tctx->seq = seq;
+	tctx->sent_at = now;
+	t->seq = tctx->seq;
+	t->vtime = tctx->vtime;
+	t->exec_runtime = tctx->exec_runtime;
+	t->sum_exec_runtime = p->se.sum_exec_runtime;
+	t->enqueued_at = now;
+	t->enq_flags = enq_flags;
+	t->pid = p->pid;
+	t->tgid = p->tgid;
+	t->cpu = scx_bpf_task_cpu(p);
+	t->weight = p->scx.weight;
+	t->nr_cpus_allowed = p->nr_cpus_allowed;
+	t->class = class;
+	bpf_probe_read_kernel_str(t->comm, sizeof(t->comm), p->comm);
+	/* No wakeup: the Go loop polls the ring when it runs, and runs because work is pending. */
+	bpf_ringbuf_submit(t, BPF_RB_NO_WAKEUP);
+	__sync_fetch_and_add(&nr_sent, 1);
+	STAT_INC(sent);
+	/* An idle CPU will run ops.dispatch, which runs the scheduler's threads. */
+	kick_idle(p);
+	return;
+full:
+	STAT_INC(fallback);
+direct:
+	tctx->seq = 0; /* a decision for an earlier request, if any, is stale */
+	swl_insert(p, DSQ_FALLBACK, slice_ns, enq_flags);
+	kick_idle(p);
+}
+
+/* bpf_for_each_map_elem callback: take one outstanding task back from user space. */
+static long rescue_one(struct bpf_map *map, u32 *pid, u64 *seq, void *data)
+{
+	struct task_struct *p = bpf_task_from_pid(*pid);
+	struct task_ctx *tctx;
+
+	bpf_map_delete_elem(map, pid);
+	if (!p)
+		return 0;
+	tctx = lookup_task_ctx(p);
+	if (tctx && tctx->seq == *seq) {
+		tctx->seq = 0; /* user space's decision, when it comes, is stale */
+		swl_insert(p, DSQ_FALLBACK, slice_ns, 0);
+		STAT_INC(rescued);
+	}
+	bpf_task_release(p);
+	return scx_bpf_dispatch_nr_slots() ? 0 : 1;
+}
+
+/* Refill the budget (approximately: CPUs race on it, which only blurs it) and test it. */
+static bool sched_budget_left(void)
+{
+	u64 now = bpf_ktime_get_ns();
+	s64 b = sched_budget + (s64)((now - sched_budget_at) * SCHED_SHARE_PCT / 100);
+
+	sched_budget = b < (s64)SCHED_BURST_NS ? b : (s64)SCHED_BURST_NS;
+	sched_budget_at = now;
+	return sched_budget > 0;
+}
+
+struct drain_ctx {
+	s32 cpu;    /* the dispatching CPU */
+	bool local; /* a decision put a task on its local queue */
+};
+
+static void record_rtt(u64 ns)
+{
+	u32 zero = 0, b;
+	struct usr_stats *s = bpf_map_lookup_elem(&stats, &zero);
+	u64 us;
+
+	if (!s)
+		return;
+	s->rtt_count++;
+	s->rtt_sum_ns += ns;
+	if (ns > s->rtt_max_ns)
+		s->rtt_max_ns = ns;
+	/* log2 bucket of the round trip in µs: 0 below 1 µs, else floor(log2)+1. */
+	us = ns / 1000;
+	b = us ? 64 - __builtin_clzll(us) : 0;
+	if (b >= USR_RTT_BUCKETS)
+		b = USR_RTT_BUCKETS - 1;
+	s->rtt_hist[b]++;
+}
+
+/* bpf_user_ringbuf_drain callback: apply one decision. Returns 1 to stop draining. */
+static long apply_decision(struct bpf_dynptr *rec, void *data)
+{
+	struct drain_ctx *dc = data;
+	struct usr_decision d;
+	struct task_struct *p;
+	struct task_ctx *tctx;
+	u64 slice;
+	s32 cpu;
+
+	if (bpf_dynptr_read(&d, sizeof(d), rec, 0, 0))
+		return 0; /* not a decision: only our Go side writes this ring */
+	__sync_fetch_and_add(&nr_answered, 1);
+	last_answer_at = bpf_ktime_get_ns();
+
+	p = bpf_task_from_pid(d.pid);
+	if (!p) {
+		STAT_INC(stale);
+		return 0;
+	}
+	tctx = lookup_task_ctx(p);
+	if (!tctx || !d.seq || tctx->seq != d.seq) {
+		STAT_INC(stale);
+		bpf_task_release(p);
+		return 0;
+	}
+	tctx->seq = 0;
+	bpf_map_delete_elem(&outstanding, &d.pid);
+	tctx->vtime = d.vtime;
+	record_rtt(bpf_ktime_get_ns() - tctx->sent_at);
+	slice = d.slice_ns ? d.slice_ns : slice_ns;
+
+	cpu = d.cpu;
+	if (cpu != USR_CPU_ANY && !cpu_allowed(p, cpu)) {
+		STAT_INC(bounced);
+		cpu = USR_CPU_ANY;
+	}
+	if (cpu == USR_CPU_ANY)
+		cpu = pick_idle_cpu(p, scx_bpf_task_cpu(p));
+	if (cpu >= 0) {
+		swl_insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, 0);
+		if (cpu == dc->cpu)
+			dc->local = true;
+		else
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	} else {
+		swl_insert_vtime(p, DSQ_USER, slice, d.deadline, 0);
+	}
+	STAT_INC(applied);
+	bpf_task_release(p);
+	/* ops.dispatch may insert only so many tasks; the rest wait for the next call. */
+	return scx_bpf_dispatch_nr_slots() ? 0 : 1;
+}
+
+s32 BPF_STRUCT_OPS(usr_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	struct task_ctx *tctx;
+	s32 cpu;
+
+	/* Only critical tasks are placed here; for the rest, the CPU is user space's decision. */
+	if (is_sched_thread(p) || !(tctx = lookup_task_ctx(p)))
+		return prev_cpu;
+	resolve_strategy(p, tctx);
+	if (tctx->class != SWL_CLASS_CRITICAL)
+		return prev_cpu;
+	tctx->run_class = effective_class(tctx, bpf_ktime_get_ns());
+	if (tctx->run_class != SWL_CLASS_CRITICAL)
+		return prev_cpu;
+	cpu = pick_idle_cpu(p, prev_cpu);
+	if (cpu < 0)
+		return prev_cpu;
+	STAT_INC(critical);
+	STAT_INC(critical_direct);
+	swl_insert(p, SCX_DSQ_LOCAL, tctx->strat_slice ? tctx->strat_slice : slice_ns, 0);
+	return cpu;
+}
+
+void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u64 now = bpf_ktime_get_ns();
+	u32 class;
+
+	if (is_loop_thread(p)) {
+		/*
+		 * The last runnable task on its CPU (it yielded with nothing else
+		 * to run): with work pending it carries on; without, it parks in
+		 * DSQ_LOOP and the CPU idles, where the kernel would have kept it
+		 * spinning (hence SCX_OPS_ENQ_LAST).
+		 */
+		if ((enq_flags & ENQ_LAST) && user_work_pending()) {
+			swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+			return;
+		}
+		swl_insert(p, DSQ_LOOP, slice_ns, enq_flags);
+		if (user_work_pending())
+			kick_idle(p);
+		return;
+	}
+	if (is_sched_thread(p) && !(enq_flags & ENQ_LAST)) {
+		swl_insert(p, DSQ_SCHED, slice_ns, enq_flags);
+		kick_idle(p);
+		return;
+	}
+	/* Any other task that is the last one on its CPU keeps running. */
+	if (enq_flags & ENQ_LAST) {
+		swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		return;
+	}
+	if (!tctx) {
+		swl_insert(p, DSQ_FALLBACK, slice_ns, enq_flags);
+		return;
+	}
+	if (is_kthread(p)) {
+		STAT_INC(kthread);
+		if (p->nr_cpus_allowed == 1) {
+			swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		} else {
+			swl_insert(p, DSQ_KTHREAD, slice_ns, enq_flags);
+			kick_idle(p);
+		}
+		return;
+	}
+	resolve_strategy(p, tctx);
+	class = effective_class(tctx, now);
+	tctx->run_class = class;
+	if (class == SWL_CLASS_CRITICAL) {
+		STAT_INC(critical);
+		swl_insert(p, DSQ_CRITICAL, tctx->strat_slice ? tctx->strat_slice : slice_ns, enq_flags);
+		/* Only a wakeup preempts; a re-queued critical task waits at the head of its queue. */
+		if (enq_flags & ENQ_WAKEUP)
+			kick_for_critical(p);
+		else
+			kick_idle(p);
+		return;
+	}
+	send_to_user(p, tctx, class, enq_flags, now);
+}
+
+void BPF_STRUCT_OPS(usr_dequeue, struct task_struct *p, u64 deq_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u32 pid = p->pid;
+
+	/* It left our custody before user space decided: that decision is now stale. */
+	if (tctx && tctx->seq) {
+		tctx->seq = 0;
+		bpf_map_delete_elem(&outstanding, &pid);
+	}
+}
+
+void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct drain_ctx dc = { .cpu = cpu };
+	bool critical;
+
+	if ((heartbeat_due || loop_overdue()) && swl_move_to_local(DSQ_LOOP)) {
+		heartbeat_due = false;
+		STAT_INC(sched_thread);
+		return;
+	}
+	if (user_stalled())
+		bpf_for_each_map_elem(&outstanding, rescue_one, NULL, 0);
+	critical = swl_move_to_local(DSQ_CRITICAL);
+	/* Decisions for this CPU queue behind a critical task taken above. */
+	bpf_user_ringbuf_drain(&dispatched, apply_decision, &dc, BPF_RB_NO_WAKEUP);
+	if (critical || dc.local)
+		return;
+	/* The Go runtime's threads: first within their budget, else every other time. */
+	if (scx_bpf_dsq_nr_queued(DSQ_SCHED) && (sched_budget_left() || (sched_turns++ & 1)) &&
+	    swl_move_to_local(DSQ_SCHED)) {
+		STAT_INC(sched_thread);
+		return;
+	}
+	if (swl_move_to_local(DSQ_KTHREAD) || swl_move_to_local(DSQ_FALLBACK) || swl_move_to_local(DSQ_USER))
+		return;
+	if ((user_work_pending() && swl_move_to_local(DSQ_LOOP)) || swl_move_to_local(DSQ_SCHED)) {
+		STAT_INC(sched_thread);
+		return;
+	}
+	/*
+	 * Nothing else wants this CPU: prev runs on. Not the loop, which gets
+	 * here by yielding when it has nothing to do.
+	 */
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_loop_thread(prev))
+		prev->scx.slice = slice_ns;
+}
+
+void BPF_STRUCT_OPS(usr_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	if (tctx)
+		tctx->exec_runtime = 0; /* it slept: its burst is over */
+}
+
+void BPF_STRUCT_OPS(usr_running, struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u32 cpu = scx_bpf_task_cpu(p);
+	struct cpu_state *cs;
+
+	if (is_loop_thread(p))
+		loop_on_cpu = p->pid;
+	if (!tctx)
+		return;
+	tctx->started_at = bpf_ktime_get_ns();
+	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+	if (cs) {
+		cs->class = tctx->run_class;
+		cs->busy = 1;
+	}
+}
+
+void BPF_STRUCT_OPS(usr_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	u32 cpu = scx_bpf_task_cpu(p);
+	bool loop = p->pid == loop_on_cpu;
+	struct cpu_state *cs;
+	u64 delta;
+
+	if (loop) {
+		loop_on_cpu = 0;
+		loop_stopped_at = bpf_ktime_get_ns();
+	}
+	if (!tctx)
+		return;
+	delta = bpf_ktime_get_ns() - tctx->started_at;
+	if (is_sched_thread(p) && !loop)
+		__sync_fetch_and_sub(&sched_budget, (s64)delta);
+	tctx->exec_runtime += delta;
+	if (tctx->exec_runtime > EXEC_RUNTIME_MAX)
+		tctx->exec_runtime = EXEC_RUNTIME_MAX;
+	tctx->vtime += scale_inverse(delta, p, tctx->run_class);
+	if (tctx->run_class == SWL_CLASS_CRITICAL)
+		tctx->crit_budget -= delta;
+	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
+	if (cs)
+		cs->busy = 0;
+}
+
+/* Mirror the kernel's idle tracking (kept: SCX_OPS_KEEP_BUILTIN_IDLE) for user space. */
+void BPF_STRUCT_OPS(usr_update_idle, s32 cpu, bool idle)
+{
+	struct usr_shared *sh = lookup_shared();
+	u32 w = (u32)cpu / 64;
+	u64 bit = 1ULL << ((u32)cpu % 64);
+
+	if (!sh || w >= USR_MAX_CPUS / 64)
+		return;
+	if (idle)
+		__sync_fetch_and_or(&sh->idle[w], bit);
+	else
+		__sync_fetch_and_and(&sh->idle[w], ~bit);
+}
+
+s32 BPF_STRUCT_OPS(usr_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->crit_budget = critical_burst_ns;
+	tctx->budget_at = bpf_ktime_get_ns();
+	tctx->class = SWL_CLASS_NORMAL;
+	tctx->run_class = SWL_CLASS_NORMAL;
+	return 0;
+}
+
+/* Implemented so the kernel keeps us across CPU hotplug instead of restarting us. */
+void BPF_STRUCT_OPS(usr_cpu_online, s32 cpu)
+{
+}
+
+void BPF_STRUCT_OPS(usr_cpu_offline, s32 cpu)
+{
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+
+	if (cs)
+		cs->busy = 0;
+}
+
+/*
+ * Heartbeat: a loop parked for want of work gets one turn ahead of
+ * everything else (to see whether it should stop), and this CPU reschedules
+ * now to start with it.
+ */
+static int heartbeat_fn(void *map, int *key, struct bpf_timer *timer)
+{
+	if (scx_bpf_dsq_nr_queued(DSQ_LOOP) > 0) {
+		heartbeat_due = true;
+		STAT_INC(heartbeats);
+		scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+	}
+	bpf_timer_start(timer, heartbeat_ns, 0);
+	return 0;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(usr_init)
+{
+	struct heartbeat_timer *hb;
+	u32 zero = 0;
+	s32 err;
+
+	last_answer_at = bpf_ktime_get_ns();
+	err = scx_bpf_create_dsq(DSQ_CRITICAL, -1) ?: scx_bpf_create_dsq(DSQ_USER, -1) ?:
+	      scx_bpf_create_dsq(DSQ_FALLBACK, -1) ?: scx_bpf_create_dsq(DSQ_LOOP, -1) ?:
+	      scx_bpf_create_dsq(DSQ_SCHED, -1) ?: scx_bpf_create_dsq(DSQ_KTHREAD, -1);
+	if (err)
+		return err;
+	hb = bpf_map_lookup_elem(&heartbeat, &zero);
+	if (!hb)
+		return -ENOMEM;
+	bpf_timer_init(&hb->timer, &heartbeat, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&hb->timer, heartbeat_fn);
+	return bpf_timer_start(&hb->timer, heartbeat_ns, 0);
+}
+
+void BPF_STRUCT_OPS(usr_exit, struct scx_exit_info *ei)
+{
+	struct usr_shared *sh = lookup_shared();
+
+	exit_info.kind = BPF_CORE_READ(ei, kind);
+	if (bpf_core_field_exists(ei->exit_code))
+		exit_info.exit_code = BPF_CORE_READ(ei, exit_code);
+	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason), BPF_CORE_READ(ei, reason));
+	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), BPF_CORE_READ(ei, msg));
+	exit_info.valid = 1;
+	if (sh)
+		sh->exited = 1;
+	emit_event(SWL_EV_SCHED_EXIT, 0, 0, 0);
+}
+
+/* Process lifecycle, as in the in-kernel scheduler: user space matches new processes. */
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(usr_on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	emit_event(SWL_EV_EXEC, p->pid, p->tgid, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(usr_on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	struct swl_strategy *s, inherited;
+	u32 ptgid = parent->tgid, tgid = child->tgid;
+
+	if (child->pid != child->tgid)
+		return 0; /* a thread: its group's entry covers it */
+	s = bpf_map_lookup_elem(&tgid_strategy, &ptgid);
+	if (s && (s->flags & SWL_STRAT_INHERIT)) {
+		inherited = *s;
+		inherited.flags |= SWL_STRAT_INHERITED;
+		bpf_map_update_elem(&tgid_strategy, &tgid, &inherited, BPF_NOEXIST);
+	}
+	emit_event(SWL_EV_FORK, child->pid, tgid, ptgid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(usr_on_exit, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0; /* not the group's last thread */
+	bpf_map_delete_elem(&tgid_strategy, &tgid);
+	emit_event(SWL_EV_EXIT, p->pid, tgid, 0);
+	return 0;
+}
+
+SEC(".struct_ops.link")
+struct sched_ext_ops usersched_ops = {
+	.select_cpu = (void *)usr_select_cpu,
+	.enqueue = (void *)usr_enqueue,
+	.dequeue = (void *)usr_dequeue,
+	.dispatch = (void *)usr_dispatch,
+	.runnable = (void *)usr_runnable,
+	.running = (void *)usr_running,
+	.stopping = (void *)usr_stopping,
+	.update_idle = (void *)usr_update_idle,
+	.init_task = (void *)usr_init_task,
+	.cpu_online = (void *)usr_cpu_online,
+	.cpu_offline = (void *)usr_cpu_offline,
+	.init = (void *)usr_init,
+	.exit = (void *)usr_exit,
+	.flags = SCX_OPS_KEEP_BUILTIN_IDLE | SCX_OPS_ENQ_LAST,
+	.name = "swiftlane_user",
+};

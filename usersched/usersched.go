@@ -1,0 +1,534 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package usersched
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/swiftlane/swiftlane/internal/sched"
+	"github.com/swiftlane/swiftlane/internal/strategy"
+	"github.com/swiftlane/swiftlane/internal/userringbuf"
+)
+
+// Class is a scheduling class from a strategy.
+type Class = strategy.Class
+
+// The classes, most urgent first.
+const (
+	// Critical tasks are scheduled in BPF, never waiting for user space:
+	// onto an idle CPU, or ahead of everything, preempting non-critical
+	// work, within a CPU budget (50 % of a CPU, 50 ms banked).
+	ClassCritical = strategy.Critical
+	ClassHigh     = strategy.High
+	// ClassNormal is every task without a strategy.
+	ClassNormal     = strategy.Normal
+	ClassBackground = strategy.Background
+)
+
+// Strategy is what a process or cgroup is given: Class, SliceNs (0: the
+// scheduler's), Inherit (children forked later get it too) and ID (for
+// reporting).
+type Strategy = strategy.Entry
+
+// ExitInfo is why the kernel disabled the scheduler.
+type ExitInfo = sched.ExitInfo
+
+// ProcessEvent is a process exec, fork or exit, for matching processes
+// against strategies as they appear.
+type ProcessEvent = sched.Event
+
+// EventType is what a ProcessEvent reports.
+type EventType = sched.EventType
+
+// The process events.
+const (
+	EventExec      = sched.EventExec
+	EventFork      = sched.EventFork
+	EventExit      = sched.EventExit
+	EventSchedExit = sched.EventSchedExit // the kernel is disabling the scheduler
+)
+
+// Options configure the scheduler. The zero value is usable.
+type Options struct {
+	// SliceNs is the slice of decisions that leave it 0 (default 2 ms).
+	SliceNs uint64
+	// HeartbeatNs is how often the loop runs when no work is pending, to
+	// notice it should stop (default 100 ms).
+	HeartbeatNs uint64
+	// StallNs: when the loop has had work pending for this long without
+	// answering, the BPF side dispatches the tasks waiting for it itself,
+	// and new ones skip user space until it answers again (default 500 ms;
+	// Stats.Rescued counts them). The kernel ejects a scheduler that leaves
+	// a task waiting 30 s.
+	StallNs uint64
+	// QueueSize is how many runnable tasks the ring to user space holds
+	// (default 4096). When it is full, tasks are dispatched in BPF directly
+	// (Stats.Fallback).
+	QueueSize int
+	// DecisionSize is how many decisions the ring back holds (default 4096).
+	DecisionSize int
+	// GOMAXPROCS for the process from Open to Close: 0 means 2 (one P for
+	// the loop, one for the rest of the process, including the garbage
+	// collector's background worker), fewer if the machine has fewer CPUs;
+	// negative leaves it alone. More Ps only add threads that compete with
+	// the tasks being scheduled.
+	GOMAXPROCS int
+	// NoMemoryLock skips mlockall. By default Open locks all of the
+	// process's memory, current and future, until Close, so the dispatch
+	// path never waits for a page fault.
+	NoMemoryLock bool
+	// Log receives diagnostics (default: discarded).
+	Log *slog.Logger
+}
+
+const (
+	defaultSliceNs     = 2_000_000
+	defaultHeartbeatNs = 100_000_000
+	defaultStallNs     = 500_000_000
+	defaultQueueSize   = 4096
+)
+
+// Scheduler is the BPF side, loaded, with the rings mapped. Methods other
+// than Run are safe for concurrent use, except that Attach, Detach and Close
+// must not race each other.
+type Scheduler struct {
+	opts   Options
+	objs   userschedObjects
+	ncpu   int
+	traces []link.Link
+	ops    link.Link
+	events *ringbuf.Reader
+	maps   []*userringbuf.Mapping
+	shared []byte // the mmap'ed struct usr_shared
+	loop   loop
+	active atomic.Bool // Run is running
+	undo   []func()    // process-wide settings to restore on Close
+
+	mu        sync.Mutex // strategy map writes and the generation counter
+	gen       uint64
+	nrCgroups uint32
+}
+
+func pow2Bytes(records, recordSize int) int {
+	n := records * (recordSize + userringbuf.HeaderSize)
+	if n < os.Getpagesize() {
+		n = os.Getpagesize()
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// Open checks the kernel, then loads and verifies the BPF side and maps its
+// rings. The scheduler is not active until Attach.
+func Open(opts Options) (*Scheduler, error) {
+	if err := sched.Check(); err != nil {
+		return nil, err
+	}
+	if opts.SliceNs == 0 {
+		opts.SliceNs = defaultSliceNs
+	}
+	if opts.HeartbeatNs == 0 {
+		opts.HeartbeatNs = defaultHeartbeatNs
+	}
+	if opts.StallNs == 0 {
+		opts.StallNs = defaultStallNs
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = defaultQueueSize
+	}
+	if opts.DecisionSize <= 0 {
+		opts.DecisionSize = defaultQueueSize
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	start := time.Now()
+	cache := btf.NewCache()
+	spec, level, err := loadSpec(cache)
+	if err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
+	opts.Log.Debug("loading user-space scheduler", "kfunc_api", level)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("possible CPUs: %w", err)
+	}
+	if ncpu > MaxCPUs {
+		return nil, fmt.Errorf("%d possible CPUs: user-space mode supports up to %d", ncpu, MaxCPUs)
+	}
+	consts := map[string]any{
+		"slice_ns":     opts.SliceNs,
+		"heartbeat_ns": opts.HeartbeatNs,
+		"stall_ns":     opts.StallNs,
+		"nr_cpus":      uint32(ncpu),
+		"sched_tgid":   uint32(os.Getpid()),
+	}
+	for name, v := range consts {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	queueBytes := pow2Bytes(opts.QueueSize, int(unsafe.Sizeof(userschedUsrTask{})))
+	decisionBytes := pow2Bytes(opts.DecisionSize, int(unsafe.Sizeof(userschedUsrDecision{})))
+	spec.Maps["queued"].MaxEntries = uint32(queueBytes)
+	spec.Maps["dispatched"].MaxEntries = uint32(decisionBytes)
+	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
+
+	s := &Scheduler{opts: opts, ncpu: ncpu}
+	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("BPF verifier rejected the user-space scheduler: %+v", ve)
+		}
+		return nil, fmt.Errorf("load BPF scheduler: %w", err)
+	}
+	opts.Log.Debug("user-space scheduler loaded", "took", time.Since(start))
+	if err := s.setup(queueBytes, decisionBytes); err != nil {
+		s.Close()
+		return nil, err
+	}
+	start = time.Now()
+	if err := s.prepareProcess(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	opts.Log.Debug("process prepared", "gomaxprocs", runtime.GOMAXPROCS(0), "memory_locked", !opts.NoMemoryLock, "took", time.Since(start))
+	return s, nil
+}
+
+// prepareProcess sets GOMAXPROCS and locks memory. Both before Attach: once
+// attached, every task on the machine waits for this process, and changing
+// GOMAXPROCS stops the world while mlockall faults in every mapped page
+// (the whole binary), which can take seconds.
+func (s *Scheduler) prepareProcess() error {
+	if n := s.opts.GOMAXPROCS; n >= 0 {
+		if n == 0 {
+			n = min(2, runtime.NumCPU())
+		}
+		old := runtime.GOMAXPROCS(n)
+		s.undo = append(s.undo, func() { runtime.GOMAXPROCS(old) })
+	}
+	if !s.opts.NoMemoryLock {
+		// Loading parsed the kernel's BTF: tens of MB of garbage that the
+		// lock would otherwise fault in and pin (locked pages cannot be
+		// returned to the kernel). Collect and return it first.
+		debug.FreeOSMemory()
+		if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE); err != nil {
+			return fmt.Errorf("mlockall: %w (needs CAP_IPC_LOCK or a large RLIMIT_MEMLOCK; Options.NoMemoryLock skips it)", err)
+		}
+		s.undo = append(s.undo, func() { unix.Munlockall() })
+	}
+	return nil
+}
+
+func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
+	for _, p := range []*ebpf.Program{s.objs.UsrOnExec, s.objs.UsrOnFork, s.objs.UsrOnExit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", p, err)
+		}
+		s.traces = append(s.traces, l)
+	}
+	var err error
+	if s.events, err = ringbuf.NewReader(s.objs.Events); err != nil {
+		return fmt.Errorf("open event ring: %w", err)
+	}
+	queued, qm, err := userringbuf.MapConsumer(s.objs.Queued.FD(), queueBytes)
+	if err != nil {
+		return fmt.Errorf("map ring queued: %w", err)
+	}
+	s.maps = append(s.maps, qm)
+	decisions, dm, err := userringbuf.MapProducer(s.objs.Dispatched.FD(), decisionBytes)
+	if err != nil {
+		return fmt.Errorf("map ring dispatched: %w", err)
+	}
+	s.maps = append(s.maps, dm)
+	if s.shared, err = unix.Mmap(s.objs.Shared.FD(), 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return fmt.Errorf("map shared page: %w", err)
+	}
+	sh := (*userschedUsrShared)(unsafe.Pointer(unsafe.SliceData(s.shared)))
+	s.loop = loop{queued: queued, d: Dispatcher{ring: decisions, shared: sh, ncpu: s.ncpu}}
+	return nil
+}
+
+// Attach makes the user-space scheduler the kernel's scheduler. From then
+// on, runnable tasks queue for Run: call it right away.
+func (s *Scheduler) Attach() error {
+	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.UserschedOps})
+	if err != nil {
+		if state, ops, _ := sched.State(); state != "" && state != "disabled" {
+			return &sched.UnsupportedError{Err: sched.ErrBusy, What: ops, Hint: "stop that scheduler first"}
+		}
+		return fmt.Errorf("attach scheduler: %w", err)
+	}
+	s.ops = l
+	return nil
+}
+
+// Detach hands scheduling back to the kernel's default scheduler. The kernel
+// runs the scheduler's exit path synchronously: Exit reports it afterwards.
+func (s *Scheduler) Detach() error {
+	if s.ops == nil {
+		return nil
+	}
+	err := s.ops.Close()
+	s.ops = nil
+	return err
+}
+
+// Close detaches and releases everything. Run must have returned.
+func (s *Scheduler) Close() error {
+	errs := []error{s.Detach()}
+	if s.events != nil {
+		errs = append(errs, s.events.Close())
+	}
+	for _, l := range s.traces {
+		errs = append(errs, l.Close())
+	}
+	s.traces = nil
+	for _, m := range s.maps {
+		errs = append(errs, m.Close())
+	}
+	s.maps = nil
+	if s.shared != nil {
+		errs = append(errs, unix.Munmap(s.shared))
+		s.shared = nil
+	}
+	errs = append(errs, s.objs.Close())
+	for _, f := range s.undo {
+		f()
+	}
+	s.undo = nil
+	return errors.Join(errs...)
+}
+
+// NumCPUs is the number of possible CPUs.
+func (s *Scheduler) NumCPUs() int { return s.ncpu }
+
+// Run runs the dispatch loop with the policy until ctx ends (it returns
+// ctx's error) or the kernel disables the scheduler (it returns why). It
+// allocates nothing per task.
+func (s *Scheduler) Run(ctx context.Context, p Policy) (*ExitInfo, error) {
+	if !s.active.CompareAndSwap(false, true) {
+		return nil, errors.New("usersched: Run is already running")
+	}
+	defer s.active.Store(false)
+	if err := s.loop.run(ctx, p); err != nil {
+		return nil, err
+	}
+	return s.Exit()
+}
+
+// Exit returns why the kernel disabled the scheduler, or nil if it has not.
+func (s *Scheduler) Exit() (*ExitInfo, error) {
+	var raw userschedSwlExitInfo
+	if err := s.objs.ExitInfo.Get(&raw); err != nil {
+		return nil, err
+	}
+	if raw.Valid == 0 {
+		return nil, nil
+	}
+	return &ExitInfo{Kind: raw.Kind, ExitCode: raw.ExitCode, Reason: cstr(raw.Reason[:]), Message: cstr(raw.Msg[:])}, nil
+}
+
+func cstr(b []int8) string {
+	return unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), len(b)))
+}
+
+// ReadProcessEvent blocks until the next process event. After Close or
+// CloseEvents it returns an error. The scheduler being disabled shows up as
+// an event of type EventSchedExit.
+func (s *Scheduler) ReadProcessEvent() (ProcessEvent, error) {
+	rec, err := s.events.Read()
+	if err != nil {
+		return ProcessEvent{}, err
+	}
+	var raw userschedSwlEvent
+	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
+		return ProcessEvent{}, fmt.Errorf("decode event: %w", err)
+	}
+	return ProcessEvent{Type: sched.EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
+}
+
+// CloseEvents makes a blocked ReadProcessEvent return.
+func (s *Scheduler) CloseEvents() error { return s.events.Close() }
+
+// Strategies: the same maps, with the same layout, as the in-kernel
+// scheduler's, so a strategy.Applier drives either (Scheduler is a
+// strategy.Target). Changes apply to tasks after Commit.
+
+func toBPF(e Strategy) userschedSwlStrategy {
+	v := userschedSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
+	if e.Inherit {
+		v.Flags |= 1 // SWL_STRAT_INHERIT
+	}
+	return v
+}
+
+// SetProcess gives every thread of process tgid a strategy.
+func (s *Scheduler) SetProcess(tgid uint32, e Strategy) error {
+	v := toBPF(e)
+	return s.objs.TgidStrategy.Put(tgid, &v)
+}
+
+// DeleteProcess removes a process's strategy.
+func (s *Scheduler) DeleteProcess(tgid uint32) error {
+	if err := s.objs.TgidStrategy.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+// SetCgroup gives every process in cgroup id (its directory's inode number)
+// and below a strategy.
+func (s *Scheduler) SetCgroup(id uint64, e Strategy) error {
+	v := toBPF(e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var old userschedSwlStrategy
+	if err := s.objs.CgroupStrategy.Lookup(id, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
+		s.nrCgroups++
+	}
+	return s.objs.CgroupStrategy.Put(id, &v)
+}
+
+// DeleteCgroup removes a cgroup's strategy.
+func (s *Scheduler) DeleteCgroup(id uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.objs.CgroupStrategy.Delete(id)
+	if err == nil && s.nrCgroups > 0 {
+		s.nrCgroups--
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Commit makes every task look its strategy up again on its next enqueue.
+func (s *Scheduler) Commit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	if err := s.objs.NrCgroupStrategies.Set(s.nrCgroups); err != nil {
+		return err
+	}
+	return s.objs.StrategyGen.Set(s.gen)
+}
+
+var _ strategy.Target = (*Scheduler)(nil)
+
+// Stats are the BPF side's counters summed over CPUs, and the Go loop's.
+type Stats struct {
+	Sent            uint64 // tasks queued to user space
+	Applied         uint64 // decisions applied
+	Stale           uint64 // decisions dropped: the task was queued again, dequeued or gone since
+	Bounced         uint64 // decisions for a CPU the task may not use (sent to any CPU instead)
+	Fallback        uint64 // tasks dispatched in BPF because the ring to user space was full
+	Rescued         uint64 // tasks dispatched in BPF because user space stalled (Options.StallNs)
+	Critical        uint64 // critical tasks dispatched in BPF
+	CriticalDirect  uint64 // ... of which woke straight onto an idle CPU
+	CriticalDemoted uint64 // critical tasks over their CPU budget, sent to user space
+	PreemptKicks    uint64 // CPUs preempted for a critical task
+	Kthread         uint64 // kernel threads, dispatched in BPF
+	SchedThread     uint64 // the scheduler's own threads dispatched
+	Heartbeats      uint64 // heartbeats that gave the scheduler's threads a turn
+	EventsDropped   uint64 // process events lost (event ring full)
+	// Round trips: from a task queued to user space to its decision applied.
+	RoundTrips     uint64
+	RoundTripSumNs uint64
+	RoundTripMaxNs uint64
+	// RoundTripHist[i] counts round trips in [2^(i-1), 2^i) µs (0: < 1 µs).
+	RoundTripHist RoundTripHist
+	QueuedForUser int // bytes waiting in the ring to user space
+	Loop          LoopStats
+}
+
+// RoundTripHist is a log2 histogram of round trips through user space.
+type RoundTripHist [32]uint64
+
+// Sub returns the round trips counted in h and not in earlier: those of the
+// interval between two Stats.
+func (h RoundTripHist) Sub(earlier RoundTripHist) RoundTripHist {
+	for i := range h {
+		h[i] -= earlier[i]
+	}
+	return h
+}
+
+// Quantile returns the upper bound of the bucket holding quantile q (0..1)
+// of the round trips, 0 if there are none.
+func (h RoundTripHist) Quantile(q float64) time.Duration {
+	var total uint64
+	for _, n := range h {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(q*float64(total-1)) + 1
+	for i, n := range h {
+		if rank <= n {
+			return time.Duration(1<<i) * time.Microsecond
+		}
+		rank -= n
+	}
+	return time.Duration(1<<(len(h)-1)) * time.Microsecond
+}
+
+// Stats reads the counters.
+func (s *Scheduler) Stats() (Stats, error) {
+	var per []userschedUsrStats
+	if err := s.objs.Stats.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	var t Stats
+	for _, c := range per {
+		t.Sent += c.Sent
+		t.Applied += c.Applied
+		t.Stale += c.Stale
+		t.Bounced += c.Bounced
+		t.Fallback += c.Fallback
+		t.Rescued += c.Rescued
+		t.Critical += c.Critical
+		t.CriticalDirect += c.CriticalDirect
+		t.CriticalDemoted += c.CriticalDemoted
+		t.PreemptKicks += c.PreemptKicks
+		t.Kthread += c.Kthread
+		t.SchedThread += c.SchedThread
+		t.Heartbeats += c.Heartbeats
+		t.EventsDropped += c.EventsDropped
+		t.RoundTrips += c.RttCount
+		t.RoundTripSumNs += c.RttSumNs
+		t.RoundTripMaxNs = max(t.RoundTripMaxNs, c.RttMaxNs)
+		for i, n := range c.RttHist {
+			t.RoundTripHist[i] += n
+		}
+	}
+	t.QueuedForUser = s.loop.queued.Available()
+	t.Loop = s.loop.loopStats()
+	return t, nil
+}
