@@ -4,31 +4,26 @@ package usersched
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/swiftlane/swiftlane/internal/sched"
 )
 
 // loadSpec picks the object compiled for the running kernel's sched_ext kfunc
-// names, as internal/sched does (see internal/sched/bpf/compat.h): level 3
-// with scx_bpf_dsq_move_to_local___v2, 2 with scx_bpf_dsq_insert___v2, 1
-// otherwise. The kernel BTF decoded for the choice stays in cache for the
-// load itself.
+// names, at the in-kernel scheduler's API levels (sched.APILevel). The kernel
+// BTF decoded for the choice stays in cache for the load itself.
 func loadSpec(cache *btf.Cache) (*ebpf.CollectionSpec, int, error) {
-	kernel, err := cache.Kernel()
+	level, err := sched.APILevel(cache)
 	if err != nil && !errors.Is(err, btf.ErrNotSupported) {
-		return nil, 0, fmt.Errorf("read kernel BTF: %w", err)
+		return nil, 0, err
 	}
-	has := func(name string) bool {
-		var fn *btf.Func
-		return kernel != nil && kernel.TypeByName(name, &fn) == nil
-	}
-	switch {
-	case has("scx_bpf_dsq_move_to_local___v2"):
+	switch level {
+	case 3:
 		spec, err := loadUserschedV3()
 		return spec, 3, err
-	case has("scx_bpf_dsq_insert___v2"):
+	case 2:
 		spec, err := loadUserschedV2()
 		return spec, 2, err
 	default:

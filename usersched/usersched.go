@@ -13,7 +13,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -124,9 +123,7 @@ type Scheduler struct {
 	active atomic.Bool // Run is running
 	undo   []func()    // process-wide settings to restore on Close
 
-	mu        sync.Mutex // strategy map writes and the generation counter
-	gen       uint64
-	nrCgroups uint32
+	strategies *sched.StrategyMaps
 }
 
 func pow2Bytes(records, recordSize int) int {
@@ -204,6 +201,7 @@ func Open(opts Options) (*Scheduler, error) {
 		}
 		return nil, fmt.Errorf("load BPF scheduler: %w", err)
 	}
+	s.strategies = sched.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	opts.Log.Debug("user-space scheduler loaded", "took", time.Since(start))
 	if err := s.setup(queueBytes, decisionBytes); err != nil {
 		s.Close()
@@ -379,65 +377,23 @@ func (s *Scheduler) CloseEvents() error { return s.events.Close() }
 // scheduler's, so a strategy.Applier drives either (Scheduler is a
 // strategy.Target). Changes apply to tasks after Commit.
 
-func toBPF(e Strategy) userschedSwlStrategy {
-	v := userschedSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
-	if e.Inherit {
-		v.Flags |= 1 // SWL_STRAT_INHERIT
-	}
-	return v
-}
-
 // SetProcess gives every thread of process tgid a strategy.
 func (s *Scheduler) SetProcess(tgid uint32, e Strategy) error {
-	v := toBPF(e)
-	return s.objs.TgidStrategy.Put(tgid, &v)
+	return s.strategies.SetProcess(tgid, e)
 }
 
 // DeleteProcess removes a process's strategy.
-func (s *Scheduler) DeleteProcess(tgid uint32) error {
-	if err := s.objs.TgidStrategy.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	return nil
-}
+func (s *Scheduler) DeleteProcess(tgid uint32) error { return s.strategies.DeleteProcess(tgid) }
 
 // SetCgroup gives every process in cgroup id (its directory's inode number)
 // and below a strategy.
-func (s *Scheduler) SetCgroup(id uint64, e Strategy) error {
-	v := toBPF(e)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var old userschedSwlStrategy
-	if err := s.objs.CgroupStrategy.Lookup(id, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
-		s.nrCgroups++
-	}
-	return s.objs.CgroupStrategy.Put(id, &v)
-}
+func (s *Scheduler) SetCgroup(id uint64, e Strategy) error { return s.strategies.SetCgroup(id, e) }
 
 // DeleteCgroup removes a cgroup's strategy.
-func (s *Scheduler) DeleteCgroup(id uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.objs.CgroupStrategy.Delete(id)
-	if err == nil && s.nrCgroups > 0 {
-		s.nrCgroups--
-	}
-	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	return nil
-}
+func (s *Scheduler) DeleteCgroup(id uint64) error { return s.strategies.DeleteCgroup(id) }
 
 // Commit makes every task look its strategy up again on its next enqueue.
-func (s *Scheduler) Commit() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.gen++
-	if err := s.objs.NrCgroupStrategies.Set(s.nrCgroups); err != nil {
-		return err
-	}
-	return s.objs.StrategyGen.Set(s.gen)
-}
+func (s *Scheduler) Commit() error { return s.strategies.Commit() }
 
 var _ strategy.Target = (*Scheduler)(nil)
 

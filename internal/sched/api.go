@@ -10,10 +10,11 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-// apiLevel picks the compiled object whose kfunc names the running kernel
+// APILevel picks the compiled object whose kfunc names the running kernel
 // has (see bpf/compat.h): 3 with scx_bpf_dsq_move_to_local___v2, 2 with
-// scx_bpf_dsq_insert___v2, 1 otherwise.
-func apiLevel(cache *btf.Cache) (int, error) {
+// scx_bpf_dsq_insert___v2, 1 otherwise. usersched's objects follow the same
+// levels.
+func APILevel(cache *btf.Cache) (int, error) {
 	kernel, err := cache.Kernel()
 	if err != nil {
 		return 0, fmt.Errorf("read kernel BTF: %w", err)
@@ -35,7 +36,7 @@ func apiLevel(cache *btf.Cache) (int, error) {
 // loadSpec picks and parses the object. The kernel BTF decoded for the
 // choice stays in cache for the load itself (decoding it is slow under TCG).
 func loadSpec(cache *btf.Cache) (*ebpf.CollectionSpec, int, error) {
-	level, err := apiLevel(cache)
+	level, err := APILevel(cache)
 	if err != nil && !errors.Is(err, btf.ErrNotSupported) {
 		return nil, 0, err
 	}

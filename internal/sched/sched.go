@@ -15,7 +15,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -61,10 +60,7 @@ type Scheduler struct {
 	traces []link.Link
 	ops    link.Link
 	events *ringbuf.Reader
-
-	mu        sync.Mutex // strategy map writes and the generation counter
-	gen       uint64
-	nrCgroups uint32
+	*StrategyMaps
 }
 
 // Load checks the kernel, loads and verifies the BPF object with the given
@@ -115,6 +111,7 @@ func Load(opts Options) (*Scheduler, error) {
 		}
 		return nil, fmt.Errorf("load BPF scheduler: %w", err)
 	}
+	s.StrategyMaps = NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	if err := s.fillLLC(ncpu); err != nil {
 		s.Close()
 		return nil, err
@@ -235,63 +232,8 @@ func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitIn
 	}
 }
 
-// The strategy.Target implementation: strategies go straight into BPF maps.
-
-func toBPF(e strategy.Entry) swiftlaneSwlStrategy {
-	v := swiftlaneSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
-	if e.Inherit {
-		v.Flags |= 1 // SWL_STRAT_INHERIT
-	}
-	return v
-}
-
-func (s *Scheduler) SetProcess(tgid uint32, e strategy.Entry) error {
-	v := toBPF(e)
-	return s.objs.TgidStrategy.Put(tgid, &v)
-}
-
-func (s *Scheduler) DeleteProcess(tgid uint32) error {
-	if err := s.objs.TgidStrategy.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	return nil
-}
-
-func (s *Scheduler) SetCgroup(id uint64, e strategy.Entry) error {
-	v := toBPF(e)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var old swiftlaneSwlStrategy
-	if err := s.objs.CgroupStrategy.Lookup(id, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
-		s.nrCgroups++
-	}
-	return s.objs.CgroupStrategy.Put(id, &v)
-}
-
-func (s *Scheduler) DeleteCgroup(id uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.objs.CgroupStrategy.Delete(id)
-	if err == nil && s.nrCgroups > 0 {
-		s.nrCgroups--
-	}
-	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	return nil
-}
-
-// Commit bumps the strategy generation: every task re-resolves its class on
-// its next enqueue.
-func (s *Scheduler) Commit() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.gen++
-	if err := s.objs.NrCgroupStrategies.Set(s.nrCgroups); err != nil {
-		return err
-	}
-	return s.objs.StrategyGen.Set(s.gen)
-}
+// The strategy.Target implementation (StrategyMaps): strategies go straight
+// into BPF maps.
 
 // LookupProcess returns the entry BPF holds for a thread group, for tests and
 // diagnostics.
