@@ -334,7 +334,7 @@ func countersOf(st sched.Stats) *store.Counters {
 	c := &store.Counters{
 		Enqueued: map[string]uint64{},
 		Dispatched: map[string]uint64{
-			"direct": st.DirectDispatch, "shared": st.SharedDispatch, "critical": st.CriticalDispatch, "kthread": st.KthreadDispatch,
+			"direct": st.DirectDispatch, "shared": st.SharedDispatch, "critical": st.CriticalDispatch, "kthread": st.KthreadDispatch, "overdue": st.OverdueDispatch,
 		},
 		PreemptKicks: st.PreemptKicks, WakeupPreempts: st.WakeupPreempts, CriticalDemoted: st.CriticalDemoted,
 		StarvationRescues: st.StarvationRescues, EventsDropped: st.EventsDropped,

@@ -192,6 +192,7 @@ func runScheduler[S loadedScheduler](ctx context.Context, cfg config.Config, met
 		}
 		defer srv.Close()
 	}
+	enableRetries := 0
 	for {
 		exit, err := runOnce(ctx, cfg, set, log, m, &slot, &ready)
 		if err != nil {
@@ -208,6 +209,15 @@ func runScheduler[S loadedScheduler](ctx context.Context, cfg config.Config, met
 		fmt.Fprintln(os.Stderr, "swiftlane: the kernel stopped the scheduler:", exit)
 		if exit.WantsRestart() && ctx.Err() == nil {
 			fmt.Fprintln(os.Stderr, "swiftlane: the kernel asked for a restart; reloading")
+			continue
+		}
+		if exit.OutOfMemoryAtEnable() && enableRetries < 3 && ctx.Err() == nil {
+			enableRetries++
+			fmt.Fprintf(os.Stderr, "swiftlane: retrying in 1 s (attempt %d of 3)\n", enableRetries)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		return exitError{code: 1}
@@ -328,7 +338,7 @@ func serveHTTP(addr string, slot *collectorSlot, ready *atomic.Bool) (*http.Serv
 
 // Metrics of --mode userspace: the BPF side's paths and the Go loop's work.
 var (
-	descUserDispatch  = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: user (a user-space decision), fallback (ring to user space full), rescued (user space stalled), critical, kthread, scheduler (the user-space scheduler's own threads).", []string{"path"}, nil)
+	descUserDispatch  = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: user (a user-space decision), fallback (ring to user space full), rescued (user space stalled, or a task waited over 250 ms), critical, kthread, scheduler (the user-space scheduler's own threads).", []string{"path"}, nil)
 	descUserSent      = prometheus.NewDesc("swiftlane_user_queued_total", "Runnable tasks handed to the user-space policy.", nil, nil)
 	descUserDecisions = prometheus.NewDesc("swiftlane_user_decisions_total", "Decisions from user space, by result: applied, stale (the task was queued again or left since), bounced (a CPU the task may not use; sent to any CPU).", []string{"result"}, nil)
 	descUserRTT       = prometheus.NewDesc("swiftlane_user_round_trip_seconds_total", "Time from a task queued to user space to its decision applied, summed.", nil, nil)
@@ -367,6 +377,7 @@ func (c userCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descUserRTT, float64(st.RoundTripSumNs)/1e9)
 	counter(descUserRTTs, float64(st.RoundTrips))
 	ch <- prometheus.MustNewConstMetric(descUserRTTMax, prometheus.GaugeValue, float64(st.RoundTripMaxNs)/1e9)
+	ch <- prometheus.MustNewConstMetric(sched.DescWaitMax, prometheus.GaugeValue, float64(st.WaitMaxNs)/1e9)
 	counter(descUserLoop, float64(st.Loop.Iterations))
 	counter(descUserBeats, float64(st.Heartbeats))
 	counter(descPreemptUser, float64(st.PreemptKicks))

@@ -51,7 +51,10 @@
 // they must not wait for user space), tasks that find the ring full (counted in
 // Stats.Fallback), and, when the loop has had work pending for
 // Options.StallNs without answering, the tasks waiting for it
-// (Stats.Rescued): nothing waits for a stalled user space for long. A
+// (Stats.Rescued): nothing waits for a stalled user space for long. Nor for
+// a policy: a task user space holds, or that waits in a queue, longer than
+// 250 ms is dispatched by the BPF side ahead of the rest (also counted in
+// Stats.Rescued; internal/sched/bpf/overdue.h). A
 // decision for a task that was queued again, dequeued or has gone since is
 // recognized by its sequence number and dropped (Stats.Stale).
 //

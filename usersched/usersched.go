@@ -404,7 +404,7 @@ type Stats struct {
 	Stale           uint64 // decisions dropped: the task was queued again, dequeued or gone since
 	Bounced         uint64 // decisions for a CPU the task may not use (sent to any CPU instead)
 	Fallback        uint64 // tasks dispatched in BPF because the ring to user space was full
-	Rescued         uint64 // tasks dispatched in BPF because user space stalled (Options.StallNs)
+	Rescued         uint64 // tasks dispatched in BPF because user space stalled (Options.StallNs) or held them over 250 ms
 	Critical        uint64 // critical tasks dispatched in BPF
 	CriticalDirect  uint64 // ... of which woke straight onto an idle CPU
 	CriticalDemoted uint64 // critical tasks over their CPU budget, sent to user space
@@ -417,6 +417,7 @@ type Stats struct {
 	RoundTrips     uint64
 	RoundTripSumNs uint64
 	RoundTripMaxNs uint64
+	WaitMaxNs      uint64 // longest runnable -> running wait of any task so far
 	// RoundTripHist[i] counts round trips in [2^(i-1), 2^i) µs (0: < 1 µs).
 	RoundTripHist RoundTripHist
 	QueuedForUser int // bytes waiting in the ring to user space
@@ -480,6 +481,7 @@ func (s *Scheduler) Stats() (Stats, error) {
 		t.RoundTrips += c.RttCount
 		t.RoundTripSumNs += c.RttSumNs
 		t.RoundTripMaxNs = max(t.RoundTripMaxNs, c.RttMaxNs)
+		t.WaitMaxNs = max(t.WaitMaxNs, c.WaitMaxNs)
 		for i, n := range c.RttHist {
 			t.RoundTripHist[i] += n
 		}

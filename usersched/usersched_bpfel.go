@@ -76,6 +76,7 @@ type userschedUsrStats struct {
 	RttSumNs        uint64
 	RttMaxNs        uint64
 	RttHist         [32]uint64
+	WaitMaxNs       uint64
 }
 
 type userschedUsrTask struct {
@@ -138,6 +139,7 @@ const (
 	userschedVarNrCgroupStrategies = "nr_cgroup_strategies"
 	userschedVarNrCpus             = "nr_cpus"
 	userschedVarNrSent             = "nr_sent"
+	userschedVarOverdueNs          = "overdue_ns"
 	userschedVarSchedTgid          = "sched_tgid"
 	userschedVarSliceNs            = "slice_ns"
 	userschedVarStallNs            = "stall_ns"
@@ -237,6 +239,7 @@ type userschedVariableSpecs struct {
 	NrCgroupStrategies *ebpf.VariableSpec `ebpf:"nr_cgroup_strategies"`
 	NrCpus             *ebpf.VariableSpec `ebpf:"nr_cpus"`
 	NrSent             *ebpf.VariableSpec `ebpf:"nr_sent"`
+	OverdueNs          *ebpf.VariableSpec `ebpf:"overdue_ns"`
 	SchedTgid          *ebpf.VariableSpec `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.VariableSpec `ebpf:"slice_ns"`
 	StallNs            *ebpf.VariableSpec `ebpf:"stall_ns"`
@@ -309,6 +312,7 @@ type userschedVariables struct {
 	NrCgroupStrategies *ebpf.Variable `ebpf:"nr_cgroup_strategies"`
 	NrCpus             *ebpf.Variable `ebpf:"nr_cpus"`
 	NrSent             *ebpf.Variable `ebpf:"nr_sent"`
+	OverdueNs          *ebpf.Variable `ebpf:"overdue_ns"`
 	SchedTgid          *ebpf.Variable `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.Variable `ebpf:"slice_ns"`
 	StallNs            *ebpf.Variable `ebpf:"stall_ns"`

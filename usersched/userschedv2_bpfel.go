@@ -55,6 +55,7 @@ const (
 	userschedV2VarNrCgroupStrategies = "nr_cgroup_strategies"
 	userschedV2VarNrCpus             = "nr_cpus"
 	userschedV2VarNrSent             = "nr_sent"
+	userschedV2VarOverdueNs          = "overdue_ns"
 	userschedV2VarSchedTgid          = "sched_tgid"
 	userschedV2VarSliceNs            = "slice_ns"
 	userschedV2VarStallNs            = "stall_ns"
@@ -154,6 +155,7 @@ type userschedV2VariableSpecs struct {
 	NrCgroupStrategies *ebpf.VariableSpec `ebpf:"nr_cgroup_strategies"`
 	NrCpus             *ebpf.VariableSpec `ebpf:"nr_cpus"`
 	NrSent             *ebpf.VariableSpec `ebpf:"nr_sent"`
+	OverdueNs          *ebpf.VariableSpec `ebpf:"overdue_ns"`
 	SchedTgid          *ebpf.VariableSpec `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.VariableSpec `ebpf:"slice_ns"`
 	StallNs            *ebpf.VariableSpec `ebpf:"stall_ns"`
@@ -226,6 +228,7 @@ type userschedV2Variables struct {
 	NrCgroupStrategies *ebpf.Variable `ebpf:"nr_cgroup_strategies"`
 	NrCpus             *ebpf.Variable `ebpf:"nr_cpus"`
 	NrSent             *ebpf.Variable `ebpf:"nr_sent"`
+	OverdueNs          *ebpf.Variable `ebpf:"overdue_ns"`
 	SchedTgid          *ebpf.Variable `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.Variable `ebpf:"slice_ns"`
 	StallNs            *ebpf.Variable `ebpf:"stall_ns"`

@@ -4,6 +4,7 @@ package sched
 
 import (
 	"fmt"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +54,15 @@ func (e *ExitInfo) IsError() bool { return e.Kind >= ExitError }
 
 // WantsRestart is true when the kernel asks user space to load it again.
 func (e *ExitInfo) WantsRestart() bool { return e.ExitCode&ECodeActRestart != 0 }
+
+// OutOfMemoryAtEnable is true when the kernel gave up enabling the scheduler
+// because a task's state could not be allocated ("ops.init_task() failed
+// (-12)"): every existing task is set up at once, from the BPF allocator's
+// per-CPU caches, which a machine just out of a fork storm may have drained.
+// Loading again a moment later succeeds.
+func (e *ExitInfo) OutOfMemoryAtEnable() bool {
+	return e.Kind == ExitError && strings.Contains(e.Message, "init_task() failed (-12)")
+}
 
 func (e *ExitInfo) String() string {
 	s := fmt.Sprintf("%s (kind %d", KindName(e.Kind), e.Kind)

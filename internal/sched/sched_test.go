@@ -97,3 +97,19 @@ func TestExitInfoWording(t *testing.T) {
 		t.Fatalf("%q", e.String())
 	}
 }
+
+func TestOutOfMemoryAtEnable(t *testing.T) {
+	for _, c := range []struct {
+		e    ExitInfo
+		want bool
+	}{
+		{ExitInfo{Kind: ExitError, Reason: "runtime error", Message: "ops.init_task() failed (-12) for kworker/R-sync_[5]"}, true},
+		{ExitInfo{Kind: ExitError, Message: "ops.init_task() failed (-22) for x[1]"}, false},
+		{ExitInfo{Kind: ExitErrorStall, Message: "init_task() failed (-12)"}, false},
+		{ExitInfo{Kind: ExitUnreg}, false},
+	} {
+		if got := c.e.OutOfMemoryAtEnable(); got != c.want {
+			t.Errorf("%v: OutOfMemoryAtEnable %v, want %v", &c.e, got, c.want)
+		}
+	}
+}

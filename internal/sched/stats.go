@@ -24,6 +24,7 @@ type Stats struct {
 	SharedDispatch    uint64
 	CriticalDispatch  uint64
 	KthreadDispatch   uint64
+	OverdueDispatch   uint64
 	PreemptKicks      uint64
 	WakeupPreempts    uint64
 	CriticalDemoted   uint64
@@ -34,6 +35,7 @@ type Stats struct {
 	WaitSumNs         [NrClasses]uint64
 	// WaitHist[c][i] counts run-queue waits in [2^(i-1), 2^i) µs (bucket 0: < 1 µs).
 	WaitHist       [NrClasses][HistBuckets]uint64
+	WaitMaxNs      uint64 // longest run-queue wait of any task so far
 	QueuedCritical uint64
 	QueuedShared   uint64
 }
@@ -63,12 +65,14 @@ func (s *Scheduler) ReadStats() (Stats, error) {
 		t.SharedDispatch += c.SharedDispatch
 		t.CriticalDispatch += c.CriticalDispatch
 		t.KthreadDispatch += c.KthreadDispatch
+		t.OverdueDispatch += c.OverdueDispatch
 		t.PreemptKicks += c.PreemptKicks
 		t.WakeupPreempts += c.WakeupPreempts
 		t.CriticalDemoted += c.CriticalDemoted
 		t.StarvationRescues += c.StarvationRescues
 		t.EventsDropped += c.EventsDropped
 		t.CPUHotplug += c.CpuHotplug
+		t.WaitMaxNs = max(t.WaitMaxNs, c.WaitMaxNs)
 	}
 	_ = s.objs.QueuedCritical.Get(&t.QueuedCritical)
 	_ = s.objs.QueuedShared.Get(&t.QueuedShared)
@@ -77,16 +81,18 @@ func (s *Scheduler) ReadStats() (Stats, error) {
 
 // Metric descriptions: the one place names and help texts are defined.
 var (
-	descEnqueued  = prometheus.NewDesc("swiftlane_enqueued_total", "Tasks queued, by scheduling class.", []string{"class"}, nil)
-	descDispatch  = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: direct (idle CPU at wakeup), critical, shared, kthread.", []string{"path"}, nil)
-	descPreempt   = prometheus.NewDesc("swiftlane_preempt_kicks_total", "CPUs preempted to run a critical task.", nil, nil)
-	descWakePre   = prometheus.NewDesc("swiftlane_wakeup_preempts_total", "Woken tasks that preempted a later-deadline task on their CPU.", nil, nil)
-	descDemoted   = prometheus.NewDesc("swiftlane_critical_demoted_total", "Critical tasks queued as normal because they used up their CPU budget.", nil, nil)
-	descStarve    = prometheus.NewDesc("swiftlane_starvation_rescues_total", "Times the shared queue was served ahead of critical work to avoid starvation.", nil, nil)
-	descDropped   = prometheus.NewDesc("swiftlane_events_dropped_total", "Process events lost because the ring buffer was full.", nil, nil)
-	descHotplug   = prometheus.NewDesc("swiftlane_cpu_hotplug_total", "CPU online/offline transitions.", nil, nil)
-	descQueued    = prometheus.NewDesc("swiftlane_queue_depth", "Tasks waiting in a shared queue, as last seen by a dispatching CPU.", []string{"queue"}, nil)
-	descWait      = prometheus.NewDesc("swiftlane_runqueue_wait_seconds", "Time from runnable to running, by scheduling class.", []string{"class"}, nil)
+	descEnqueued = prometheus.NewDesc("swiftlane_enqueued_total", "Tasks queued, by scheduling class.", []string{"class"}, nil)
+	descDispatch = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: direct (idle CPU at wakeup), critical, shared, kthread, overdue (waited longer than the starvation bound).", []string{"path"}, nil)
+	descPreempt  = prometheus.NewDesc("swiftlane_preempt_kicks_total", "CPUs preempted to run a critical task.", nil, nil)
+	descWakePre  = prometheus.NewDesc("swiftlane_wakeup_preempts_total", "Woken tasks that preempted a later-deadline task on their CPU.", nil, nil)
+	descDemoted  = prometheus.NewDesc("swiftlane_critical_demoted_total", "Critical tasks queued as normal because they used up their CPU budget.", nil, nil)
+	descStarve   = prometheus.NewDesc("swiftlane_starvation_rescues_total", "Times the shared queue was served ahead of critical work to avoid starvation.", nil, nil)
+	descDropped  = prometheus.NewDesc("swiftlane_events_dropped_total", "Process events lost because the ring buffer was full.", nil, nil)
+	descHotplug  = prometheus.NewDesc("swiftlane_cpu_hotplug_total", "CPU online/offline transitions.", nil, nil)
+	descQueued   = prometheus.NewDesc("swiftlane_queue_depth", "Tasks waiting in a shared queue, as last seen by a dispatching CPU.", []string{"queue"}, nil)
+	descWait     = prometheus.NewDesc("swiftlane_runqueue_wait_seconds", "Time from runnable to running, by scheduling class.", []string{"class"}, nil)
+	// DescWaitMax is shared with the user-space mode's collector.
+	DescWaitMax   = prometheus.NewDesc("swiftlane_runqueue_wait_max_seconds", "Longest time any task waited from runnable to running since the scheduler attached.", nil, nil)
 	descProcesses = prometheus.NewDesc("swiftlane_strategy_processes", "Processes a strategy currently applies to, by class.", []string{"class"}, nil)
 )
 
@@ -97,7 +103,7 @@ type Collector struct {
 }
 
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEnqueued, descDispatch, descPreempt, descWakePre, descDemoted, descStarve, descDropped, descHotplug, descQueued, descWait, descProcesses} {
+	for _, d := range []*prometheus.Desc{descEnqueued, descDispatch, descPreempt, descWakePre, descDemoted, descStarve, descDropped, descHotplug, descQueued, descWait, DescWaitMax, descProcesses} {
 		ch <- d
 	}
 }
@@ -126,12 +132,14 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDispatch, st.CriticalDispatch, "critical")
 	counter(descDispatch, st.SharedDispatch, "shared")
 	counter(descDispatch, st.KthreadDispatch, "kthread")
+	counter(descDispatch, st.OverdueDispatch, "overdue")
 	counter(descPreempt, st.PreemptKicks)
 	counter(descWakePre, st.WakeupPreempts)
 	counter(descDemoted, st.CriticalDemoted)
 	counter(descStarve, st.StarvationRescues)
 	counter(descDropped, st.EventsDropped)
 	counter(descHotplug, st.CPUHotplug)
+	ch <- prometheus.MustNewConstMetric(DescWaitMax, prometheus.GaugeValue, float64(st.WaitMaxNs)/1e9)
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.QueuedCritical), "critical")
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.QueuedShared), "shared")
 	if c.A != nil {

@@ -37,6 +37,7 @@ type swiftlaneSwlStats struct {
 	SharedDispatch    uint64
 	CriticalDispatch  uint64
 	KthreadDispatch   uint64
+	OverdueDispatch   uint64
 	PreemptKicks      uint64
 	WakeupPreempts    uint64
 	CriticalDemoted   uint64
@@ -46,6 +47,7 @@ type swiftlaneSwlStats struct {
 	WaitCount         [4]uint64
 	WaitSumNs         [4]uint64
 	WaitHist          [4][28]uint64
+	WaitMaxNs         uint64
 }
 
 type swiftlaneSwlStrategy struct {
@@ -89,6 +91,7 @@ const (
 	swiftlaneProgSwlRunning         = "swl_running"
 	swiftlaneProgSwlSelectCpu       = "swl_select_cpu"
 	swiftlaneProgSwlStopping        = "swl_stopping"
+	swiftlaneProgSwlYield           = "swl_yield"
 	swiftlaneVarSwlEventBtf         = "_swl_event_btf"
 	swiftlaneVarBuiltinIdle         = "builtin_idle"
 	swiftlaneVarCriticalBurstNs     = "critical_burst_ns"
@@ -166,6 +169,7 @@ type swiftlaneProgramSpecs struct {
 	SwlRunning         *ebpf.ProgramSpec `ebpf:"swl_running"`
 	SwlSelectCpu       *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
 	SwlStopping        *ebpf.ProgramSpec `ebpf:"swl_stopping"`
+	SwlYield           *ebpf.ProgramSpec `ebpf:"swl_yield"`
 }
 
 // swiftlaneMapSpecs contains maps before they are loaded into the kernel.
@@ -295,6 +299,7 @@ type swiftlanePrograms struct {
 	SwlRunning         *ebpf.Program `ebpf:"swl_running"`
 	SwlSelectCpu       *ebpf.Program `ebpf:"swl_select_cpu"`
 	SwlStopping        *ebpf.Program `ebpf:"swl_stopping"`
+	SwlYield           *ebpf.Program `ebpf:"swl_yield"`
 }
 
 func (p *swiftlanePrograms) Close() error {
@@ -317,6 +322,7 @@ func (p *swiftlanePrograms) Close() error {
 		p.SwlRunning,
 		p.SwlSelectCpu,
 		p.SwlStopping,
+		p.SwlYield,
 	)
 }
 

@@ -44,6 +44,7 @@ const (
 	swiftlaneV2ProgSwlRunning         = "swl_running"
 	swiftlaneV2ProgSwlSelectCpu       = "swl_select_cpu"
 	swiftlaneV2ProgSwlStopping        = "swl_stopping"
+	swiftlaneV2ProgSwlYield           = "swl_yield"
 	swiftlaneV2VarSwlEventBtf         = "_swl_event_btf"
 	swiftlaneV2VarBuiltinIdle         = "builtin_idle"
 	swiftlaneV2VarCriticalBurstNs     = "critical_burst_ns"
@@ -121,6 +122,7 @@ type swiftlaneV2ProgramSpecs struct {
 	SwlRunning         *ebpf.ProgramSpec `ebpf:"swl_running"`
 	SwlSelectCpu       *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
 	SwlStopping        *ebpf.ProgramSpec `ebpf:"swl_stopping"`
+	SwlYield           *ebpf.ProgramSpec `ebpf:"swl_yield"`
 }
 
 // swiftlaneV2MapSpecs contains maps before they are loaded into the kernel.
@@ -250,6 +252,7 @@ type swiftlaneV2Programs struct {
 	SwlRunning         *ebpf.Program `ebpf:"swl_running"`
 	SwlSelectCpu       *ebpf.Program `ebpf:"swl_select_cpu"`
 	SwlStopping        *ebpf.Program `ebpf:"swl_stopping"`
+	SwlYield           *ebpf.Program `ebpf:"swl_yield"`
 }
 
 func (p *swiftlaneV2Programs) Close() error {
@@ -272,6 +275,7 @@ func (p *swiftlaneV2Programs) Close() error {
 		p.SwlRunning,
 		p.SwlSelectCpu,
 		p.SwlStopping,
+		p.SwlYield,
 	)
 }
 

@@ -44,6 +44,7 @@ const (
 	swiftlaneV3ProgSwlRunning         = "swl_running"
 	swiftlaneV3ProgSwlSelectCpu       = "swl_select_cpu"
 	swiftlaneV3ProgSwlStopping        = "swl_stopping"
+	swiftlaneV3ProgSwlYield           = "swl_yield"
 	swiftlaneV3VarSwlEventBtf         = "_swl_event_btf"
 	swiftlaneV3VarBuiltinIdle         = "builtin_idle"
 	swiftlaneV3VarCriticalBurstNs     = "critical_burst_ns"
@@ -121,6 +122,7 @@ type swiftlaneV3ProgramSpecs struct {
 	SwlRunning         *ebpf.ProgramSpec `ebpf:"swl_running"`
 	SwlSelectCpu       *ebpf.ProgramSpec `ebpf:"swl_select_cpu"`
 	SwlStopping        *ebpf.ProgramSpec `ebpf:"swl_stopping"`
+	SwlYield           *ebpf.ProgramSpec `ebpf:"swl_yield"`
 }
 
 // swiftlaneV3MapSpecs contains maps before they are loaded into the kernel.
@@ -250,6 +252,7 @@ type swiftlaneV3Programs struct {
 	SwlRunning         *ebpf.Program `ebpf:"swl_running"`
 	SwlSelectCpu       *ebpf.Program `ebpf:"swl_select_cpu"`
 	SwlStopping        *ebpf.Program `ebpf:"swl_stopping"`
+	SwlYield           *ebpf.Program `ebpf:"swl_yield"`
 }
 
 func (p *swiftlaneV3Programs) Close() error {
@@ -272,6 +275,7 @@ func (p *swiftlaneV3Programs) Close() error {
 		p.SwlRunning,
 		p.SwlSelectCpu,
 		p.SwlStopping,
+		p.SwlYield,
 	)
 }
 

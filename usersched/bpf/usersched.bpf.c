@@ -75,6 +75,8 @@ char _license[] SEC("license") = "GPL";
 /* Longest runtime-since-sleep reported and accounted, so one burst cannot push a task back forever. */
 #define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
 #define MAX_CPU_SCAN 512
+/* rescue_one's min_wait when no rescue is due. */
+#define NO_RESCUE (~0ULL)
 #define MAX_CGROUP_DEPTH 16
 #define PF_KTHREAD 0x00200000
 /* Enqueue flags are renumbered between kernels: read them from the running kernel's BTF. */
@@ -96,8 +98,11 @@ u32 scx_bpf_dispatch_nr_slots(void) __ksym;
 const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;      /* slice of decisions that leave it 0 */
 const volatile u64 heartbeat_ns = 100 * NSEC_PER_MSEC; /* a parked loop runs at least this often */
 const volatile u64 stall_ns = 500 * NSEC_PER_MSEC;     /* user space silent this long: rescue */
+const volatile u64 overdue_ns = 250 * NSEC_PER_MSEC;   /* a task user space holds this long: rescue it */
 const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC;
 const volatile u32 critical_share_pct = 50;
+#include "critical.h" /* internal/sched/bpf; after the tunables it reads */
+#include "overdue.h"  /* internal/sched/bpf */
 const volatile u32 nr_cpus = 1;
 const volatile u32 sched_tgid; /* the user-space scheduler's process */
 
@@ -133,13 +138,14 @@ struct {
 	__type(value, struct usr_stats);
 } stats SEC(".maps");
 
-#define STAT_INC(field)                                                       \
+#define STAT_ADD(field, n)                                                    \
 	do {                                                                  \
 		u32 __zero = 0;                                               \
 		struct usr_stats *__s = bpf_map_lookup_elem(&stats, &__zero); \
 		if (__s)                                                      \
-			__s->field++;                                         \
+			__s->field += (n);                                    \
 	} while (0)
+#define STAT_INC(field) STAT_ADD(field, 1)
 
 /* Runnable tasks for user space; sized by the loader. */
 struct {
@@ -194,6 +200,7 @@ struct {
 struct cpu_state {
 	u32 class;
 	u32 busy;
+	struct overdue_state overdue;
 };
 
 struct {
@@ -222,6 +229,7 @@ struct usr_decision _usr_decision_btf;
 struct task_ctx {
 	u64 seq;          /* request to user space awaiting its decision, 0 if none */
 	u64 sent_at;      /* when that request was sent */
+	u64 enq_at;       /* when it became runnable or was preempted; 0 while it runs */
 	u64 started_at;   /* when it last got a CPU */
 	u64 exec_runtime; /* CPU time since it last slept */
 	u64 vtime;        /* virtual runtime (usr_task.vtime) */
@@ -243,6 +251,13 @@ struct {
 static struct task_ctx *lookup_task_ctx(struct task_struct *p)
 {
 	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
+}
+
+static u64 task_enq_at(struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	return tctx ? tctx->enq_at : 0;
 }
 
 static struct usr_shared *lookup_shared(void)
@@ -354,16 +369,9 @@ static void resolve_strategy(struct task_struct *p, struct task_ctx *tctx)
  */
 static u32 effective_class(struct task_ctx *tctx, u64 now)
 {
-	s64 budget;
-
 	if (tctx->class != SWL_CLASS_CRITICAL)
 		return tctx->class;
-	budget = tctx->crit_budget + (s64)((now - tctx->budget_at) * critical_share_pct / 100);
-	if (budget > (s64)critical_burst_ns)
-		budget = critical_burst_ns;
-	tctx->crit_budget = budget;
-	tctx->budget_at = now;
-	if (budget <= 0) {
+	if (!crit_may_run(&tctx->crit_budget, &tctx->budget_at, now)) {
 		STAT_INC(critical_demoted);
 		return SWL_CLASS_NORMAL;
 	}
@@ -497,16 +505,25 @@ direct:
 	kick_idle(p);
 }
 
-/* bpf_for_each_map_elem callback: take one outstanding task back from user space. */
-static long rescue_one(struct bpf_map *map, u32 *pid, u64 *seq, void *data)
+/*
+ * bpf_for_each_map_elem callback: take one outstanding task back from user
+ * space, if it has waited there at least *min_wait ns.
+ */
+static long rescue_one(struct bpf_map *map, u32 *pid, u64 *seq, u64 *min_wait)
 {
 	struct task_struct *p = bpf_task_from_pid(*pid);
 	struct task_ctx *tctx;
 
-	bpf_map_delete_elem(map, pid);
-	if (!p)
+	if (!p) {
+		bpf_map_delete_elem(map, pid);
 		return 0;
+	}
 	tctx = lookup_task_ctx(p);
+	if (tctx && tctx->seq == *seq && bpf_ktime_get_ns() - tctx->sent_at < *min_wait) {
+		bpf_task_release(p);
+		return 0;
+	}
+	bpf_map_delete_elem(map, pid);
 	if (tctx && tctx->seq == *seq) {
 		tctx->seq = 0; /* user space's decision, when it comes, is stale */
 		swl_insert(p, DSQ_FALLBACK, slice_ns, 0);
@@ -705,7 +722,9 @@ void BPF_STRUCT_OPS(usr_dequeue, struct task_struct *p, u64 deq_flags)
 
 void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 {
+	u64 min_wait = NO_RESCUE;
 	struct drain_ctx dc = { .cpu = cpu };
+	struct cpu_state *cs;
 	bool critical;
 
 	if ((heartbeat_due || loop_overdue()) && swl_move_to_local(DSQ_LOOP)) {
@@ -713,8 +732,32 @@ void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 		STAT_INC(sched_thread);
 		return;
 	}
+	/*
+	 * Bounded wait (overdue.h), whatever the policy: requests user space
+	 * has held, and decisions queued, longer than overdue_ns go first.
+	 */
+	cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
 	if (user_stalled())
-		bpf_for_each_map_elem(&outstanding, rescue_one, NULL, 0);
+		min_wait = 0; /* all of them */
+	else if (cs && overdue_walk_due(&cs->overdue, bpf_ktime_get_ns()))
+		min_wait = overdue_ns;
+	if (min_wait != NO_RESCUE)
+		bpf_for_each_map_elem(&outstanding, rescue_one, &min_wait, 0);
+	if (min_wait == overdue_ns && cs) {
+		u64 now = bpf_ktime_get_ns();
+
+		/* Every queue a task can wait in, the scheduler's own threads' too. */
+		rescue_overdue(DSQ_CRITICAL, cpu, now, overdue_ns, &cs->overdue);
+		rescue_overdue(DSQ_USER, cpu, now, overdue_ns, &cs->overdue);
+		rescue_overdue(DSQ_FALLBACK, cpu, now, overdue_ns, &cs->overdue);
+		rescue_overdue(DSQ_KTHREAD, cpu, now, overdue_ns, &cs->overdue);
+		rescue_overdue(DSQ_SCHED, cpu, now, overdue_ns, &cs->overdue);
+		rescue_overdue(DSQ_LOOP, cpu, now, overdue_ns, &cs->overdue);
+		if (cs->overdue.moved)
+			STAT_ADD(rescued, cs->overdue.moved);
+		if (cs->overdue.here)
+			return;
+	}
 	critical = swl_move_to_local(DSQ_CRITICAL);
 	/* Decisions for this CPU queue behind a critical task taken above. */
 	bpf_user_ringbuf_drain(&dispatched, apply_decision, &dc, BPF_RB_NO_WAKEUP);
@@ -744,14 +787,16 @@ void BPF_STRUCT_OPS(usr_runnable, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = lookup_task_ctx(p);
 
-	if (tctx)
-		tctx->exec_runtime = 0; /* it slept: its burst is over */
+	if (!tctx)
+		return;
+	tctx->exec_runtime = 0; /* it slept: its burst is over */
+	tctx->enq_at = bpf_ktime_get_ns();
 }
 
 void BPF_STRUCT_OPS(usr_running, struct task_struct *p)
 {
 	struct task_ctx *tctx = lookup_task_ctx(p);
-	u32 cpu = scx_bpf_task_cpu(p);
+	u32 cpu = scx_bpf_task_cpu(p), zero = 0;
 	struct cpu_state *cs;
 
 	if (is_loop_thread(p))
@@ -759,6 +804,14 @@ void BPF_STRUCT_OPS(usr_running, struct task_struct *p)
 	if (!tctx)
 		return;
 	tctx->started_at = bpf_ktime_get_ns();
+	if (tctx->enq_at) {
+		struct usr_stats *s = bpf_map_lookup_elem(&stats, &zero);
+		u64 wait = tctx->started_at - tctx->enq_at;
+
+		if (s && wait > s->wait_max_ns)
+			s->wait_max_ns = wait;
+		tctx->enq_at = 0;
+	}
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs) {
 		cs->class = tctx->run_class;
@@ -781,6 +834,8 @@ void BPF_STRUCT_OPS(usr_stopping, struct task_struct *p, bool runnable)
 	if (!tctx)
 		return;
 	delta = bpf_ktime_get_ns() - tctx->started_at;
+	if (runnable)
+		tctx->enq_at = tctx->started_at + delta; /* waits again from now */
 	if (is_sched_thread(p) && !loop)
 		__sync_fetch_and_sub(&sched_budget, (s64)delta);
 	tctx->exec_runtime += delta;
@@ -788,7 +843,7 @@ void BPF_STRUCT_OPS(usr_stopping, struct task_struct *p, bool runnable)
 		tctx->exec_runtime = EXEC_RUNTIME_MAX;
 	tctx->vtime += scale_inverse(delta, p, tctx->run_class);
 	if (tctx->run_class == SWL_CLASS_CRITICAL)
-		tctx->crit_budget -= delta;
+		crit_charge(&tctx->crit_budget, delta);
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs)
 		cs->busy = 0;
@@ -826,6 +881,7 @@ s32 BPF_STRUCT_OPS(usr_init_task, struct task_struct *p, struct scx_init_task_ar
 /* Implemented so the kernel keeps us across CPU hotplug instead of restarting us. */
 void BPF_STRUCT_OPS(usr_cpu_online, s32 cpu)
 {
+	crit_cpu_online(true);
 }
 
 void BPF_STRUCT_OPS(usr_cpu_offline, s32 cpu)
@@ -834,6 +890,7 @@ void BPF_STRUCT_OPS(usr_cpu_offline, s32 cpu)
 
 	if (cs)
 		cs->busy = 0;
+	crit_cpu_online(false);
 }
 
 /*
@@ -859,6 +916,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(usr_init)
 	s32 err;
 
 	last_answer_at = bpf_ktime_get_ns();
+	crit_init(last_answer_at);
 	err = scx_bpf_create_dsq(DSQ_CRITICAL, -1) ?: scx_bpf_create_dsq(DSQ_USER, -1) ?:
 	      scx_bpf_create_dsq(DSQ_FALLBACK, -1) ?: scx_bpf_create_dsq(DSQ_LOOP, -1) ?:
 	      scx_bpf_create_dsq(DSQ_SCHED, -1) ?: scx_bpf_create_dsq(DSQ_KTHREAD, -1);

@@ -17,8 +17,10 @@
  *   SWL_API 2  scx_bpf_dsq_insert___v2 and __scx_bpf_dsq_insert_vtime (6.19 ..)
  *   SWL_API 3  also scx_bpf_dsq_move_to_local___v2 (7.1 ..)
  *
- *   6.12          scx_bpf_dispatch(), scx_bpf_dispatch_vtime(), scx_bpf_consume()
- *   6.13 ..       scx_bpf_dsq_insert(), scx_bpf_dsq_insert_vtime(), scx_bpf_dsq_move_to_local()
+ *   6.12          scx_bpf_dispatch(), scx_bpf_dispatch_vtime(), scx_bpf_consume(),
+ *                 scx_bpf_dispatch_from_dsq()
+ *   6.13 ..       scx_bpf_dsq_insert(), scx_bpf_dsq_insert_vtime(), scx_bpf_dsq_move_to_local(),
+ *                 scx_bpf_dsq_move()
  *   6.19 ..       scx_bpf_dsq_insert___v2() returns bool,
  *                 __scx_bpf_dsq_insert_vtime() takes an argument struct
  *   7.1 ..        scx_bpf_dsq_move_to_local___v2() takes enqueue flags
@@ -39,6 +41,13 @@ s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, 
 bool bpf_cpumask_test_cpu(u32 cpu, const struct cpumask *cpumask) __ksym;
 struct cgroup *bpf_cgroup_ancestor(struct cgroup *cgrp, int level) __ksym;
 void bpf_cgroup_release(struct cgroup *cgrp) __ksym;
+/* Walking a dispatch queue (6.12 ..): see swl_rescue_overdue(). */
+int bpf_iter_scx_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym;
+struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym;
+void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym;
+const struct cpumask *scx_bpf_get_online_cpumask(void) __ksym;
+void scx_bpf_put_cpumask(const struct cpumask *cpumask) __ksym;
+u32 bpf_cpumask_weight(const struct cpumask *cpumask) __ksym;
 /* Only with CONFIG_CGROUP_SCHED: without it every task counts as the root cgroup's. */
 struct cgroup *scx_bpf_task_cgroup(struct task_struct *p) __ksym __weak;
 
@@ -53,6 +62,8 @@ bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym __weak;
 void scx_bpf_dispatch(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
 void scx_bpf_dispatch_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime, u64 enq_flags) __ksym __weak;
 bool scx_bpf_consume(u64 dsq_id) __ksym __weak;
+bool scx_bpf_dsq_move(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id, u64 enq_flags) __ksym __weak;
+bool scx_bpf_dispatch_from_dsq(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id, u64 enq_flags) __ksym __weak;
 
 static __always_inline void swl_insert(struct task_struct *p, u64 dsq, u64 slice, u64 flags)
 {
@@ -77,9 +88,23 @@ static __always_inline bool swl_move_to_local(u64 dsq)
 	return scx_bpf_consume(dsq);
 }
 
+/* Move p, found by the iterator it, to another queue. */
+static __always_inline bool swl_dsq_move(struct bpf_iter_scx_dsq *it, struct task_struct *p, u64 dsq, u64 flags)
+{
+	if (bpf_ksym_exists(scx_bpf_dsq_move))
+		return scx_bpf_dsq_move(it, p, dsq, flags);
+	return scx_bpf_dispatch_from_dsq(it, p, dsq, flags);
+}
+
 #else /* SWL_API 2 and 3: the ___v2 insert and the argument-struct vtime insert */
 bool scx_bpf_dsq_insert___v2(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym;
 bool __scx_bpf_dsq_insert_vtime(struct task_struct *p, struct scx_bpf_dsq_insert_vtime_args *args) __ksym;
+bool scx_bpf_dsq_move(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id, u64 enq_flags) __ksym;
+
+static __always_inline bool swl_dsq_move(struct bpf_iter_scx_dsq *it, struct task_struct *p, u64 dsq, u64 flags)
+{
+	return scx_bpf_dsq_move(it, p, dsq, flags);
+}
 
 static __always_inline void swl_insert(struct task_struct *p, u64 dsq, u64 slice, u64 flags)
 {

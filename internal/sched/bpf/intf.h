@@ -44,6 +44,7 @@ struct swl_stats {
 	__u64 shared_dispatch;    /* taken from the shared deadline queue */
 	__u64 critical_dispatch;  /* taken from the critical queue */
 	__u64 kthread_dispatch;   /* per-CPU kthread put on its CPU's local queue */
+	__u64 overdue_dispatch;   /* waited over starvation_ns, run ahead of the deadline order */
 	__u64 preempt_kicks;      /* CPUs kicked to make room for a critical task */
 	__u64 wakeup_preempts;    /* woken task preempted a later-deadline task on its CPU */
 	__u64 critical_demoted;   /* critical task over its CPU budget, queued as normal */
@@ -53,6 +54,7 @@ struct swl_stats {
 	__u64 wait_count[SWL_NR_CLASSES];
 	__u64 wait_sum_ns[SWL_NR_CLASSES];
 	__u64 wait_hist[SWL_NR_CLASSES][SWL_HIST_BUCKETS];
+	__u64 wait_max_ns;        /* longest run-queue wait seen on this CPU */
 };
 
 enum swl_event_type {

@@ -15,6 +15,8 @@
  * Queues. A wakeup that finds an idle CPU goes straight onto that CPU's local
  * queue. Everything else waits in one of two shared queues ordered by
  * deadline: the critical queue, always served first, and the shared queue.
+ * Whatever the accounting says, no task waits in the shared queue much
+ * longer than starvation_ns: see overdue.h.
  * Per-CPU kthreads (ksoftirqd, per-CPU workers) go to their CPU's local queue
  * directly so softirq and network work is never stuck behind user tasks.
  *
@@ -84,12 +86,15 @@ char _license[] SEC("license") = "GPL";
 const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;        /* scheduler.slice_ns_default */
 const volatile u64 slice_min_ns = 500 * NSEC_PER_USEC;  /* scheduler.slice_ns_min */
 const volatile u64 slice_lag_ns = 20 * NSEC_PER_MSEC;   /* most sleep credit a task keeps */
-const volatile u64 starvation_ns = 100 * NSEC_PER_MSEC; /* longest the shared queue waits behind critical work */
+const volatile u64 starvation_ns = 100 * NSEC_PER_MSEC; /* longest the shared queue, or a task in it, waits */
 const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC; /* critical CPU budget a task can bank */
 const volatile u32 critical_share_pct = 50;             /* budget refill rate, % of one CPU */
 const volatile bool early_processing = false;           /* per-CPU kthreads preempt the running task */
 const volatile bool builtin_idle = false;               /* use the kernel's idle-CPU selection */
 const volatile u32 nr_cpus = 1;                         /* possible CPUs */
+
+#include "critical.h" /* after the tunables it reads */
+#include "overdue.h"
 
 /*
  * State shared with user space through the mmap'ed .bss. User space bumps
@@ -120,12 +125,13 @@ static struct swl_stats *lookup_stats(void)
 	return bpf_map_lookup_elem(&stats, &zero);
 }
 
-#define STAT_INC(field)                               \
+#define STAT_ADD(field, n)                            \
 	do {                                          \
 		struct swl_stats *__s = lookup_stats(); \
 		if (__s)                              \
-			__s->field++;                 \
+			__s->field += (n);            \
 	} while (0)
+#define STAT_INC(field) STAT_ADD(field, 1)
 
 /* Strategies by thread-group id; written by user space, and here on fork for inherited ones. */
 struct {
@@ -157,6 +163,7 @@ struct cpu_state {
 	u64 started_at; /* when it got the CPU */
 	u32 class;    /* class of the running task */
 	u32 busy;     /* 0 once the CPU went idle */
+	struct overdue_state overdue;
 };
 
 struct {
@@ -196,6 +203,7 @@ struct task_ctx {
 	u32 cg_level;     /* that cgroup's level, 0 for the root */
 	u32 class;        /* class from its strategy */
 	u32 run_class;    /* class it was queued with this time */
+	u32 yielded;      /* it called sched_yield() in this run */
 };
 
 struct {
@@ -213,6 +221,13 @@ static struct task_ctx *lookup_task_ctx(struct task_struct *p)
 static bool time_before(u64 a, u64 b)
 {
 	return (s64)(a - b) < 0;
+}
+
+static u64 task_enq_at(struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	return tctx ? tctx->enq_at : 0;
 }
 
 static bool is_percpu_kthread(const struct task_struct *p)
@@ -277,27 +292,13 @@ static void resolve_strategy(struct task_struct *p, struct task_ctx *tctx)
 	tctx->strat_gen = gen;
 }
 
-/*
- * A critical task preempts others only while it has budget. The budget
- * refills at critical_share_pct of one CPU and banks at most
- * critical_burst_ns, so a critical task that spins gets at most that share
- * (plus its fair share as a normal task) and cannot starve the rest. Tasks
- * that run briefly and sleep, the shape of a packet loop, never run out.
- */
+/* A critical task preempts others only within its budget and the pool's (critical.h). */
 static u32 effective_class(struct task_ctx *tctx, u64 now)
 {
-	s64 budget;
-
 	if (tctx->class != SWL_CLASS_CRITICAL)
 		return tctx->class;
 
-	budget = tctx->crit_budget + (s64)((now - tctx->budget_at) * critical_share_pct / 100);
-	if (budget > (s64)critical_burst_ns)
-		budget = critical_burst_ns;
-	tctx->crit_budget = budget;
-	tctx->budget_at = now;
-
-	if (budget <= 0) {
+	if (!crit_may_run(&tctx->crit_budget, &tctx->budget_at, now)) {
 		STAT_INC(critical_demoted);
 		return SWL_CLASS_NORMAL;
 	}
@@ -585,15 +586,17 @@ static u64 task_deadline(struct task_struct *p, struct task_ctx *tctx, u32 class
 	u64 burst, dl;
 
 	/*
-	 * Bounded sleep credit, for a task that has not run since it woke. The
-	 * bound is the same virtual time for every weight (only the class
-	 * scales it), which is the same part of what each task is entitled to;
-	 * and a task queued again after its slice keeps the lag it has, which
-	 * it is owed. Either way round, cutting it would favour whoever charges
-	 * in bigger steps (lighter tasks, which lead the current vtime) over
-	 * heavier ones that merely wait their turn.
+	 * Bounded credit. The bound is the same virtual time for every weight
+	 * (only the class scales it), which is the same part of what each task
+	 * is entitled to. It holds for every queueing, not only wakeups: a task
+	 * that never sleeps but is charged little for the CPU it holds (one
+	 * that yields or changes its affinity in a loop spends its time in the
+	 * scheduler and in the migration thread, not in its own runs) would
+	 * otherwise fall ever further behind, and everything that wakes up
+	 * would queue behind it for seconds: the kernel's watchdog ejected the
+	 * scheduler under stress-ng's yield, affinity and fork stressors.
 	 */
-	if (!tctx->exec_runtime && time_before(tctx->vruntime, vmin))
+	if (time_before(tctx->vruntime, vmin))
 		tctx->vruntime = vmin;
 	/*
 	 * Bounded debt. A low-weight task that ran a lot (khugepaged at nice 19
@@ -743,6 +746,8 @@ static void record_wait(u32 class, u64 wait_ns)
 
 	s->wait_count[class]++;
 	s->wait_sum_ns[class] += wait_ns;
+	if (wait_ns > s->wait_max_ns)
+		s->wait_max_ns = wait_ns;
 	s->wait_hist[class][b]++;
 }
 
@@ -856,6 +861,7 @@ void BPF_STRUCT_OPS(swl_dispatch, s32 cpu, struct task_struct *prev)
 {
 	u64 now = bpf_ktime_get_ns();
 	struct task_ctx *tctx;
+	struct cpu_state *cs;
 
 	/*
 	 * Starvation guard: critical work is served first, but if the shared
@@ -863,6 +869,20 @@ void BPF_STRUCT_OPS(swl_dispatch, s32 cpu, struct task_struct *prev)
 	 */
 	queued_critical = scx_bpf_dsq_nr_queued(DSQ_CRITICAL);
 	queued_shared = scx_bpf_dsq_nr_queued(DSQ_SHARED);
+	/*
+	 * Bounded wait (overdue.h): tasks queued over starvation_ns go first.
+	 * The critical queue too: a critical task pinned to a CPU going
+	 * offline would otherwise hold up the unplug.
+	 */
+	cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+	if ((queued_shared || queued_critical) && cs && overdue_walk_due(&cs->overdue, now)) {
+		rescue_overdue(DSQ_CRITICAL, cpu, now, starvation_ns, &cs->overdue);
+		rescue_overdue(DSQ_SHARED, cpu, now, starvation_ns, &cs->overdue);
+		if (cs->overdue.moved)
+			STAT_ADD(overdue_dispatch, cs->overdue.moved);
+		if (cs->overdue.here)
+			return;
+	}
 	if (!queued_shared) {
 		last_shared_serve = now;
 	} else if (now - last_shared_serve > starvation_ns && swl_move_to_local(DSQ_SHARED)) {
@@ -887,6 +907,20 @@ void BPF_STRUCT_OPS(swl_dispatch, s32 cpu, struct task_struct *prev)
 		tctx = lookup_task_ctx(prev);
 		prev->scx.slice = tctx ? task_slice(tctx) : slice_ns;
 	}
+}
+
+bool BPF_STRUCT_OPS(swl_yield, struct task_struct *from, struct task_struct *to)
+{
+	struct task_ctx *tctx;
+
+	if (to)
+		return false; /* directed yields (yield_to()) are not honoured */
+	/* sched_yield(): give up the slice, and be charged for it in stopping. */
+	tctx = lookup_task_ctx(from);
+	if (tctx)
+		tctx->yielded = 1;
+	from->scx.slice = 0;
+	return false;
 }
 
 void BPF_STRUCT_OPS(swl_runnable, struct task_struct *p, u64 enq_flags)
@@ -927,11 +961,14 @@ void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
 	}
 
 	/*
-	 * The current vtime follows the tasks that start: their vruntime, or a
-	 * debtor's bounded deadline, lest it drag everyone's reference ahead.
+	 * The current vtime follows the vruntime of the tasks that start, except
+	 * debtors' (queued at the horizon, before their vruntime): a nice-19
+	 * kthread that ran would otherwise move everyone's reference by the
+	 * whole horizon each time it runs, leaving every task that did not
+	 * sleep meanwhile that much behind the ones that wake.
 	 */
-	start = time_before(tctx->deadline, tctx->vruntime) ? tctx->deadline : tctx->vruntime;
-	if (time_before(vtime_now, start))
+	start = tctx->vruntime;
+	if (!time_before(tctx->deadline, start) && time_before(vtime_now, start))
 		vtime_now = start;
 	/* Weighed now, with this run's competition, for its charge and its next deadline. */
 	tctx->vweight = task_vweight(p, tctx, tctx->run_class);
@@ -956,12 +993,23 @@ void BPF_STRUCT_OPS(swl_stopping, struct task_struct *p, bool runnable)
 		return;
 
 	delta = bpf_ktime_get_ns() - tctx->started_at;
+	if (tctx->run_class == SWL_CLASS_CRITICAL)
+		crit_charge(&tctx->crit_budget, delta);
+	/*
+	 * A yield gives up the rest of the slice: charge it as a minimal slice
+	 * used (EEVDF likewise moves a yielder's deadline a slice on). Charged
+	 * only for the microseconds it ran, a task yielding in a loop keeps the
+	 * best deadline and hands the CPU back and forth through the scheduler.
+	 */
+	if (tctx->yielded) {
+		tctx->yielded = 0;
+		if (delta < slice_min_ns)
+			delta = slice_min_ns;
+	}
 	tctx->exec_runtime += delta;
 	if (tctx->exec_runtime > EXEC_RUNTIME_MAX)
 		tctx->exec_runtime = EXEC_RUNTIME_MAX;
 	tctx->vruntime += scale_inverse(delta, tctx->vweight, tctx->run_class);
-	if (tctx->run_class == SWL_CLASS_CRITICAL)
-		tctx->crit_budget -= delta;
 
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs)
@@ -1039,11 +1087,14 @@ void BPF_STRUCT_OPS(swl_cgroup_set_weight, struct cgroup *cgrp, u32 weight)
 /*
  * Implementing the hotplug callbacks tells the kernel we cope with CPUs
  * coming and going (otherwise it restarts the scheduler on every change).
- * Nothing to move: all our queues are shared, and the kernel re-homes tasks
- * queued on an offline CPU's local queue.
+ * Nothing to move: our queues are shared, the kernel re-homes tasks queued
+ * on an offline CPU's local queue, and a task pinned to a CPU on its way
+ * offline reaches it through the global queue once overdue (overdue.h).
+ * Online CPUs size the critical pool (critical.h).
  */
 void BPF_STRUCT_OPS(swl_cpu_online, s32 cpu)
 {
+	crit_cpu_online(true);
 	STAT_INC(cpu_hotplug);
 }
 
@@ -1053,6 +1104,7 @@ void BPF_STRUCT_OPS(swl_cpu_offline, s32 cpu)
 
 	if (cs)
 		cs->busy = 0;
+	crit_cpu_online(false);
 	STAT_INC(cpu_hotplug);
 }
 
@@ -1061,6 +1113,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(swl_init)
 	s32 err;
 
 	last_shared_serve = bpf_ktime_get_ns();
+	crit_init(last_shared_serve);
 	err = scx_bpf_create_dsq(DSQ_CRITICAL, -1);
 	if (err)
 		return err;
@@ -1130,6 +1183,7 @@ struct sched_ext_ops swiftlane_ops = {
 	.running = (void *)swl_running,
 	.stopping = (void *)swl_stopping,
 	.quiescent = (void *)swl_quiescent,
+	.yield = (void *)swl_yield,
 	.enable = (void *)swl_enable,
 	.init_task = (void *)swl_init_task,
 	/*

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Bounded wait, shared by the in-kernel scheduler and the user-space mode's
+ * BPF side.
+ *
+ * Deadlines order a queue only as well as the accounting behind them: a task
+ * charged far too little for the time it holds the CPUs, a nice-19 task
+ * among hundreds of runnable ones, or a policy in user space that holds a
+ * task back, can leave it waiting for many seconds; the kernel ejects a
+ * scheduler that leaves a task runnable for 30 s, and a task preempted in an
+ * RCU read-side section that long stalls the whole machine first. So every
+ * few milliseconds each CPU walks its deadline-ordered queue for tasks that
+ * have waited longer than a bound, and runs up to RESCUE_BATCH of those that
+ * may run here next, ahead of the deadline order.
+ *
+ * A task that may not run here (pinned elsewhere, or migration disabled on
+ * another CPU) goes to the kernel's global queue instead, which every CPU
+ * serves before asking the scheduler, even a CPU on its way offline: the
+ * kernel calls no ops.dispatch there, and unplugging waits for the tasks
+ * pinned to it to leave.
+ *
+ * The includer keeps a struct overdue_state per CPU in map memory, and
+ * defines task_enq_at(): when a task became runnable, 0 while it runs or if
+ * unknown.
+ */
+#ifndef SWIFTLANE_OVERDUE_H
+#define SWIFTLANE_OVERDUE_H
+
+/* Least time between two walks by one CPU. */
+#define RESCUE_SCAN_INTERVAL (4 * 1000 * 1000ULL)
+/* Queued tasks looked at per walk. */
+#define MAX_RESCUE_SCAN 512
+/* Overdue tasks one walk puts on this CPU's local queue. */
+#define RESCUE_BATCH 8
+
+/*
+ * One CPU's walks. In map memory, which the verifier does not track by
+ * value: counters on the stack make it go through the loop once per value
+ * (loading took 40 s under TCG).
+ */
+struct overdue_state {
+	u64 walked_at; /* when this CPU last walked */
+	u32 seen;      /* tasks looked at in the current queue */
+	u32 moved;     /* tasks moved this walk, to this CPU or the global queue */
+	u32 here;      /* of which to this CPU */
+	u32 _pad;
+};
+
+static u64 task_enq_at(struct task_struct *p);
+
+/* Start a walk if this CPU's last one is RESCUE_SCAN_INTERVAL old. */
+static bool overdue_walk_due(struct overdue_state *st, u64 now)
+{
+	if (now - st->walked_at < RESCUE_SCAN_INTERVAL)
+		return false;
+	st->walked_at = now;
+	st->moved = st->here = 0;
+	return true;
+}
+
+/* Move the tasks of dsq queued longer than bound_ns (see above); counts in st. */
+static void rescue_overdue(u64 dsq, s32 cpu, u64 now, u64 bound_ns, struct overdue_state *st)
+{
+	struct task_struct *p;
+	u64 enq_at;
+	s32 pcpu;
+	bool mine;
+
+	st->seen = 0;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		if (++st->seen > MAX_RESCUE_SCAN || st->here >= RESCUE_BATCH)
+			break;
+		enq_at = task_enq_at(p);
+		if (!enq_at || now - enq_at < bound_ns)
+			continue;
+		pcpu = scx_bpf_task_cpu(p);
+		mine = bpf_cpumask_test_cpu(cpu, p->cpus_ptr) && (!p->migration_disabled || pcpu == cpu);
+		/* ___it: bpf_for_each()'s iterator (libbpf's bpf_helpers.h). */
+		if (!swl_dsq_move(&___it, p, mine ? SCX_DSQ_LOCAL : SCX_DSQ_GLOBAL, 0))
+			continue;
+		st->moved++;
+		if (mine)
+			st->here++;
+		else
+			scx_bpf_kick_cpu(pcpu, SCX_KICK_PREEMPT);
+	}
+}
+
+#endif /* SWIFTLANE_OVERDUE_H */
