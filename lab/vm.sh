@@ -6,9 +6,14 @@
 # (build/, stress-ng, go test binaries) are all there.
 #
 # Usage: lab/vm.sh [--kernel newest|older|VERSION] [--cpus N] [--memory SIZE]
-#                  [--rwdir DIR]... [--timeout SECS] [--append KARGS]...
-#                  [--net] [--verbose] -- COMMAND...
+#                  [--topology SOCKETS,CORES,THREADS] [--rwdir DIR]...
+#                  [--timeout SECS] [--append KARGS]... [--net] [--verbose]
+#                  -- COMMAND...
 #        lab/vm.sh [--kernel ...] [--cpus N] [--memory SIZE] shell
+#
+# --topology gives the guest that many sockets (each its own last-level
+# cache), cores per socket and SMT threads per core, instead of --cpus flat
+# CPUs: e.g. 2,1,2 is 4 CPUs, two SMT pairs on two LLCs.
 #
 # --net gives the guest a NIC on QEMU user-mode networking (slirp) with the
 # address 10.0.2.15/24 and no default route: the guest reaches services that
@@ -26,11 +31,12 @@ usage() {
 	exit "${1:-125}"
 }
 
-kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 net=0 rwdirs=() kargs=() mode=
+kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 net=0 rwdirs=() kargs=() mode= topology=
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--kernel) kernel=${2:?--kernel needs a value}; shift 2 ;;
 	--cpus) cpus=${2:?--cpus needs a value}; shift 2 ;;
+	--topology) topology=${2:?--topology needs SOCKETS,CORES,THREADS}; shift 2 ;;
 	--memory) memory=${2:?--memory needs a value}; shift 2 ;;
 	--rwdir) rwdirs+=("$(realpath -m "${2:?--rwdir needs a value}")"); shift 2 ;;
 	--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
@@ -47,6 +53,13 @@ done
 [[ $mode = shell || $# -gt 0 ]] || { echo "lab: error: no command after --" >&2; usage; }
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive integer"
 [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout must be seconds (0 = none)"
+smp=
+if [[ -n $topology ]]; then
+	[[ $topology =~ ^([1-9][0-9]*),([1-9][0-9]*),([1-9][0-9]*)$ ]] ||
+		die "--topology must be SOCKETS,CORES,THREADS, e.g. 2,1,2"
+	cpus=$((BASH_REMATCH[1] * BASH_REMATCH[2] * BASH_REMATCH[3]))
+	smp=" -smp $cpus,sockets=${BASH_REMATCH[1]},cores=${BASH_REMATCH[2]},threads=${BASH_REMATCH[3]}"
+fi
 
 [[ -x $VENV/bin/vng ]] || die "virtme-ng missing: run lab/deps.sh"
 qemu=$(qemu_bin) || exit 125
@@ -57,7 +70,8 @@ vng=(vng --run "$kdir/vmlinuz" --disable-kvm --force-9p
 	--cpus "$cpus" --memory "$memory" --qemu "$qemu"
 	# MTTCG: one host thread per vCPU. Safe with sched_ext on QEMU >= 10
 	# only (7.2 oopses the guest on scheduler attach/detach).
-	--qemu-opts='-accel tcg,thread=multi'
+	# A later -smp (--topology) overrides the flat one virtme-ng passes.
+	--qemu-opts="-accel tcg,thread=multi$smp"
 	# A loaded host delays the guest's clocksource watchdog reads and can
 	# demote the TSC to the (much slower under TCG) HPET mid-benchmark; the
 	# TCG TSC follows the host clock, so trust it.

@@ -21,6 +21,11 @@ test-vm: deps vm-bins ## Scheduler tests on real sched_ext kernels in the VM lab
 	  echo "== VM tests on kernel '$$k' ($$cycles attach/detach cycles)"; \
 	  $(VM) --timeout 2700 --kernel $$k -- env SWIFTLANE_BIN=$(BUILD)/swiftlane SWL_ATTACH_CYCLES=$$cycles $(VMTEST) -test.v -test.timeout 40m || exit 1; \
 	done
+	@# The torture suite once more on SMT siblings and two last-level caches,
+	@# where idle-core and cache-sibling placement have choices to make.
+	@echo "== VM torture on kernel 'newest', topology 2 sockets x 1 core x 2 threads"
+	$(VM) --timeout 1200 --kernel newest --topology 2,1,2 -- env SWIFTLANE_BIN=$(BUILD)/swiftlane SWL_TORTURE_MODES=kernel \
+	  $(VMTEST) -test.v -test.run TestTorture -test.timeout 15m
 
 .PHONY: vm-shell
 vm-shell: deps vm-bins ## Interactive root shell in the VM lab (KERNEL=newest|older|VERSION)

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build vmtest
+
+package vm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The torture suite: the stress that ejected the scheduler before (yield,
+// affinity and fork stressors left tasks waiting for 30 s), with tasks moved
+// between cgroups and a CPU taken offline and back meanwhile, in both modes,
+// with and without strategies. Pass: still attached, nothing in the kernel
+// log, and no task waited longer than maxTortureWait to run.
+//
+// SWL_TORTURE_SECONDS sets the stress time per case (default 20);
+// SWL_TORTURE_MODES=kernel limits it to one mode (the topology run).
+
+const maxTortureWait = time.Second
+
+// tortureStrategies puts every class on the stressors: critical tasks that
+// yield and switch in loops (their CPU budget must hold), background hogs,
+// and a cgroup strategy on the cgroup the tasks are moved into and out of.
+const tortureStrategies = `strategies:
+  - name: loops
+    class: critical
+    command_regex: 'stress-ng-(yield|switch)'
+    inherit: true
+  - name: hogs
+    class: background
+    command_regex: 'stress-ng-cpu'
+  - name: moved
+    class: high
+    cgroup_path: /swl-torture/b
+`
+
+func TestTorture(t *testing.T) {
+	secs := 20
+	if v, err := strconv.Atoi(os.Getenv("SWL_TORTURE_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	modes := []string{"kernel", "userspace"}
+	if m := os.Getenv("SWL_TORTURE_MODES"); m != "" {
+		modes = strings.Split(m, ",")
+	}
+	for _, mode := range modes {
+		for _, cfg := range []struct{ name, config string }{{"none", noStrategies}, {"strategies", tortureStrategies}} {
+			t.Run(mode+"/"+cfg.name, func(t *testing.T) {
+				torture(t, mode, cfg.config, time.Duration(secs)*time.Second)
+			})
+		}
+	}
+}
+
+func torture(t *testing.T, mode, config string, d time.Duration) {
+	mark := logMark(t)
+	a, b := tortureCgroups(t)
+
+	var p *schedProc
+	switch mode {
+	case "kernel":
+		p = startScheduler(t, config)
+	case "userspace":
+		p = startUserScheduler(t, config)
+	default:
+		t.Fatalf("unknown mode %q", mode)
+	}
+	_, ops := readState()
+
+	n := strconv.Itoa(runtime.NumCPU())
+	cg, err := os.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	stress := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--quiet", "--aggressive",
+		"--cpu", n, "--fork", n, "--affinity", n, "--affinity-pin", "--schedpolicy", n,
+		"--yield", n, "--switch", n, "--timeout", fmt.Sprintf("%ds", int(d.Seconds())))
+	stress.Stdout, stress.Stderr = os.Stderr, os.Stderr
+	// Started inside cgroup a (clone3 with CLONE_INTO_CGROUP): no task of it runs outside.
+	stress.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := stress.Start(); err != nil {
+		t.Fatalf("stress-ng: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- stress.Wait() }()
+	t.Cleanup(func() {
+		stress.Process.Kill()
+		for _, dir := range []string{a, b} {
+			os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		}
+	})
+
+	// Until stress-ng ends: every 200 ms every task of one cgroup moves to
+	// the other (a move waits for an RCU grace period, so under this load
+	// a round takes longer), and, meanwhile, every 2 s the last CPU goes
+	// offline for half a second.
+	cpu := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", runtime.NumCPU()-1)
+	t.Cleanup(func() { os.WriteFile(cpu, []byte("1"), 0) })
+	stop := make(chan struct{})
+	hotplugged := make(chan int)
+	go func() {
+		n := 0
+		defer func() { hotplugged <- n }()
+		if runtime.NumCPU() < 2 {
+			return
+		}
+		for state := "0"; ; {
+			// Online 1.5 s, offline 0.5 s: long enough to unplug with
+			// every queue full, short enough that the guest is not mostly
+			// a one-CPU machine (its tasks would then wait for the one
+			// CPU's round, not for the scheduler).
+			d := 1500 * time.Millisecond
+			if state == "1" {
+				d = 500 * time.Millisecond
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			if err := os.WriteFile(cpu, []byte(state), 0); err != nil {
+				t.Errorf("write %s to %s: %v", state, cpu, err)
+				return
+			}
+			if state == "1" {
+				n++
+				state = "0"
+			} else {
+				state = "1"
+			}
+		}
+	}()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var moves, moved int
+	from, to := a, b
+	var stressErr error
+loop:
+	for {
+		select {
+		case stressErr = <-done:
+			break loop
+		case <-tick.C:
+		}
+		moved += moveTasks(t, from, to)
+		moves++
+		from, to = to, from
+	}
+	close(stop)
+	hotplugs := <-hotplugged
+	os.WriteFile(cpu, []byte("1"), 0)
+	if stressErr != nil {
+		t.Errorf("stress-ng: %v", stressErr)
+	}
+	t.Logf("%s: %d cgroup moves (%d tasks), %d offline/online cycles", mode, moves, moved, hotplugs)
+	if moved == 0 || (runtime.NumCPU() > 1 && hotplugs < 3) {
+		t.Errorf("the torture did not happen: %d tasks moved, %d hotplug cycles", moved, hotplugs)
+	}
+
+	if !p.alive() {
+		t.Fatalf("the scheduler exited under torture:\n%s", p.out)
+	}
+	requireState(t, "enabled", ops)
+	m := p.scrape(t)
+	wait := time.Duration(m["swiftlane_runqueue_wait_max_seconds"] * float64(time.Second))
+	t.Logf("%s: longest run-queue wait %v; overdue dispatches %.0f (kernel mode), rescued from user space %.0f", mode, wait.Round(time.Millisecond),
+		m["swiftlane_dispatch_total{path=overdue}"], m["swiftlane_dispatch_total{path=rescued}"])
+	if wait > maxTortureWait {
+		t.Errorf("a runnable task waited %v to run (bound %v)", wait.Round(time.Millisecond), maxTortureWait)
+	}
+	if err := p.stop(); err != nil {
+		t.Errorf("scheduler exit: %v", err)
+	}
+	checkKernelLog(t, mark)
+}
+
+// tortureCgroups makes /swl-torture/{a,b} with the cpu controller on, so a
+// move changes the task's cpu cgroup (and the scheduler's cgroup weights).
+func tortureCgroups(t *testing.T) (a, b string) {
+	t.Helper()
+	enableCPUController(t, ".")
+	root := filepath.Join(cgroupFS, "swl-torture")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	enableCPUController(t, "swl-torture")
+	a, b = filepath.Join(root, "a"), filepath.Join(root, "b")
+	for _, d := range []string{a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCgroupFile(t, filepath.Join(b, "cpu.weight"), "300")
+	t.Cleanup(func() {
+		for _, d := range []string{a, b, root} {
+			// Killed tasks leave their cgroup asynchronously.
+			deadline := time.Now().Add(stateTimeout)
+			for os.Remove(d) != nil && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	})
+	return a, b
+}
+
+// moveTasks moves every task of cgroup from into cgroup to and returns how
+// many moved (tasks exit meanwhile: the fork stressor's children live
+// microseconds).
+func moveTasks(t *testing.T, from, to string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, pid := range strings.Fields(string(b)) {
+		err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(pid), 0)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, syscall.ESRCH):
+		default:
+			t.Fatalf("move %s to %s: %v", pid, to, err)
+		}
+	}
+	return n
+}
