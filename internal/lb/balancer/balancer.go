@@ -11,7 +11,6 @@ package balancer
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"path"
@@ -35,8 +34,9 @@ type Balancer struct {
 	backendIDs  map[netip.AddrPort]uint32
 	nextSvc     uint32
 	nextBackend uint32
-	links       map[int]io.Closer // by ifindex
-	live        int               // connections at the last sweep
+	links       map[int]bpf.Attachment // by ifindex
+	live        int                    // connections at the last sweep
+	pinDir      string
 }
 
 type frontendState struct {
@@ -54,37 +54,98 @@ func (c Changes) String() string {
 	return fmt.Sprintf("services +%d -%d, backends +%d -%d", c.ServicesPut, c.ServicesDeleted, c.BackendsPut, c.BackendsDeleted)
 }
 
-// New loads the datapath with the node settings from cfg and programs its
-// services. Node settings (ports, hairpin address, session capacity) are
-// fixed for the Balancer's lifetime.
-func New(cfg *services.Config, log *slog.Logger) (*Balancer, error) {
-	return newWith(cfg, log, true)
+// Options are how a Balancer is opened beyond the node settings.
+type Options struct {
+	Log *slog.Logger
+	// PinDir (on a bpf filesystem) keeps sessions, services and the
+	// interface attachments across restarts: the next Balancer opened with
+	// the same PinDir takes them over without dropping a connection, and
+	// Close leaves the program attached. Empty: Close detaches and the
+	// state is gone.
+	PinDir string
+	// Deferred leaves the programmed services as they are (pinned ones
+	// keep serving) until the first Apply, for sources that need time to
+	// produce a complete view (Kubernetes: synced caches). Otherwise Open
+	// applies cfg's services at once.
+	Deferred bool
+	// noRedirect leaves forwarding to the stack (tests that read packets back).
+	noRedirect bool
 }
 
-func newWith(cfg *services.Config, log *slog.Logger, redirect bool) (*Balancer, error) {
+// New loads the datapath with the node settings from cfg and programs its
+// services, without pinning. Node settings (ports, hairpin address, session
+// capacity) are fixed for the Balancer's lifetime.
+func New(cfg *services.Config, log *slog.Logger) (*Balancer, error) {
+	return Open(cfg, Options{Log: log})
+}
+
+// Open is New with Options. With a PinDir that holds a previous instance's
+// maps it adopts what they program (frontends, backend ids), so the first
+// Apply rewrites only what differs.
+func Open(cfg *services.Config, o Options) (*Balancer, error) {
+	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	dp, err := bpf.Load(bpf.Constants{
 		SNATPortMin: cfg.SNATPorts.Min, SNATPortMax: cfg.SNATPorts.Max,
 		NodePortMin: cfg.NodePortRange.Min, NodePortMax: cfg.NodePortRange.Max,
-		HairpinAddr: cfg.HairpinAddress, FIBRedirect: redirect,
-		SessionEntries: 2 * cfg.Sessions.Max,
+		HairpinAddr: cfg.HairpinAddress, FIBRedirect: !o.noRedirect,
+		SessionEntries: 2 * cfg.Sessions.Max, PinDir: o.PinDir,
 	})
 	if err != nil {
 		return nil, err
 	}
 	b := &Balancer{
-		dp: dp, log: log, cfg: cfg,
+		dp: dp, log: log, cfg: cfg, pinDir: o.PinDir,
 		programmed: map[bpf.Frontend]frontendState{},
 		backendIDs: map[netip.AddrPort]uint32{},
-		links:      map[int]io.Closer{},
+		links:      map[int]bpf.Attachment{},
+	}
+	if o.PinDir != "" {
+		dir, replaced := dp.PinnedMaps()
+		for _, r := range replaced {
+			log.Warn("pinned map not reusable, starting it empty", "map", r)
+		}
+		if err := b.adopt(); err != nil {
+			dp.Close()
+			return nil, err
+		}
+		log.Info("pinned maps", "dir", dir, "frontends", len(b.programmed), "backends", len(b.backendIDs))
+	}
+	if o.Deferred {
+		return b, nil
 	}
 	if _, err := b.Apply(cfg); err != nil {
 		dp.Close()
 		return nil, err
 	}
 	return b, nil
+}
+
+// adopt takes what the (pinned) maps program as the current state.
+func (b *Balancer) adopt() error {
+	fes, bes, err := b.dp.Programmed()
+	if err != nil {
+		return err
+	}
+	for fe, e := range fes {
+		b.programmed[fe] = frontendState{id: e.ID, flags: e.Flags, slots: e.Slots}
+		b.nextSvc = max(b.nextSvc, e.ID)
+	}
+	for id, ap := range bes {
+		b.nextBackend = max(b.nextBackend, id)
+		if prev, ok := b.backendIDs[ap]; ok {
+			// Two ids for one address: keep one; a slot that points at
+			// the other differs from the desired slots and is rewritten.
+			if err := b.dp.DeleteBackend(max(id, prev)); err != nil {
+				return err
+			}
+			id = min(id, prev)
+		}
+		b.backendIDs[ap] = id
+	}
+	return nil
 }
 
 // Datapath exposes the loaded program and maps (tests, stats).
@@ -234,7 +295,11 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 		if _, ok := b.links[a.Index]; ok || !matchAny(b.cfg.Interfaces, a.Name) {
 			continue
 		}
-		c, err := bpf.AttachIngress(b.dp.Program(), a.Index)
+		pin := ""
+		if b.pinDir != "" {
+			pin = bpf.LinkPinPath(b.pinDir, a.Index)
+		}
+		c, err := bpf.AttachIngress(b.dp.Program(), a.Index, pin)
 		if err != nil {
 			return len(b.links), fmt.Errorf("interface %s: %w", a.Name, err)
 		}
@@ -252,7 +317,7 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 	}
 	for idx, c := range b.links {
 		if !seen[idx] {
-			c.Close() // the link is gone; this just drops our reference
+			c.Remove() // the link is gone; this drops our reference and pin
 			b.dp.SetPeerInterface(idx, false)
 			delete(b.links, idx)
 		}
@@ -301,7 +366,20 @@ func (b *Balancer) Attached() int {
 // Stats reads the datapath counters.
 func (b *Balancer) Stats() (bpf.Stats, error) { return b.dp.Stats() }
 
-// Close detaches from every interface and unloads the program.
+// PinnedMapsCurrent unpins maps an older build left under PinDir (another
+// layout) once every attached interface runs this program.
+func (b *Balancer) PinnedMapsCurrent() error {
+	dir, _ := b.dp.PinnedMaps()
+	if dir == "" {
+		return nil
+	}
+	return bpf.RemoveStaleMaps(b.pinDir, dir)
+}
+
+// Close releases the program and maps: without a PinDir that detaches from
+// every interface and frees the maps; with one, the program stays attached
+// and keeps serving with the pinned maps until the next Open takes over
+// (or bpf.Cleanup removes it).
 func (b *Balancer) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

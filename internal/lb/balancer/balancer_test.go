@@ -30,7 +30,7 @@ func TestApplyIsIncremental(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newWith(cfg, nil, false)
+	b, err := Open(cfg, Options{noRedirect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestApplyMaglevSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newWith(cfg, nil, false)
+	b, err := Open(cfg, Options{noRedirect: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,10 @@ type Constants struct {
 	HairpinAddr              netip.Addr // IPv4 source for a backend reaching its own service
 	FIBRedirect              bool       // false only in unit tests: leave forwarding to the stack
 	SessionEntries           uint32     // LRU capacity, two entries per connection; 0 = default
+	// PinDir, on a bpf filesystem, keeps the maps (and, via AttachIngress,
+	// the attachments) across restarts; see pin.go. Empty: they live and die
+	// with the process.
+	PinDir string
 }
 
 // Validate names the offending field and how to fix it.
@@ -66,7 +70,9 @@ func (c Constants) Validate() error {
 
 // Datapath is the loaded program and its maps.
 type Datapath struct {
-	objs lbObjects
+	objs     lbObjects
+	mapsDir  string   // where the maps are pinned; empty if not
+	replaced []string // pinned maps that could not be reused (why)
 }
 
 // Load sets the constants and loads the program into the kernel. On a
@@ -96,11 +102,24 @@ func Load(c Constants) (*Datapath, error) {
 		spec.Maps[lbMapSessions].MaxEntries = c.SessionEntries
 	}
 	d := &Datapath{}
-	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+	var opts *ebpf.CollectionOptions
+	if c.PinDir != "" {
+		d.mapsDir, d.replaced, err = preparePins(spec, c.PinDir)
+		if err != nil {
+			return nil, err
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.mapsDir}}
+	}
+	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, fmt.Errorf("load lb program: %w", err)
 	}
 	return d, nil
 }
+
+// PinnedMaps is the directory the maps are pinned in (empty without
+// pinning), and the pinned maps that could not be reused and start empty,
+// each with the reason.
+func (d *Datapath) PinnedMaps() (dir string, replaced []string) { return d.mapsDir, d.replaced }
 
 // Close releases the program and maps (attachments hold their own references).
 func (d *Datapath) Close() error { return d.objs.Close() }
@@ -234,4 +253,61 @@ func (d *Datapath) SetPeerInterface(ifindex int, on bool) error {
 		return fmt.Errorf("peer interface %d: %w", ifindex, err)
 	}
 	return nil
+}
+
+// ServiceEntry is one frontend as the maps hold it.
+type ServiceEntry struct {
+	ID    uint32
+	Flags ServiceFlags
+	Slots []uint32 // backend id per slot 0..count-1; 0 where a slot is missing
+}
+
+// Programmed reads back what the maps hold, which after a restart with
+// pinned maps is what the previous process programmed, and deletes slots
+// that no frontend reaches (an apply interrupted by a crash).
+func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.AddrPort, error) {
+	fes := map[Frontend]ServiceEntry{}
+	byID := map[uint32]Frontend{}
+	var k lbSvcKey
+	var v lbSvcVal
+	it := d.objs.Services.Iterate()
+	for it.Next(&k, &v) {
+		fe := Frontend{Addr: addrFromBE(k.Addr), Port: portFromBE(k.Port), Proto: Proto(k.Proto)}
+		fes[fe] = ServiceEntry{ID: v.Id, Flags: ServiceFlags(v.Flags), Slots: make([]uint32, v.Count)}
+		byID[v.Id] = fe
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read services: %w", err)
+	}
+	var sk lbSlotKey
+	var bid uint32
+	var orphans []lbSlotKey
+	sit := d.objs.BackendSlots.Iterate()
+	for sit.Next(&sk, &bid) {
+		fe, ok := byID[sk.SvcId]
+		if !ok || sk.Slot >= uint32(len(fes[fe].Slots)) {
+			orphans = append(orphans, sk)
+			continue
+		}
+		fes[fe].Slots[sk.Slot] = bid
+	}
+	if err := sit.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read backend slots: %w", err)
+	}
+	for _, o := range orphans {
+		if err := d.objs.BackendSlots.Delete(o); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil, fmt.Errorf("delete orphan slot %d of service %d: %w", o.Slot, o.SvcId, err)
+		}
+	}
+	bes := map[uint32]netip.AddrPort{}
+	var id uint32
+	var b lbBackend
+	bit := d.objs.Backends.Iterate()
+	for bit.Next(&id, &b) {
+		bes[id] = netip.AddrPortFrom(addrFromBE(b.Addr), portFromBE(b.Port))
+	}
+	if err := bit.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read backends: %w", err)
+	}
+	return fes, bes, nil
 }
