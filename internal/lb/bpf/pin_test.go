@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/swiftlane/swiftlane/internal/lb/labnet"
+)
+
+func bpffs(t *testing.T) string {
+	t.Helper()
+	labnet.RequireRoot(t)
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "bpf", "bpf", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount bpffs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	return dir
+}
+
+// A second Load with the same pin directory sees what the first programmed;
+// a changed session capacity replaces only the session map.
+func TestPinnedMapsReused(t *testing.T) {
+	pins := filepath.Join(bpffs(t), "lb")
+	c := testConstants()
+	c.PinDir = pins
+	fe := Frontend{Addr: vip, Port: 80, Proto: TCP}
+
+	d1 := load(t, c)
+	if err := d1.PutBackend(7, ap(backendA, 8080)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.PutService(fe, 3, FlagMaglev, []uint32{7, 7}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A slot beyond the count, as an apply cut short by a crash leaves it.
+	if err := d1.objs.BackendSlots.Put(lbSlotKey{SvcId: 3, Slot: 5}, uint32(7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.objs.Sessions.Put(lbFlow{Saddr: addrBE(client), Proto: 6}, lbSession{Saddr: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d1.Close()
+
+	d2 := load(t, c)
+	fes, bes, err := d2.Programmed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := fes[fe]; len(fes) != 1 || e.ID != 3 || e.Flags != FlagMaglev || len(e.Slots) != 2 || e.Slots[0] != 7 || e.Slots[1] != 7 {
+		t.Fatalf("after reload: frontends %+v, want %v -> id 3, maglev, slots [7 7]", fes, fe)
+	}
+	if len(bes) != 1 || bes[7] != ap(backendA, 8080) {
+		t.Fatalf("after reload: backends %v, want 7 -> %v", bes, ap(backendA, 8080))
+	}
+	var bid uint32
+	if err := d2.objs.BackendSlots.Lookup(lbSlotKey{SvcId: 3, Slot: 5}, &bid); err == nil {
+		t.Fatalf("orphan slot 5 survived Programmed")
+	}
+	if n := countSessions(t, d2); n != 1 {
+		t.Fatalf("sessions after reload: %d, want the pinned 1", n)
+	}
+	dir2, _ := d2.PinnedMaps()
+	d2.Close()
+
+	c.SessionEntries = 1024
+	d3 := load(t, c)
+	dir3, replaced := d3.PinnedMaps()
+	if dir3 != dir2 || len(replaced) != 1 || !strings.HasPrefix(replaced[0], "sessions ") {
+		t.Fatalf("capacity change: dir %s (was %s), replaced %v; want the same dir and only sessions replaced", dir3, dir2, replaced)
+	}
+	if n := countSessions(t, d3); n != 0 {
+		t.Fatalf("replaced session map holds %d entries, want 0", n)
+	}
+	if fes, _, _ := d3.Programmed(); len(fes) != 1 {
+		t.Fatalf("services lost with the session map: %v", fes)
+	}
+	// Another build's layout directory goes once this one is current.
+	old := filepath.Join(pins, "maps-000000000000")
+	if err := os.Mkdir(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveStaleMaps(pins, dir3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("stale layout directory %s kept (%v)", old, err)
+	}
+	if _, err := os.Stat(dir3); err != nil {
+		t.Fatalf("current layout directory removed: %v", err)
+	}
+}
+
+func countSessions(t *testing.T, d *Datapath) int {
+	t.Helper()
+	var k lbFlow
+	var v lbSession
+	n := 0
+	it := d.objs.Sessions.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The layout hash follows the structure of keys and values, not capacities.
+func TestLayoutHash(t *testing.T) {
+	spec, err := loadLb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := layoutHash(spec)
+	spec.Maps[lbMapSessions].MaxEntries *= 2
+	if h := layoutHash(spec); h != base {
+		t.Fatalf("capacity changed the layout hash (%s -> %s)", base, h)
+	}
+	v := btf.Copy(spec.Maps[lbMapSessions].Value).(*btf.Struct)
+	v.Members[0], v.Members[1] = v.Members[1], v.Members[0] // same sizes, fields swapped
+	v.Members[0].Offset, v.Members[1].Offset = v.Members[1].Offset, v.Members[0].Offset
+	spec.Maps[lbMapSessions].Value = v
+	if h := layoutHash(spec); h == base {
+		t.Fatalf("swapping two fields of struct session kept the layout hash %s", h)
+	}
+}
+
+func TestCheckPinDir(t *testing.T) {
+	err := CheckPinDir(filepath.Join(t.TempDir(), "not", "yet"))
+	if err == nil || !strings.Contains(err.Error(), "not on a bpf filesystem") {
+		t.Fatalf("tmpfs pin dir: %v, want a 'not on a bpf filesystem' error", err)
+	}
+}
