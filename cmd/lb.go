@@ -114,6 +114,7 @@ command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
 					return err
 				}
 				cfg.NodeAddresses = kubesource.AppendUnique(cfg.NodeAddresses, addrs...)
+				cfg.NodeName = node // endpoints on this node are local (traffic policies)
 				log.Info("node addresses", "node", node, "addresses", cfg.NodeAddresses)
 			} else if len(cfg.NodeAddresses) == 0 {
 				log.Warn("no node addresses (--node or nodeAddresses in --config): NodePorts are not served")

@@ -16,6 +16,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -40,9 +41,15 @@ type Balancer struct {
 }
 
 type frontendState struct {
-	id    uint32
-	flags bpf.ServiceFlags
-	slots []uint32 // backend id per selection slot
+	id       uint32
+	flags    bpf.ServiceFlags
+	affinity uint32     // seconds
+	snatAddr netip.Addr // invalid: the frontend's own address
+	slots    []uint32   // backend id per selection slot
+}
+
+func (f frontendState) entry() bpf.ServiceEntry {
+	return bpf.ServiceEntry{ID: f.id, Flags: f.flags, AffinitySec: f.affinity, SNATAddr: f.snatAddr, Slots: f.slots}
 }
 
 // Changes counts the map writes one Apply made.
@@ -130,7 +137,7 @@ func (b *Balancer) adopt() error {
 		return err
 	}
 	for fe, e := range fes {
-		b.programmed[fe] = frontendState{id: e.ID, flags: e.Flags, slots: e.Slots}
+		b.programmed[fe] = frontendState{id: e.ID, flags: e.Flags, affinity: e.AffinitySec, snatAddr: e.SNATAddr, slots: e.Slots}
 		b.nextSvc = max(b.nextSvc, e.ID)
 	}
 	for id, ap := range bes {
@@ -152,38 +159,78 @@ func (b *Balancer) adopt() error {
 func (b *Balancer) Datapath() *bpf.Datapath { return b.dp }
 
 type want struct {
-	snat   bool
-	maglev bool
-	ready  []netip.AddrPort // receive new connections, sorted
+	snat     bool
+	snatAddr netip.Addr // with snat; invalid: the frontend's own address
+	maglev   bool
+	affinity uint32           // seconds; 0: none
+	ready    []netip.AddrPort // receive new connections, sorted
 }
 
 // desired expands services into frontends, and lists every endpoint that
 // must stay in the backends map (terminating ones keep their connections).
+//
+// Per port, new connections go to the ready endpoints (cluster-wide), or
+// with a Local traffic policy to this node's ready endpoints, falling back
+// to its terminating ones when none is ready (as kube-proxy does); an empty
+// set drops new connections. External traffic (NodePorts, external IPs)
+// with externalTrafficPolicy Cluster is SNATed to a node address; Local
+// keeps the client's address, which is safe because the backend is here.
 func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool) {
 	fes := map[bpf.Frontend]want{}
 	keep := map[netip.AddrPort]bool{}
+	sorted := func(aps []netip.AddrPort) []netip.AddrPort {
+		slices.SortFunc(aps, func(a, b netip.AddrPort) int { return a.Compare(b) })
+		return slices.Compact(aps)
+	}
 	for _, s := range c.Services {
+		var affinity uint32
+		if s.SessionAffinity == services.AffinityClientIP {
+			affinity = uint32(s.SessionAffinityTimeout / time.Second)
+		}
+		maglev := s.Selection == services.SelectionMaglev
 		for _, p := range s.Ports {
 			proto := bpf.TCP
 			if p.Protocol == "UDP" {
 				proto = bpf.UDP
 			}
-			var ready []netip.AddrPort
+			var ready, local, localTerm []netip.AddrPort
 			for _, e := range s.Endpoints {
 				ap := netip.AddrPortFrom(e.Address, p.TargetPort)
 				keep[ap] = true
 				if !e.Terminating {
 					ready = append(ready, ap)
 				}
+				if c.Local(e) {
+					if e.Terminating {
+						localTerm = append(localTerm, ap)
+					} else {
+						local = append(local, ap)
+					}
+				}
 			}
-			slices.SortFunc(ready, func(a, b netip.AddrPort) int { return a.Compare(b) })
-			ready = slices.Compact(ready)
-			maglev := s.Selection == services.SelectionMaglev
-			fes[bpf.Frontend{Addr: s.ClusterIP, Port: p.Port, Proto: proto}] = want{maglev: maglev, ready: ready}
+			if len(local) == 0 {
+				local = localTerm
+			}
+			ready, local = sorted(ready), sorted(local)
+			w := want{maglev: maglev, affinity: affinity, ready: ready}
+			if s.InternalTrafficPolicy == services.PolicyLocal {
+				w.ready = local
+			}
+			fes[bpf.Frontend{Addr: s.ClusterIP, Port: p.Port, Proto: proto}] = w
+			ext := want{maglev: maglev, affinity: affinity, ready: ready, snat: true}
+			if s.ExternalTrafficPolicy == services.PolicyLocal {
+				ext = want{maglev: maglev, affinity: affinity, ready: local}
+			}
 			if p.NodePort != 0 {
 				for _, a := range c.NodeAddresses {
-					fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = want{snat: true, maglev: maglev, ready: ready}
+					fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = ext
 				}
+			}
+			if ext.snat && len(c.NodeAddresses) > 0 {
+				ext.snatAddr = c.NodeAddresses[0]
+			}
+			for _, a := range s.ExternalIPs {
+				fes[bpf.Frontend{Addr: a, Port: p.Port, Proto: proto}] = ext
 			}
 		}
 	}
@@ -212,24 +259,26 @@ func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
 	for fe, w := range fes {
 		flags, slots := b.slots(w)
 		cur, ok := b.programmed[fe]
-		if ok && cur.flags == flags && slices.Equal(cur.slots, slots) {
+		next := frontendState{id: cur.id, flags: flags, affinity: w.affinity, snatAddr: w.snatAddr, slots: slots}
+		if ok && cur.flags == next.flags && cur.affinity == next.affinity && cur.snatAddr == next.snatAddr &&
+			slices.Equal(cur.slots, next.slots) {
 			continue
 		}
 		if !ok {
 			b.nextSvc++
-			cur.id = b.nextSvc
+			next.id = b.nextSvc
 		}
-		if err := b.dp.PutService(fe, cur.id, flags, slots, len(cur.slots)); err != nil {
+		if err := b.dp.PutService(fe, next.entry(), cur.entry()); err != nil {
 			return ch, err
 		}
-		b.programmed[fe] = frontendState{id: cur.id, flags: flags, slots: slots}
+		b.programmed[fe] = next
 		ch.ServicesPut++
 	}
 	for fe, cur := range b.programmed {
 		if _, ok := fes[fe]; ok {
 			continue
 		}
-		if err := b.dp.DeleteService(fe, cur.id, len(cur.slots)); err != nil {
+		if err := b.dp.DeleteService(fe, cur.entry()); err != nil {
 			return ch, err
 		}
 		delete(b.programmed, fe)

@@ -100,6 +100,8 @@ func Load(c Constants) (*Datapath, error) {
 	}
 	if c.SessionEntries > 0 {
 		spec.Maps[lbMapSessions].MaxEntries = c.SessionEntries
+		// At most one affinity entry per connection's client is live.
+		spec.Maps[lbMapAffinity].MaxEntries = max(c.SessionEntries/2, 1)
 	}
 	d := &Datapath{}
 	var opts *ebpf.CollectionOptions
@@ -193,41 +195,90 @@ func (d *Datapath) DeleteBackend(id uint32) error {
 type ServiceFlags uint32
 
 const (
-	// FlagSNAT rewrites the source to the node address (NodePort).
+	// FlagSNAT rewrites the source to ServiceEntry.SNATAddr, or to the
+	// frontend's own address when that is unset (NodePort).
 	FlagSNAT ServiceFlags = 0x1
 	// FlagMaglev makes the program index the slots by a hash of the flow's
 	// 5-tuple instead of a random number; the slots are then a Maglev table.
 	FlagMaglev ServiceFlags = 0x2
 )
 
-// PutService points frontend fe (service id) at the backends, in slot order
-// (one backend may fill many slots). oldCount is how many slots the service
-// had before (0 if new). Slots are written before the count grows and
+// PutService points frontend fe at e.Slots (backend ids in slot order; one
+// backend may fill many slots). old is what the frontend had (zero if new;
+// the ID must not change). Slots are written before the count grows and
 // deleted after it shrinks, so a concurrent packet never reads a slot beyond
 // the count it saw, except a shrink race which the program resolves by
-// falling back to slot 0.
-func (d *Datapath) PutService(fe Frontend, id uint32, flags ServiceFlags, backendIDs []uint32, oldCount int) error {
+// falling back to slot 0. Affinity members are added before and removed
+// after the service entry changes, for the same reason.
+func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 	if !fe.Addr.Is4() {
 		return fmt.Errorf("frontend %v: only IPv4 is supported", fe)
 	}
-	for i, b := range backendIDs {
-		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: id, Slot: uint32(i)}, b); err != nil {
+	if e.SNATAddr.IsValid() && !e.SNATAddr.Is4() {
+		return fmt.Errorf("frontend %v: SNAT address %v: only IPv4 is supported", fe, e.SNATAddr)
+	}
+	for i, b := range e.Slots {
+		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: e.ID, Slot: uint32(i)}, b); err != nil {
 			return fmt.Errorf("service %v slot %d: %w", fe, i, err)
 		}
 	}
-	v := lbSvcVal{Id: id, Count: uint32(len(backendIDs)), Flags: uint32(flags)}
+	now, before := e.members(), old.members()
+	for id := range now {
+		if !before[id] {
+			if err := d.objs.SvcMembers.Put(lbMemberKey{SvcId: e.ID, BackendId: id}, uint8(1)); err != nil {
+				return fmt.Errorf("service %v affinity member %d: %w", fe, id, err)
+			}
+		}
+	}
+	v := lbSvcVal{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
+	if e.SNATAddr.IsValid() {
+		v.SnatAddr = addrBE(e.SNATAddr)
+	}
 	if err := d.objs.Services.Put(fe.key(), v); err != nil {
 		return fmt.Errorf("service %v: %w", fe, err)
 	}
-	return d.deleteSlots(id, len(backendIDs), oldCount)
+	for id := range before {
+		if !now[id] {
+			if err := d.deleteMember(e.ID, id); err != nil {
+				return err
+			}
+		}
+	}
+	return d.deleteSlots(e.ID, len(e.Slots), len(old.Slots))
 }
 
-// DeleteService removes frontend fe and its slots.
-func (d *Datapath) DeleteService(fe Frontend, id uint32, oldCount int) error {
+// members are the backends an affinity entry may still point at.
+func (e ServiceEntry) members() map[uint32]bool {
+	m := map[uint32]bool{}
+	if e.AffinitySec == 0 {
+		return m
+	}
+	for _, id := range e.Slots {
+		m[id] = true
+	}
+	return m
+}
+
+func (d *Datapath) deleteMember(svc, backend uint32) error {
+	err := d.objs.SvcMembers.Delete(lbMemberKey{SvcId: svc, BackendId: backend})
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete affinity member %d of service %d: %w", backend, svc, err)
+	}
+	return nil
+}
+
+// DeleteService removes frontend fe, its slots and affinity members; old is
+// what it had.
+func (d *Datapath) DeleteService(fe Frontend, old ServiceEntry) error {
 	if err := d.objs.Services.Delete(fe.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete service %v: %w", fe, err)
 	}
-	return d.deleteSlots(id, 0, oldCount)
+	for id := range old.members() {
+		if err := d.deleteMember(old.ID, id); err != nil {
+			return err
+		}
+	}
+	return d.deleteSlots(old.ID, 0, len(old.Slots))
 }
 
 func (d *Datapath) deleteSlots(id uint32, from, to int) error {
@@ -257,9 +308,11 @@ func (d *Datapath) SetPeerInterface(ifindex int, on bool) error {
 
 // ServiceEntry is one frontend as the maps hold it.
 type ServiceEntry struct {
-	ID    uint32
-	Flags ServiceFlags
-	Slots []uint32 // backend id per slot 0..count-1; 0 where a slot is missing
+	ID          uint32
+	Flags       ServiceFlags
+	AffinitySec uint32     // ClientIP affinity timeout in seconds; 0: none
+	SNATAddr    netip.Addr // FlagSNAT source; invalid: the frontend address
+	Slots       []uint32   // backend id per slot 0..count-1; 0 where a slot is missing
 }
 
 // Programmed reads back what the maps hold, which after a restart with
@@ -273,7 +326,11 @@ func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.Add
 	it := d.objs.Services.Iterate()
 	for it.Next(&k, &v) {
 		fe := Frontend{Addr: addrFromBE(k.Addr), Port: portFromBE(k.Port), Proto: Proto(k.Proto)}
-		fes[fe] = ServiceEntry{ID: v.Id, Flags: ServiceFlags(v.Flags), Slots: make([]uint32, v.Count)}
+		e := ServiceEntry{ID: v.Id, Flags: ServiceFlags(v.Flags), AffinitySec: v.AffinitySec, Slots: make([]uint32, v.Count)}
+		if v.SnatAddr != 0 {
+			e.SNATAddr = addrFromBE(v.SnatAddr)
+		}
+		fes[fe] = e
 		byID[v.Id] = fe
 	}
 	if err := it.Err(); err != nil {
@@ -297,6 +354,25 @@ func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.Add
 	for _, o := range orphans {
 		if err := d.objs.BackendSlots.Delete(o); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil, nil, fmt.Errorf("delete orphan slot %d of service %d: %w", o.Slot, o.SvcId, err)
+		}
+	}
+	// Members are derived from the slots; drop any an interrupted apply left.
+	var mk lbMemberKey
+	var one uint8
+	var stale []lbMemberKey
+	mit := d.objs.SvcMembers.Iterate()
+	for mit.Next(&mk, &one) {
+		fe, ok := byID[mk.SvcId]
+		if !ok || !fes[fe].members()[mk.BackendId] {
+			stale = append(stale, mk)
+		}
+	}
+	if err := mit.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read affinity members: %w", err)
+	}
+	for _, m := range stale {
+		if err := d.deleteMember(m.SvcId, m.BackendId); err != nil {
+			return nil, nil, err
 		}
 	}
 	bes := map[uint32]netip.AddrPort{}

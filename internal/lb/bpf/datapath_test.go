@@ -85,7 +85,7 @@ func service(t *testing.T, d *Datapath, fe Frontend, snat bool, bes ...netip.Add
 		}
 		ids = append(ids, id)
 	}
-	if err := d.PutService(fe, uint32(fe.Port), flags, ids, 0); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: uint32(fe.Port), Flags: flags, Slots: ids}, ServiceEntry{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -283,7 +283,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 	if err := d.PutBackend(1, ap(backendA, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutService(fe, 7, 0, []uint32{1}, 0); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{1}}, ServiceEntry{}); err != nil {
 		t.Fatal(err)
 	}
 	in := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: UDP, payload: []byte("x")}.bytes()
@@ -295,7 +295,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 	if err := d.PutBackend(2, ap(backendB, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutService(fe, 7, 0, []uint32{2}, 1); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{2}}, ServiceEntry{ID: 7, Slots: []uint32{1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.DeleteBackend(1); err != nil {
@@ -313,7 +313,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 		t.Fatalf("stale_backend = %d", st.StaleBackend)
 	}
 	// No backends left: new flows are dropped and counted.
-	if err := d.PutService(fe, 7, 0, nil, 1); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: 7}, ServiceEntry{ID: 7, Slots: []uint32{2}}); err != nil {
 		t.Fatal(err)
 	}
 	ret, _ := run(t, d, pkt{src: ap(client, 40001), dst: ap(vip, 80), proto: UDP}.bytes())
@@ -327,10 +327,10 @@ func TestRemovedBackendTCPDrains(t *testing.T) {
 	fe := Frontend{vip, 80, TCP}
 	d.PutBackend(1, ap(backendA, 8080))
 	d.PutBackend(2, ap(backendB, 8080))
-	d.PutService(fe, 7, 0, []uint32{1}, 0)
+	d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{1}}, ServiceEntry{})
 	syn := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: TCP, tcpFlags: 0x02}
 	run(t, d, syn.bytes())
-	d.PutService(fe, 7, 0, []uint32{2}, 1)
+	d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{2}}, ServiceEntry{ID: 7, Slots: []uint32{1}})
 	d.DeleteBackend(1)
 	ack := syn
 	ack.tcpFlags = 0x10

@@ -101,6 +101,23 @@ struct {
 	__type(value, struct session);
 } sessions SEC(".maps");
 
+// One entry per (frontend with affinity, client); stale ones are ignored by
+// their timestamp and pushed out by LRU. The loader sizes it like sessions.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS / 2);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_val);
+} affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // few frontends use affinity
+	__type(key, struct member_key);
+	__type(value, __u8);
+} svc_members SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_FRAGS);
@@ -226,13 +243,28 @@ static __always_inline int create_session(const struct flow *f, const struct svc
 					  struct session *out)
 {
 	struct slot_key sk = { .svc_id = svc->id };
+	struct affinity_key ak = { .svc_id = svc->id, .client = f->saddr };
 	struct lb_stats *st = lookup_stats();
 	__u64 now = bpf_ktime_get_ns();
 	struct backend *b = NULL;
-	__u32 *bid = NULL;
+	__u32 backend_id = 0;
 	__u32 count = svc->count;
 
-	if (count) {
+	if (svc->affinity_sec) {
+		// The client's previous backend, if recent and still taking new
+		// connections for this frontend (not removed, not terminating).
+		struct affinity_val *a = bpf_map_lookup_elem(&affinity, &ak);
+		if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {
+			struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id };
+			backend_id = a->backend_id;
+			if (bpf_map_lookup_elem(&svc_members, &mk))
+				b = bpf_map_lookup_elem(&backends, &backend_id);
+			if (b && st)
+				st->affinity_hits++;
+		}
+	}
+	if (!b && count) {
+		__u32 *bid;
 		// Random spreads best for one node; Maglev gives a flow the same
 		// backend on every LB node and after a restart, and moves few
 		// flows when the backend set changes.
@@ -243,27 +275,37 @@ static __always_inline int create_session(const struct flow *f, const struct svc
 			sk.slot = 0;
 			bid = bpf_map_lookup_elem(&backend_slots, &sk);
 		}
-		if (bid)
-			b = bpf_map_lookup_elem(&backends, bid);
+		if (bid) {
+			backend_id = *bid;
+			b = bpf_map_lookup_elem(&backends, &backend_id);
+		}
 	}
 	if (!b) {
 		if (st)
 			st->drop_no_backend++;
 		return -1;
 	}
+	if (svc->affinity_sec) {
+		// Refreshed by every new connection, as kube-proxy's "recent" list is.
+		struct affinity_val av = { .backend_id = backend_id, .last_used = now };
+		bpf_map_update_elem(&affinity, &ak, &av, BPF_ANY);
+	}
 
 	struct session fwd = {
 		.saddr = f->saddr, .daddr = b->addr, .sport = f->sport, .dport = b->port,
-		.backend_id = *bid, .last_seen = now,
+		.backend_id = backend_id, .last_seen = now,
 	};
 	struct session rev = {
 		.saddr = f->daddr, .daddr = f->saddr, .sport = f->dport, .dport = f->sport,
-		.backend_id = *bid, .last_seen = now, .flags = SESS_F_REPLY,
+		.backend_id = backend_id, .last_seen = now, .flags = SESS_F_REPLY,
 	};
 	bool snat = false, tried_own = false;
 
 	if (svc->flags & SVC_F_SNAT) {
-		fwd.saddr = f->daddr; // the node address the client reached
+		// A node address, so replies come back through this node: the one
+		// the client reached (NodePort), or the configured one (external
+		// and load-balancer IPs).
+		fwd.saddr = svc->snat_addr ? svc->snat_addr : f->daddr;
 		snat = true;
 	} else if (b->addr == f->saddr) {
 		fwd.saddr = hairpin_addr;

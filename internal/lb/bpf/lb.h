@@ -17,7 +17,7 @@
 #define SNAT_TRIES 5
 
 // svc_val.flags
-#define SVC_F_SNAT 0x1   // NodePort: rewrite the source to the node address
+#define SVC_F_SNAT 0x1   // external traffic: rewrite the source to snat_addr (0: the address reached)
 #define SVC_F_MAGLEV 0x2 // slots are a Maglev table: index by flow hash, not at random
 
 // session.flags
@@ -34,10 +34,32 @@ struct svc_key {
 };
 
 struct svc_val {
-	__u32 id;    // key prefix of its slots in backend_slots
-	__u32 count; // number of valid slots, 0..count-1 (the table size for Maglev)
-	__u32 flags; // SVC_F_*
+	__u32 id;           // key prefix of its slots in backend_slots
+	__u32 count;        // number of valid slots, 0..count-1 (the table size for Maglev)
+	__u32 flags;        // SVC_F_*
+	__u32 affinity_sec; // sessionAffinity ClientIP timeout; 0: no affinity
+	__be32 snat_addr;   // SVC_F_SNAT source; 0: the frontend address (a NodePort's node address)
 	__u32 pad;
+};
+
+// ClientIP affinity: the backend a client's last new connection to a
+// frontend went to, and when.
+struct affinity_key {
+	__u32 svc_id;
+	__be32 client;
+};
+
+struct affinity_val {
+	__u32 backend_id;
+	__u32 pad;
+	__u64 last_used; // bpf_ktime_get_ns() of that connection
+};
+
+// (frontend, backend) pairs that may take new connections; written only
+// for frontends with affinity, whose remembered backend must still be one.
+struct member_key {
+	__u32 svc_id;
+	__u32 backend_id;
 };
 
 struct slot_key {
@@ -97,6 +119,7 @@ struct lb_stats {
 	__u64 sessions_created; // forward+reply pairs inserted
 	__u64 snat_allocations; // source ports allocated
 	__u64 stale_backend;    // sessions re-balanced because their backend left
+	__u64 affinity_hits;    // new connections sent to the client's remembered backend
 	__u64 passed_to_stack;  // translated but not forwardable by us (local, TTL)
 	__u64 drop_no_backend;  // service has no ready backend
 	__u64 drop_no_port;     // SNAT_TRIES tries found no free port

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lbAffinityKey struct {
+	_      structs.HostLayout
+	SvcId  uint32
+	Client uint32
+}
+
+type lbAffinityVal struct {
+	_         structs.HostLayout
+	BackendId uint32
+	Pad       uint32
+	LastUsed  uint64
+}
+
 type lbBackend struct {
 	_    structs.HostLayout
 	Addr uint32
@@ -54,12 +67,19 @@ type lbLbStats struct {
 	SessionsCreated uint64
 	SnatAllocations uint64
 	StaleBackend    uint64
+	AffinityHits    uint64
 	PassedToStack   uint64
 	DropNoBackend   uint64
 	DropNoPort      uint64
 	DropSessionMap  uint64
 	DropFrag        uint64
 	DropFib         uint64
+}
+
+type lbMemberKey struct {
+	_         structs.HostLayout
+	SvcId     uint32
+	BackendId uint32
 }
 
 type lbSession struct {
@@ -89,17 +109,20 @@ type lbSvcKey struct {
 }
 
 type lbSvcVal struct {
-	_     structs.HostLayout
-	Id    uint32
-	Count uint32
-	Flags uint32
-	Pad   uint32
+	_           structs.HostLayout
+	Id          uint32
+	Count       uint32
+	Flags       uint32
+	AffinitySec uint32
+	SnatAddr    uint32
+	Pad         uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	lbMapAffinity     = "affinity"
 	lbMapBackendSlots = "backend_slots"
 	lbMapBackends     = "backends"
 	lbMapFrags        = "frags"
@@ -108,6 +131,7 @@ const (
 	lbMapServices     = "services"
 	lbMapSessions     = "sessions"
 	lbMapStats        = "stats"
+	lbMapSvcMembers   = "svc_members"
 	lbProgLbIngress   = "lb_ingress"
 	lbVarFibRedirect  = "fib_redirect"
 	lbVarHairpinAddr  = "hairpin_addr"
@@ -166,6 +190,7 @@ type lbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbMapSpecs struct {
+	Affinity     *ebpf.MapSpec `ebpf:"affinity"`
 	BackendSlots *ebpf.MapSpec `ebpf:"backend_slots"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
@@ -174,6 +199,7 @@ type lbMapSpecs struct {
 	Services     *ebpf.MapSpec `ebpf:"services"`
 	Sessions     *ebpf.MapSpec `ebpf:"sessions"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	SvcMembers   *ebpf.MapSpec `ebpf:"svc_members"`
 }
 
 // lbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -208,6 +234,7 @@ func (o *lbObjects) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbMaps struct {
+	Affinity     *ebpf.Map `ebpf:"affinity"`
 	BackendSlots *ebpf.Map `ebpf:"backend_slots"`
 	Backends     *ebpf.Map `ebpf:"backends"`
 	Frags        *ebpf.Map `ebpf:"frags"`
@@ -216,10 +243,12 @@ type lbMaps struct {
 	Services     *ebpf.Map `ebpf:"services"`
 	Sessions     *ebpf.Map `ebpf:"sessions"`
 	Stats        *ebpf.Map `ebpf:"stats"`
+	SvcMembers   *ebpf.Map `ebpf:"svc_members"`
 }
 
 func (m *lbMaps) Close() error {
 	return _LbClose(
+		m.Affinity,
 		m.BackendSlots,
 		m.Backends,
 		m.Frags,
@@ -228,6 +257,7 @@ func (m *lbMaps) Close() error {
 		m.Services,
 		m.Sessions,
 		m.Stats,
+		m.SvcMembers,
 	)
 }
 

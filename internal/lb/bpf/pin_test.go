@@ -26,7 +26,7 @@ func bpffs(t *testing.T) string {
 }
 
 // A second Load with the same pin directory sees what the first programmed;
-// a changed session capacity replaces only the session map.
+// a changed session capacity replaces only the maps sized by it.
 func TestPinnedMapsReused(t *testing.T) {
 	pins := filepath.Join(bpffs(t), "lb")
 	c := testConstants()
@@ -37,7 +37,7 @@ func TestPinnedMapsReused(t *testing.T) {
 	if err := d1.PutBackend(7, ap(backendA, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d1.PutService(fe, 3, FlagMaglev, []uint32{7, 7}, 0); err != nil {
+	if err := d1.PutService(fe, ServiceEntry{ID: 3, Flags: FlagMaglev, Slots: []uint32{7, 7}}, ServiceEntry{}); err != nil {
 		t.Fatal(err)
 	}
 	// A slot beyond the count, as an apply cut short by a crash leaves it.
@@ -73,8 +73,9 @@ func TestPinnedMapsReused(t *testing.T) {
 	c.SessionEntries = 1024
 	d3 := load(t, c)
 	dir3, replaced := d3.PinnedMaps()
-	if dir3 != dir2 || len(replaced) != 1 || !strings.HasPrefix(replaced[0], "sessions ") {
-		t.Fatalf("capacity change: dir %s (was %s), replaced %v; want the same dir and only sessions replaced", dir3, dir2, replaced)
+	// Both maps sized by sessions.max, and nothing else.
+	if dir3 != dir2 || len(replaced) != 2 || !strings.HasPrefix(replaced[0], "affinity ") || !strings.HasPrefix(replaced[1], "sessions ") {
+		t.Fatalf("capacity change: dir %s (was %s), replaced %v; want the same dir and only affinity and sessions replaced", dir3, dir2, replaced)
 	}
 	if n := countSessions(t, d3); n != 0 {
 		t.Fatalf("replaced session map holds %d entries, want 0", n)

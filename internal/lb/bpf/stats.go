@@ -18,6 +18,7 @@ type Stats struct {
 	ICMPTranslated, FragTranslated  uint64
 	SessionsCreated, SNATAllocation uint64
 	StaleBackend, PassedToStack     uint64
+	AffinityHits                    uint64            // new connections sent to the client's remembered backend
 	Drops                           map[string]uint64 // by reason
 	PortTries                       [SNATTries]uint64 // [i]: allocations that took i+1 tries
 	PortFailures                    uint64            // allocations that found no port in SNATTries
@@ -41,6 +42,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		t.SessionsCreated += c.SessionsCreated
 		t.SnatAllocations += c.SnatAllocations
 		t.StaleBackend += c.StaleBackend
+		t.AffinityHits += c.AffinityHits
 		t.PassedToStack += c.PassedToStack
 		t.DropNoBackend += c.DropNoBackend
 		t.DropNoPort += c.DropNoPort
@@ -53,6 +55,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		ICMPTranslated: t.IcmpTranslated, FragTranslated: t.FragTranslated,
 		SessionsCreated: t.SessionsCreated, SNATAllocation: t.SnatAllocations,
 		StaleBackend: t.StaleBackend, PassedToStack: t.PassedToStack,
+		AffinityHits: t.AffinityHits,
 		Drops: map[string]uint64{
 			"no_backend":  t.DropNoBackend,
 			"no_port":     t.DropNoPort,

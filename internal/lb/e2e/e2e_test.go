@@ -63,6 +63,12 @@ services:
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, func(topo *labnet.Topology) string { return config(topo, nil) })
+}
+
+// setupWith is setup with the services file cfg renders for the topology.
+func setupWith(t *testing.T, cfg func(*labnet.Topology) string) *env {
+	t.Helper()
 	labnet.RequireRoot(t)
 	topo, err := labnet.New(backends)
 	if err != nil {
@@ -84,12 +90,12 @@ func setup(t *testing.T) *env {
 		t.Cleanup(func() { e.Close() })
 	}
 	e := &env{t: t, topo: topo}
-	e.cfg = config(topo, nil)
-	cfg, err := services.Parse([]byte(e.cfg))
+	e.cfg = cfg(topo)
+	parsed, err := services.Parse([]byte(e.cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.lb, err = balancer.New(cfg, nil)
+	e.lb, err = balancer.New(parsed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

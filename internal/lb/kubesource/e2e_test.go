@@ -377,3 +377,133 @@ sessions: {udpIdle: 1s, closingIdle: 1s}
 		t.Fatalf("datapath stats %+v (err %v): every Service packet should have been translated", st, err)
 	}
 }
+
+// sessionAffinity, the Local traffic policies, externalIPs and
+// load-balancer ingress IPs from real Service objects, served by the real
+// balancer: b0 runs on this node (node-1), b1 and b2 on node-2.
+func TestEndToEndKubernetesFeatures(t *testing.T) {
+	labnet.RequireRoot(t)
+	c := startCluster(t)
+	topo, err := labnet.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), echoPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	const node = "nodeAddresses: [198.18.0.1]\nnodeName: node-1\ninterfaces: [ext0, \"v*\"]\n"
+	cfg := nodeConfig(t, node)
+	lb, err := balancer.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+		t.Fatal(err)
+	}
+
+	http := func(np int32) corev1.ServicePort {
+		return svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(echoPort), np)
+	}
+	sticky := nodePortService("sticky", "10.96.0.40", http(30040))
+	sticky.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	sticky.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(600))}}
+	local := nodePortService("local", "10.96.0.41", http(30041))
+	local.Spec.Type = corev1.ServiceTypeLoadBalancer
+	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	local.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal)
+	local.Spec.ExternalIPs = []string{"203.0.113.41"}
+	ext := nodePortService("ext", "10.96.0.42", http(30042))
+	ext.Spec.Type = corev1.ServiceTypeLoadBalancer
+	ext.Spec.ExternalIPs = []string{"203.0.113.42"}
+	for _, s := range []*corev1.Service{sticky, local, ext} {
+		c.createService(t, s)
+	}
+	// A cloud controller would publish these; the apiserver takes them.
+	for name, ip := range map[string]string{"local": "203.0.113.51", "ext": "203.0.113.52"} {
+		svc, err := c.cs.CoreV1().Services(c.ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if _, err := c.cs.CoreV1().Services(c.ns).UpdateStatus(t.Context(), svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, echoPort)}
+	var eps []discoveryv1.Endpoint
+	for i, ip := range topo.BackendIPs {
+		e := readyEP(ip.String())
+		e.NodeName = ptr(map[bool]string{true: "node-1", false: "node-2"}[i == 0])
+		eps = append(eps, e)
+	}
+	for _, name := range []string{"sticky", "local", "ext"} {
+		c.putSlice(t, endpointSlice(name, name+"-a", ports, eps...))
+	}
+
+	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, lb.Apply)
+	const endpoints = "[{address: 10.244.2.2, nodeName: node-1}, {address: 10.244.3.2, nodeName: node-2}, {address: 10.244.4.2, nodeName: node-2}]"
+	a.awaitWith(t, node, `
+  - name: ns/ext
+    clusterIP: 10.96.0.42
+    externalIPs: [203.0.113.42, 203.0.113.52]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30042}]
+    endpoints: `+endpoints+`
+  - name: ns/local
+    clusterIP: 10.96.0.41
+    externalTrafficPolicy: Local
+    internalTrafficPolicy: Local
+    externalIPs: [203.0.113.41, 203.0.113.51]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30041}]
+    endpoints: `+endpoints+`
+  - name: ns/sticky
+    clusterIP: 10.96.0.40
+    sessionAffinity: ClientIP
+    sessionAffinityTimeout: 10m
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30040}]
+    endpoints: `+endpoints+`
+`)
+
+	tally := func(from labnet.NS, addr string, n int) (backends, peers map[string]int) {
+		t.Helper()
+		backends, peers = map[string]int{}, map[string]int{}
+		for range n {
+			name, peer, err := askOnce(from, "tcp", addr)
+			if err != nil {
+				t.Fatalf("%s: %v", addr, err)
+			}
+			backends[name]++
+			host, _, _ := strings.Cut(peer, ":")
+			peers[host]++
+		}
+		return backends, peers
+	}
+	client, external, nodeIP := topo.ClientIP.String(), topo.ExternalIP.String(), topo.NodeIP.String()
+	for _, tc := range []struct {
+		what, addr   string
+		from         labnet.NS
+		backends     int    // distinct backends wanted (1: sticky or local)
+		only, seeing string // the one backend wanted, and the peer address it sees
+	}{
+		{"affinity, cluster IP", "10.96.0.40:80", topo.Client, 1, "", client},
+		{"affinity, NodePort", nodeIP + ":30040", topo.External, 1, "", nodeIP},
+		{"internalTrafficPolicy Local", "10.96.0.41:80", topo.Client, 1, "b0", client},
+		{"externalTrafficPolicy Local, NodePort", nodeIP + ":30041", topo.External, 1, "b0", external},
+		{"externalTrafficPolicy Local, externalIP", "203.0.113.41:80", topo.External, 1, "b0", external},
+		{"externalTrafficPolicy Local, LB ingress IP", "203.0.113.51:80", topo.External, 1, "b0", external},
+		{"externalIP", "203.0.113.42:80", topo.External, 3, "", nodeIP},
+		{"LB ingress IP", "203.0.113.52:80", topo.External, 3, "", nodeIP},
+		{"control: no affinity, no policy", "10.96.0.42:80", topo.Client, 3, "", client},
+	} {
+		got, peers := tally(tc.from, tc.addr, 30)
+		if len(got) != tc.backends || (tc.only != "" && got[tc.only] == 0) || len(peers) != 1 || peers[tc.seeing] == 0 {
+			t.Errorf("%s (%s): 30 connections reached %v seeing %v; want %d backend(s) %s seeing %s",
+				tc.what, tc.addr, got, peers, tc.backends, tc.only, tc.seeing)
+		}
+	}
+}

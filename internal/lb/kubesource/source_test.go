@@ -159,7 +159,13 @@ func servicesYAML(c *services.Config) string {
 // services list, as in a services.yaml) and returns it.
 func (a *applied) await(t *testing.T, want string) appliedConfig {
 	t.Helper()
-	w := nodeConfig(t, nodeYAML+"services: "+want)
+	return a.awaitWith(t, nodeYAML, want)
+}
+
+// awaitWith is await with node settings node (e.g. with a nodeName).
+func (a *applied) awaitWith(t *testing.T, node, want string) appliedConfig {
+	t.Helper()
+	w := nodeConfig(t, node+"services: "+want)
 	ws := servicesYAML(w)
 	timeout := time.After(30 * time.Second)
 	var last *services.Config

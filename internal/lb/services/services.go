@@ -19,8 +19,13 @@ import (
 
 // Config is one snapshot of everything the load balancer serves.
 type Config struct {
-	// NodeAddresses are the addresses NodePorts answer on (IPv4).
+	// NodeAddresses are the addresses NodePorts answer on (IPv4). The first
+	// is also the source given to external-IP traffic (externalTrafficPolicy
+	// Cluster), so the backend's reply comes back through this node.
 	NodeAddresses []netip.Addr `yaml:"nodeAddresses"`
+	// NodeName is this node's name: endpoints with the same nodeName are
+	// local, for the Local traffic policies.
+	NodeName string `yaml:"nodeName"`
 	// HairpinAddress is the source given to a backend that reaches its own
 	// service; it must not be used anywhere else on the node.
 	HairpinAddress netip.Addr `yaml:"hairpinAddress"`
@@ -49,10 +54,41 @@ type Service struct {
 	ClusterIP netip.Addr `yaml:"clusterIP"`
 	// Selection is how new connections pick a backend: SelectionRandom
 	// (default) or SelectionMaglev.
-	Selection string     `yaml:"selection"`
-	Ports     []Port     `yaml:"ports"`
-	Endpoints []Endpoint `yaml:"endpoints"`
+	Selection string `yaml:"selection"`
+	// SessionAffinity ClientIP sends a client's new connections to the
+	// backend its previous one went to, if that was less than
+	// SessionAffinityTimeout ago (default 3h, at most 24h) and the backend
+	// still takes new connections. None (default): no affinity.
+	SessionAffinity        string        `yaml:"sessionAffinity"`
+	SessionAffinityTimeout time.Duration `yaml:"sessionAffinityTimeout"`
+	// ExternalTrafficPolicy applies to NodePorts and external IPs. Cluster
+	// (default): every endpoint, the source rewritten to a node address.
+	// Local: only this node's endpoints, the client's address kept; no
+	// local endpoint means the traffic is dropped.
+	ExternalTrafficPolicy string `yaml:"externalTrafficPolicy"`
+	// InternalTrafficPolicy applies to the cluster IP: Cluster (default)
+	// or Local (only this node's endpoints; none: dropped).
+	InternalTrafficPolicy string `yaml:"internalTrafficPolicy"`
+	// ExternalIPs answer on every port like the cluster IP but count as
+	// external traffic (Kubernetes externalIPs and load-balancer ingress
+	// IPs). The network must route them to this node.
+	ExternalIPs []netip.Addr `yaml:"externalIPs"`
+	Ports       []Port       `yaml:"ports"`
+	Endpoints   []Endpoint   `yaml:"endpoints"`
 }
+
+// Values of Service.SessionAffinity and the traffic policies, spelled as
+// in Kubernetes.
+const (
+	AffinityNone     = "None"
+	AffinityClientIP = "ClientIP"
+	PolicyCluster    = "Cluster"
+	PolicyLocal      = "Local"
+	// DefaultAffinityTimeout is Kubernetes' default (10800 s).
+	DefaultAffinityTimeout = 3 * time.Hour
+	// MaxAffinityTimeout is Kubernetes' limit (86400 s).
+	MaxAffinityTimeout = 24 * time.Hour
+)
 
 const (
 	// SelectionRandom picks a ready backend uniformly at random.
@@ -75,7 +111,12 @@ type Endpoint struct {
 	Address netip.Addr `yaml:"address"`
 	// Terminating endpoints keep their existing connections but get no new ones.
 	Terminating bool `yaml:"terminating"`
+	// NodeName is the node the endpoint runs on (Config.NodeName: local).
+	NodeName string `yaml:"nodeName"`
 }
+
+// Local reports whether e runs on the node c describes.
+func (c *Config) Local(e Endpoint) bool { return c.NodeName != "" && e.NodeName == c.NodeName }
 
 // Defaults fills what the file left out.
 func (c *Config) Defaults() {
@@ -101,8 +142,21 @@ func (c *Config) Defaults() {
 		c.Sessions.ClosingIdle = 10 * time.Second
 	}
 	for i := range c.Services {
-		if c.Services[i].Selection == "" {
-			c.Services[i].Selection = SelectionRandom
+		sv := &c.Services[i]
+		if sv.Selection == "" {
+			sv.Selection = SelectionRandom
+		}
+		if sv.SessionAffinity == "" {
+			sv.SessionAffinity = AffinityNone
+		}
+		if sv.SessionAffinity == AffinityClientIP && sv.SessionAffinityTimeout == 0 {
+			sv.SessionAffinityTimeout = DefaultAffinityTimeout
+		}
+		if sv.ExternalTrafficPolicy == "" {
+			sv.ExternalTrafficPolicy = PolicyCluster
+		}
+		if sv.InternalTrafficPolicy == "" {
+			sv.InternalTrafficPolicy = PolicyCluster
 		}
 		for j := range c.Services[i].Ports {
 			p := &c.Services[i].Ports[j]
@@ -163,6 +217,36 @@ func (c *Config) Validate() error {
 		if s.Selection != SelectionRandom && s.Selection != SelectionMaglev {
 			bad("%s.selection %q: use %s or %s", where, s.Selection, SelectionRandom, SelectionMaglev)
 		}
+		switch s.SessionAffinity {
+		case AffinityNone:
+		case AffinityClientIP:
+			if t := s.SessionAffinityTimeout; t < time.Second || t > MaxAffinityTimeout || t%time.Second != 0 {
+				bad("%s.sessionAffinityTimeout %v: use whole seconds from 1s to %v", where, t, MaxAffinityTimeout)
+			}
+		default:
+			bad("%s.sessionAffinity %q: use %s or %s", where, s.SessionAffinity, AffinityNone, AffinityClientIP)
+		}
+		for _, pol := range []struct{ field, v string }{
+			{"externalTrafficPolicy", s.ExternalTrafficPolicy}, {"internalTrafficPolicy", s.InternalTrafficPolicy},
+		} {
+			switch pol.v {
+			case PolicyCluster:
+			case PolicyLocal:
+				if c.NodeName == "" {
+					bad("%s.%s Local: set nodeName (this node) and the endpoints' nodeName, so local endpoints can be told apart", where, pol.field)
+				}
+			default:
+				bad("%s.%s %q: use %s or %s", where, pol.field, pol.v, PolicyCluster, PolicyLocal)
+			}
+		}
+		for j, a := range s.ExternalIPs {
+			if !a.Is4() {
+				bad("%s.externalIPs[%d] %v: only IPv4 addresses are supported", where, j, a)
+			}
+		}
+		if len(s.ExternalIPs) > 0 && s.ExternalTrafficPolicy == PolicyCluster && len(c.NodeAddresses) == 0 {
+			bad("%s.externalIPs: set nodeAddresses; external traffic (externalTrafficPolicy Cluster) is given the first node address as its source", where)
+		}
 		if len(s.Ports) == 0 {
 			bad("%s.ports: list at least one port", where)
 		}
@@ -184,6 +268,9 @@ func (c *Config) Validate() error {
 				claim(fmt.Sprintf("node:%d/%s", p.NodePort, p.Protocol), pw)
 			}
 			claim(fmt.Sprintf("%v:%d/%s", s.ClusterIP, p.Port, p.Protocol), pw)
+			for _, a := range s.ExternalIPs {
+				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
+			}
 		}
 		for j, e := range s.Endpoints {
 			if !e.Address.Is4() {
