@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
@@ -38,6 +40,17 @@ type Balancer struct {
 	links       map[int]bpf.Attachment // by ifindex
 	live        int                    // connections at the last sweep
 	pinDir      string
+	// nl talks to the network namespace of the attached interfaces (set by
+	// the first AttachInterfaces), where backends' neighbours are resolved.
+	nl     *netlink.Handle
+	neighs map[netip.Addr]neighEntry // managed entries we created, by backend
+}
+
+// neighEntry is a managed neighbour entry made for a backend: the next hop
+// towards it on the interface its route uses.
+type neighEntry struct {
+	link int
+	hop  netip.Addr
 }
 
 type frontendState struct {
@@ -108,6 +121,7 @@ func Open(cfg *services.Config, o Options) (*Balancer, error) {
 		programmed: map[bpf.Frontend]frontendState{},
 		backendIDs: map[netip.AddrPort]uint32{},
 		links:      map[int]bpf.Attachment{},
+		neighs:     map[netip.Addr]neighEntry{},
 	}
 	if o.PinDir != "" {
 		dir, replaced := dp.PinnedMaps()
@@ -296,7 +310,65 @@ func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
 		ch.BackendsDeleted++
 	}
 	b.cfg = cfg
+	b.resolveNeighbours()
 	return ch, nil
+}
+
+// resolveNeighbours keeps a managed neighbour entry (the kernel resolves it
+// and keeps it reachable, Linux >= 5.16) for the next hop of every backend,
+// so a new connection's first packet finds the MAC in the FIB lookup and is
+// redirected at once instead of waiting in bpf_redirect_neigh for ARP.
+// Entries of backends that left are deleted. Best effort: the datapath
+// resolves on its own when this fails. Called with b.mu held.
+func (b *Balancer) resolveNeighbours() {
+	if b.nl == nil {
+		return // not attached yet; AttachInterfaces calls again
+	}
+	want := map[netip.Addr]bool{}
+	for ap := range b.backendIDs {
+		want[ap.Addr()] = true
+	}
+	for addr := range want {
+		if _, ok := b.neighs[addr]; ok {
+			continue
+		}
+		routes, err := b.nl.RouteGet(addr.AsSlice())
+		if err != nil || len(routes) == 0 || routes[0].Type == unix.RTN_LOCAL {
+			continue // unroutable or on this node: nothing to resolve
+		}
+		hop := addr
+		if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok && routes[0].Gw != nil {
+			hop = gw.Unmap()
+		}
+		e := neighEntry{link: routes[0].LinkIndex, hop: hop}
+		if err := b.nl.NeighSet(e.neigh()); err != nil {
+			b.log.Debug("resolve backend neighbour ahead", "backend", addr, "next_hop", hop, "err", err)
+			continue
+		}
+		b.neighs[addr] = e
+	}
+	for addr, e := range b.neighs {
+		if want[addr] {
+			continue
+		}
+		delete(b.neighs, addr)
+		shared := false
+		for _, o := range b.neighs {
+			shared = shared || o == e
+		}
+		if !shared {
+			b.nl.NeighDel(e.neigh())
+		}
+	}
+}
+
+func (e neighEntry) neigh() *netlink.Neigh {
+	return &netlink.Neigh{
+		LinkIndex: e.link, Family: netlink.FAMILY_V4, IP: e.hop.AsSlice(),
+		// Managed: kept resolved by the kernel; externally learned: not
+		// garbage-collected as an unused entry.
+		Flags: netlink.NTF_EXT_LEARNED, FlagsExt: netlink.NTF_EXT_MANAGED,
+	}
 }
 
 // slots computes a frontend's flags and selection slots: one slot per ready
@@ -336,6 +408,18 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return len(b.links), fmt.Errorf("list interfaces: %w", err)
+	}
+	if b.nl == nil {
+		ns, err := netns.Get()
+		if err != nil {
+			return 0, fmt.Errorf("network namespace: %w", err)
+		}
+		b.nl, err = netlink.NewHandleAt(ns)
+		ns.Close()
+		if err != nil {
+			return 0, fmt.Errorf("netlink: %w", err)
+		}
+		defer b.resolveNeighbours()
 	}
 	seen := map[int]bool{}
 	for _, l := range links {
@@ -435,6 +519,17 @@ func (b *Balancer) Close() error {
 	for idx, c := range b.links {
 		c.Close()
 		delete(b.links, idx)
+	}
+	if b.nl != nil {
+		if b.pinDir == "" {
+			// The program is gone; its neighbour entries go too. Pinned,
+			// it keeps serving and they stay useful.
+			for addr, e := range b.neighs {
+				b.nl.NeighDel(e.neigh())
+				delete(b.neighs, addr)
+			}
+		}
+		b.nl.Close()
 	}
 	return b.dp.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -33,6 +34,10 @@ func (p Proto) String() string {
 	}
 	return fmt.Sprintf("proto(%d)", uint8(p))
 }
+
+// LastSeenGrain is how stale the program lets a session's last_seen get
+// before rewriting it; Sweep adds it to every idle timeout.
+const LastSeenGrain = time.Second
 
 // SNATTries is the most ports one allocation tries (SNAT_TRIES in lb.h).
 const SNATTries = 5
@@ -86,12 +91,13 @@ func Load(c Constants) (*Datapath, error) {
 		return nil, err
 	}
 	set := map[string]any{
-		lbVarSnatPortMin: c.SNATPortMin,
-		lbVarSnatPortMax: c.SNATPortMax,
-		lbVarNodeportMin: c.NodePortMin,
-		lbVarNodeportMax: c.NodePortMax,
-		lbVarHairpinAddr: addrBE(c.HairpinAddr),
-		lbVarFibRedirect: c.FIBRedirect,
+		lbVarSnatPortMin:     c.SNATPortMin,
+		lbVarSnatPortMax:     c.SNATPortMax,
+		lbVarNodeportMin:     c.NodePortMin,
+		lbVarNodeportMax:     c.NodePortMax,
+		lbVarHairpinAddr:     addrBE(c.HairpinAddr),
+		lbVarFibRedirect:     c.FIBRedirect,
+		lbVarLastSeenGrainNs: uint64(LastSeenGrain),
 	}
 	for name, v := range set {
 		if err := spec.Variables[name].Set(v); err != nil {

@@ -44,7 +44,7 @@ func testConstants() Constants {
 	}
 }
 
-func load(t *testing.T, c Constants) *Datapath {
+func load(t testing.TB, c Constants) *Datapath {
 	t.Helper()
 	labnet.RequireRoot(t)
 	d, err := Load(c)
@@ -451,5 +451,36 @@ func TestPortAllocationUnderPressure(t *testing.T) {
 			t.Errorf("histogram %v + %d does not account for %d attempts", st.PortTries, st.PortFailures, attempts)
 		}
 		d.Close()
+	}
+}
+
+// last_seen is written only once it lags by LastSeenGrain: a packet within
+// the grain leaves the entry untouched, one after it refreshes it.
+func TestLastSeenWrittenWhenStale(t *testing.T) {
+	d := load(t, testConstants())
+	fe := Frontend{vip, 80, TCP}
+	service(t, d, fe, false, ap(backendA, 8080))
+	syn := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: TCP, tcpFlags: 0x02}
+	run(t, d, syn.bytes())
+	key := lbFlow{Saddr: addrBE(client), Daddr: addrBE(vip), Sport: portBE(40000), Dport: portBE(80), Proto: 6}
+	var v lbSession
+	if err := d.objs.Sessions.Lookup(key, &v); err != nil {
+		t.Fatal(err)
+	}
+	created := v.LastSeen
+	ack := syn
+	ack.tcpFlags = 0x10
+	run(t, d, ack.bytes())
+	if err := d.objs.Sessions.Lookup(key, &v); err != nil || v.LastSeen != created {
+		t.Fatalf("last_seen %d after a packet within the grain, want it left at %d (err %v)", v.LastSeen, created, err)
+	}
+	v.LastSeen -= uint64(2 * LastSeenGrain)
+	if err := d.objs.Sessions.Put(key, v); err != nil {
+		t.Fatal(err)
+	}
+	before := uint64(Monotonic())
+	run(t, d, ack.bytes())
+	if err := d.objs.Sessions.Lookup(key, &v); err != nil || v.LastSeen < before {
+		t.Fatalf("last_seen %d after a packet with the entry 2 grains stale, want >= %d (err %v)", v.LastSeen, before, err)
 	}
 }

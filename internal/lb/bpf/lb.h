@@ -121,6 +121,7 @@ struct lb_stats {
 	__u64 stale_backend;    // sessions re-balanced because their backend left
 	__u64 affinity_hits;    // new connections sent to the client's remembered backend
 	__u64 passed_to_stack;  // translated but not forwardable by us (local, TTL)
+	__u64 neigh_redirects;  // forwarded by bpf_redirect_neigh: no neighbour entry yet (slow)
 	__u64 drop_no_backend;  // service has no ready backend
 	__u64 drop_no_port;     // SNAT_TRIES tries found no free port
 	__u64 drop_session_map; // forward insert failed after the reply insert

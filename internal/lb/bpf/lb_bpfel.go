@@ -69,6 +69,7 @@ type lbLbStats struct {
 	StaleBackend    uint64
 	AffinityHits    uint64
 	PassedToStack   uint64
+	NeighRedirects  uint64
 	DropNoBackend   uint64
 	DropNoPort      uint64
 	DropSessionMap  uint64
@@ -122,23 +123,24 @@ type lbSvcVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lbMapAffinity     = "affinity"
-	lbMapBackendSlots = "backend_slots"
-	lbMapBackends     = "backends"
-	lbMapFrags        = "frags"
-	lbMapPeerIfaces   = "peer_ifaces"
-	lbMapPortTries    = "port_tries"
-	lbMapServices     = "services"
-	lbMapSessions     = "sessions"
-	lbMapStats        = "stats"
-	lbMapSvcMembers   = "svc_members"
-	lbProgLbIngress   = "lb_ingress"
-	lbVarFibRedirect  = "fib_redirect"
-	lbVarHairpinAddr  = "hairpin_addr"
-	lbVarNodeportMax  = "nodeport_max"
-	lbVarNodeportMin  = "nodeport_min"
-	lbVarSnatPortMax  = "snat_port_max"
-	lbVarSnatPortMin  = "snat_port_min"
+	lbMapAffinity        = "affinity"
+	lbMapBackendSlots    = "backend_slots"
+	lbMapBackends        = "backends"
+	lbMapFrags           = "frags"
+	lbMapPeerIfaces      = "peer_ifaces"
+	lbMapPortTries       = "port_tries"
+	lbMapServices        = "services"
+	lbMapSessions        = "sessions"
+	lbMapStats           = "stats"
+	lbMapSvcMembers      = "svc_members"
+	lbProgLbIngress      = "lb_ingress"
+	lbVarFibRedirect     = "fib_redirect"
+	lbVarHairpinAddr     = "hairpin_addr"
+	lbVarLastSeenGrainNs = "last_seen_grain_ns"
+	lbVarNodeportMax     = "nodeport_max"
+	lbVarNodeportMin     = "nodeport_min"
+	lbVarSnatPortMax     = "snat_port_max"
+	lbVarSnatPortMin     = "snat_port_min"
 )
 
 // loadLb returns the embedded CollectionSpec for lb.
@@ -206,12 +208,13 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
-	FibRedirect *ebpf.VariableSpec `ebpf:"fib_redirect"`
-	HairpinAddr *ebpf.VariableSpec `ebpf:"hairpin_addr"`
-	NodeportMax *ebpf.VariableSpec `ebpf:"nodeport_max"`
-	NodeportMin *ebpf.VariableSpec `ebpf:"nodeport_min"`
-	SnatPortMax *ebpf.VariableSpec `ebpf:"snat_port_max"`
-	SnatPortMin *ebpf.VariableSpec `ebpf:"snat_port_min"`
+	FibRedirect     *ebpf.VariableSpec `ebpf:"fib_redirect"`
+	HairpinAddr     *ebpf.VariableSpec `ebpf:"hairpin_addr"`
+	LastSeenGrainNs *ebpf.VariableSpec `ebpf:"last_seen_grain_ns"`
+	NodeportMax     *ebpf.VariableSpec `ebpf:"nodeport_max"`
+	NodeportMin     *ebpf.VariableSpec `ebpf:"nodeport_min"`
+	SnatPortMax     *ebpf.VariableSpec `ebpf:"snat_port_max"`
+	SnatPortMin     *ebpf.VariableSpec `ebpf:"snat_port_min"`
 }
 
 // lbObjects contains all objects after they have been loaded into the kernel.
@@ -265,12 +268,13 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
-	FibRedirect *ebpf.Variable `ebpf:"fib_redirect"`
-	HairpinAddr *ebpf.Variable `ebpf:"hairpin_addr"`
-	NodeportMax *ebpf.Variable `ebpf:"nodeport_max"`
-	NodeportMin *ebpf.Variable `ebpf:"nodeport_min"`
-	SnatPortMax *ebpf.Variable `ebpf:"snat_port_max"`
-	SnatPortMin *ebpf.Variable `ebpf:"snat_port_min"`
+	FibRedirect     *ebpf.Variable `ebpf:"fib_redirect"`
+	HairpinAddr     *ebpf.Variable `ebpf:"hairpin_addr"`
+	LastSeenGrainNs *ebpf.Variable `ebpf:"last_seen_grain_ns"`
+	NodeportMax     *ebpf.Variable `ebpf:"nodeport_max"`
+	NodeportMin     *ebpf.Variable `ebpf:"nodeport_min"`
+	SnatPortMax     *ebpf.Variable `ebpf:"snat_port_max"`
+	SnatPortMin     *ebpf.Variable `ebpf:"snat_port_min"`
 }
 
 // lbPrograms contains all programs after they have been loaded into the kernel.

@@ -19,6 +19,7 @@ type Stats struct {
 	SessionsCreated, SNATAllocation uint64
 	StaleBackend, PassedToStack     uint64
 	AffinityHits                    uint64            // new connections sent to the client's remembered backend
+	NeighRedirects                  uint64            // packets sent via bpf_redirect_neigh (no neighbour entry yet)
 	Drops                           map[string]uint64 // by reason
 	PortTries                       [SNATTries]uint64 // [i]: allocations that took i+1 tries
 	PortFailures                    uint64            // allocations that found no port in SNATTries
@@ -43,6 +44,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		t.SnatAllocations += c.SnatAllocations
 		t.StaleBackend += c.StaleBackend
 		t.AffinityHits += c.AffinityHits
+		t.NeighRedirects += c.NeighRedirects
 		t.PassedToStack += c.PassedToStack
 		t.DropNoBackend += c.DropNoBackend
 		t.DropNoPort += c.DropNoPort
@@ -55,7 +57,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		ICMPTranslated: t.IcmpTranslated, FragTranslated: t.FragTranslated,
 		SessionsCreated: t.SessionsCreated, SNATAllocation: t.SnatAllocations,
 		StaleBackend: t.StaleBackend, PassedToStack: t.PassedToStack,
-		AffinityHits: t.AffinityHits,
+		AffinityHits: t.AffinityHits, NeighRedirects: t.NeighRedirects,
 		Drops: map[string]uint64{
 			"no_backend":  t.DropNoBackend,
 			"no_port":     t.DropNoPort,
@@ -212,7 +214,7 @@ func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err 
 			// The program inserts the reply entry just before the forward
 			// one: only orphans older than the closing grace are garbage.
 			fwd, ok := byKey[forwardOf(s)]
-			if (!ok || replyOf(fwd) != s.Key) && now-s.LastSeen > t.Closing {
+			if (!ok || replyOf(fwd) != s.Key) && now-s.LastSeen > t.Closing+LastSeenGrain {
 				del(s.Key)
 			}
 			continue
@@ -231,7 +233,7 @@ func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err 
 				idle = t.Closing
 			}
 		}
-		if now-last > idle {
+		if now-last > idle+LastSeenGrain { // last_seen lags by up to the grain
 			del(s.Key)
 			if ok {
 				del(rk)
