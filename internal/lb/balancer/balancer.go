@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/lb/bpf"
@@ -410,13 +409,9 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 		return len(b.links), fmt.Errorf("list interfaces: %w", err)
 	}
 	if b.nl == nil {
-		ns, err := netns.Get()
-		if err != nil {
-			return 0, fmt.Errorf("network namespace: %w", err)
-		}
-		b.nl, err = netlink.NewHandleAt(ns)
-		ns.Close()
-		if err != nil {
+		// Sockets opened here stay in this thread's namespace; opening
+		// them elsewhere (NewHandleAt) would need setns and CAP_SYS_ADMIN.
+		if b.nl, err = netlink.NewHandle(); err != nil {
 			return 0, fmt.Errorf("netlink: %w", err)
 		}
 		defer b.resolveNeighbours()
