@@ -408,7 +408,8 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 	if err != nil {
 		return len(b.links), fmt.Errorf("list interfaces: %w", err)
 	}
-	if b.nl == nil {
+	first := b.nl == nil
+	if first {
 		// Sockets opened here stay in this thread's namespace; opening
 		// them elsewhere (NewHandleAt) would need setns and CAP_SYS_ADMIN.
 		if b.nl, err = netlink.NewHandle(); err != nil {
@@ -442,6 +443,15 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 			return len(b.links), err
 		}
 		b.log.Info("attached", "interface", a.Name, "peer_redirect", peer)
+	}
+	if first && b.pinDir != "" {
+		keep := map[int]bool{}
+		for idx := range b.links {
+			keep[idx] = true
+		}
+		if err := bpf.RemoveStaleLinks(b.pinDir, keep); err != nil {
+			b.log.Warn("detach interfaces no longer configured", "err", err)
+		}
 	}
 	for idx, c := range b.links {
 		if !seen[idx] {

@@ -177,3 +177,24 @@ func Cleanup(pinDir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// RemoveStaleLinks detaches and unpins the links under pinDir whose
+// interface index is not in keep: interfaces a previous process attached
+// to that no longer match the configuration.
+func RemoveStaleLinks(pinDir string, keep map[int]bool) error {
+	paths, _ := filepath.Glob(filepath.Join(pinDir, "links", "*"))
+	var errs []error
+	for _, p := range paths {
+		var idx int
+		if _, err := fmt.Sscan(filepath.Base(p), &idx); err == nil && keep[idx] {
+			continue
+		}
+		l, err := link.LoadPinnedLink(p, nil)
+		if err != nil {
+			errs = append(errs, os.Remove(p))
+			continue
+		}
+		errs = append(errs, tcxAttachment{l}.Remove())
+	}
+	return errors.Join(errs...)
+}

@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	lbbpf "github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
+	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
 
 // lbProc is `swiftlane lb` running as its own process in the node namespace,
@@ -255,6 +258,8 @@ type restartResult struct {
 	secondStart      string           // the restarted process's log
 	servedWhileGone  bool             // new connections succeeded while no process ran
 	connectsAfterAll int64
+	// Pinned only: after SIGTERM, and after `swiftlane lb --cleanup`.
+	servedAfterStop, servedAfterCleanup, pinsLeft bool
 }
 
 func restartUnderTraffic(t *testing.T, pinDir string) restartResult {
@@ -359,6 +364,21 @@ services:
 	stop()
 	second.signal(t, syscall.SIGTERM)
 	res.failures = tr.failures()
+	if pinDir != "" {
+		// Stopped cleanly, the pinned program still serves; --cleanup
+		// detaches it and removes the pins.
+		serves := func() bool { // reads the answer: closing on unread data would be a reset
+			_, _, err := ask(topo.Client, "tcp", "10.96.0.11:80")
+			return err == nil
+		}
+		res.servedAfterStop = serves()
+		if out, err := topo.Node.Run(bin, "lb", "--cleanup", "--pin-dir", pinDir); err != nil {
+			t.Fatalf("--cleanup: %v\n%s", err, out)
+		}
+		res.servedAfterCleanup = serves()
+		_, err := os.Stat(pinDir)
+		res.pinsLeft = err == nil
+	}
 	for i := range tr.exchanges {
 		if tr.exchanges[i].Load() < base[i]+10 {
 			res.stalled = append(res.stalled, i)
@@ -399,6 +419,10 @@ func TestRestartKeepsConnections(t *testing.T) {
 	if !res.servedWhileGone {
 		t.Errorf("no new connection succeeded while the process was dead; the pinned program should serve alone")
 	}
+	if !res.servedAfterStop || res.servedAfterCleanup || res.pinsLeft {
+		t.Errorf("served after SIGTERM %t (want true), after --cleanup %t (want false), pins left %t (want false)",
+			res.servedAfterStop, res.servedAfterCleanup, res.pinsLeft)
+	}
 	// The second process took the first one's frontends over instead of
 	// programming fresh maps.
 	if !strings.Contains(res.secondStart, `msg="pinned maps"`) || strings.Contains(res.secondStart, "frontends=0") {
@@ -419,4 +443,134 @@ func TestRestartWithoutPinningLosesConnections(t *testing.T) {
 		t.Fatalf("an unpinned restart lost nothing (MIB deltas %v); the restart test cannot fail", res.resets)
 	}
 	t.Logf("unpinned: %d client-visible failures, MIB deltas %v", len(res.failures), res.resets)
+}
+
+// A restart with the Kubernetes source opens the balancer Deferred: the
+// pinned services keep serving until the first complete view is applied,
+// and that apply rewrites nothing that did not change. Without Deferred a
+// node-settings-only config would withdraw every service at start.
+func TestPinnedDeferredKeepsServices(t *testing.T) {
+	labnet.RequireRoot(t)
+	pins := filepath.Join(mountBPFFS(t), "lb")
+	topo, err := labnet.New(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	full, err := services.Parse([]byte(config(topo, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeOnly := *full
+	nodeOnly.Services = nil
+	open := func(cfg *services.Config, deferred bool) *balancer.Balancer {
+		t.Helper()
+		lb, err := balancer.Open(cfg, balancer.Options{PinDir: pins, Deferred: deferred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	serves := func() error {
+		c, err := topo.Client.Dial("tcp", "10.96.0.10:80", 500*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	t.Cleanup(func() { topo.Node.Do(func() error { return lbbpf.Cleanup(pins) }) })
+
+	first := open(full, false)
+	if err := serves(); err != nil {
+		t.Fatal(err)
+	}
+	first.Close() // pinned: stays attached
+	if err := serves(); err != nil {
+		t.Fatalf("after the first process closed, the pinned program should still serve: %v", err)
+	}
+
+	second := open(&nodeOnly, true)
+	if err := serves(); err != nil {
+		t.Fatalf("deferred restart withdrew the pinned services before the first apply: %v", err)
+	}
+	ch, err := second.Apply(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch != (balancer.Changes{}) {
+		t.Fatalf("the first apply after a restart with the same services changed %v, want nothing", ch)
+	}
+	second.Close()
+
+	// The control: not deferred, the node-only config withdraws them.
+	third := open(&nodeOnly, false)
+	defer third.Close()
+	if err := serves(); err == nil {
+		t.Fatalf("a non-deferred start with no services still serves 10.96.0.10; the deferred check proves nothing")
+	}
+}
+
+// Interfaces a previous process attached to but the new configuration no
+// longer lists are detached at start, not left running an old program.
+func TestPinnedStaleInterfaceDetached(t *testing.T) {
+	labnet.RequireRoot(t)
+	pins := filepath.Join(mountBPFFS(t), "lb")
+	topo, err := labnet.New(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	t.Cleanup(func() { topo.Node.Do(func() error { return lbbpf.Cleanup(pins) }) })
+	start := func(ifaces string) *balancer.Balancer {
+		t.Helper()
+		cfg, err := services.Parse([]byte(strings.Replace(config(topo, nil), `interfaces: [ext0, "v*"]`, "interfaces: "+ifaces, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, err := balancer.Open(cfg, balancer.Options{PinDir: pins})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	clusterIP := func() error { _, _, err := ask(topo.Client, "tcp", "10.96.0.10:80"); return err }
+
+	start(`[ext0, "v*"]`).Close()
+	if err := clusterIP(); err != nil {
+		t.Fatal(err)
+	}
+	// Only the uplink now: the client's and backends' veths lose the
+	// program, so a ClusterIP connection is no longer translated.
+	lb := start(`[ext0]`)
+	defer lb.Close()
+	if err := clusterIP(); err == nil {
+		t.Fatal("the client's interface still translates after it left the configuration")
+	}
+	if n := lb.Attached(); n != 1 {
+		t.Fatalf("attached to %d interfaces, want 1 (ext0)", n)
+	}
+	links, _ := filepath.Glob(filepath.Join(pins, "links", "*"))
+	if len(links) != 1 {
+		t.Fatalf("pinned links %v, want only ext0's", links)
+	}
 }
