@@ -123,7 +123,7 @@ func Open(cfg *services.Config, o Options) (*Balancer, error) {
 		neighs:     map[netip.Addr]neighEntry{},
 	}
 	if o.PinDir != "" {
-		dir, replaced := dp.PinnedMaps()
+		_, replaced := dp.PinnedMaps()
 		for _, r := range replaced {
 			log.Warn("pinned map not reusable, starting it empty", "map", r)
 		}
@@ -131,7 +131,7 @@ func Open(cfg *services.Config, o Options) (*Balancer, error) {
 			dp.Close()
 			return nil, err
 		}
-		log.Info("pinned maps", "dir", dir, "frontends", len(b.programmed), "backends", len(b.backendIDs))
+		log.Info("pinned maps", "dir", o.PinDir, "frontends", len(b.programmed), "backends", len(b.backendIDs))
 	}
 	if o.Deferred {
 		return b, nil
@@ -504,14 +504,14 @@ func (b *Balancer) Attached() int {
 // Stats reads the datapath counters.
 func (b *Balancer) Stats() (bpf.Stats, error) { return b.dp.Stats() }
 
-// PinnedMapsCurrent unpins maps an older build left under PinDir (another
-// layout) once every attached interface runs this program.
+// PinnedMapsCurrent unpins maps another build left under PinDir (other
+// layouts); call it once every attached interface runs this program.
 func (b *Balancer) PinnedMapsCurrent() error {
-	dir, _ := b.dp.PinnedMaps()
-	if dir == "" {
+	dirs, _ := b.dp.PinnedMaps()
+	if len(dirs) == 0 {
 		return nil
 	}
-	return bpf.RemoveStaleMaps(b.pinDir, dir)
+	return bpf.RemoveStaleMaps(b.pinDir, dirs)
 }
 
 // Close releases the program and maps: without a PinDir that detaches from

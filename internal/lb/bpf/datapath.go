@@ -76,7 +76,7 @@ func (c Constants) Validate() error {
 // Datapath is the loaded program and its maps.
 type Datapath struct {
 	objs     lbObjects
-	mapsDir  string   // where the maps are pinned; empty if not
+	mapDirs  []string // where the maps are pinned; none if not
 	replaced []string // pinned maps that could not be reused (why)
 }
 
@@ -112,11 +112,18 @@ func Load(c Constants) (*Datapath, error) {
 	d := &Datapath{}
 	var opts *ebpf.CollectionOptions
 	if c.PinDir != "" {
-		d.mapsDir, d.replaced, err = preparePins(spec, c.PinDir)
+		var pinned map[string]*ebpf.Map
+		pinned, d.mapDirs, d.replaced, err = openPinned(spec, c.PinDir)
 		if err != nil {
 			return nil, err
 		}
-		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.mapsDir}}
+		// The collection takes clones; ours are only needed to load.
+		defer func() {
+			for _, m := range pinned {
+				m.Close()
+			}
+		}()
+		opts = &ebpf.CollectionOptions{MapReplacements: pinned}
 	}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, fmt.Errorf("load lb program: %w", err)
@@ -124,10 +131,10 @@ func Load(c Constants) (*Datapath, error) {
 	return d, nil
 }
 
-// PinnedMaps is the directory the maps are pinned in (empty without
+// PinnedMaps lists the directories the maps are pinned in (none without
 // pinning), and the pinned maps that could not be reused and start empty,
 // each with the reason.
-func (d *Datapath) PinnedMaps() (dir string, replaced []string) { return d.mapsDir, d.replaced }
+func (d *Datapath) PinnedMaps() (dirs, replaced []string) { return d.mapDirs, d.replaced }
 
 // Close releases the program and maps (attachments hold their own references).
 func (d *Datapath) Close() error { return d.objs.Close() }

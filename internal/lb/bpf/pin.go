@@ -20,19 +20,20 @@ import (
 
 // Pinning keeps the datapath's state across restarts of `swiftlane lb`:
 //
-//	<pin dir>/maps-<layout>/<map>   every map (sessions, services, backends, ...)
-//	<pin dir>/links/<ifindex>       the TCX attachment of each interface
+//	<pin dir>/maps/<map>-<layout>/<map>   each map (sessions, services, backends, ...)
+//	<pin dir>/links/<ifindex>             the TCX attachment of each interface
 //
 // A restarted process loads its program against the pinned maps and switches
 // the pinned links to it in one atomic step, so the old program serves every
 // packet until the new one takes over and both see the same sessions.
 //
-// <layout> is a hash of the maps' types and key/value layouts (from BTF): a
-// build whose maps are laid out differently pins into a new directory and
-// starts with empty maps instead of misreading the old ones (its program
-// replaces the old one on the links, so open connections are lost once, on
-// that upgrade only). A capacity change (sessions.max) keeps the directory
-// but replaces that one map, also starting it empty.
+// <layout> is a hash of that map's type, key and value sizes, flags and the
+// BTF structure of its key and value. A build that changed a map's layout
+// pins a new copy of that map only, starting empty, instead of misreading
+// the old one; every other map is reused. So an upgrade that, say, adds a
+// counter keeps every session, and one that changes struct session or
+// struct flow loses open connections once. A capacity change (sessions.max)
+// replaces the maps sized by it, also starting them empty.
 
 // layoutEpoch is mixed into the layout hash. Bump it when the meaning of a
 // field changes without its layout changing (a flag bit reused, a unit).
@@ -73,20 +74,14 @@ func pinnedMaps(spec *ebpf.CollectionSpec) []string {
 	return names
 }
 
-// layoutHash identifies the maps' layout: type, key and value sizes, flags and
-// the BTF structure of keys and values. Capacities are left out on purpose
-// (see above).
-func layoutHash(spec *ebpf.CollectionSpec) string {
+// layoutHash identifies one map's layout. Its capacity is left out on
+// purpose (see above).
+func layoutHash(name string, m *ebpf.MapSpec) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "epoch %d\n", layoutEpoch)
-	for _, name := range pinnedMaps(spec) {
-		m := spec.Maps[name]
-		fmt.Fprintf(h, "%s %v %d %d %#x ", name, m.Type, m.KeySize, m.ValueSize, m.Flags)
-		writeLayout(h, m.Key)
-		io.WriteString(h, " ")
-		writeLayout(h, m.Value)
-		io.WriteString(h, "\n")
-	}
+	fmt.Fprintf(h, "epoch %d\n%s %v %d %d %#x ", layoutEpoch, name, m.Type, m.KeySize, m.ValueSize, m.Flags)
+	writeLayout(h, m.Key)
+	io.WriteString(h, " ")
+	writeLayout(h, m.Value)
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
@@ -112,55 +107,59 @@ func writeLayout(w io.Writer, t btf.Type) {
 	}
 }
 
-// preparePins makes the maps directory for spec's layout and removes pinned
-// maps the spec cannot reuse (a changed capacity). It returns the directory
-// and the names of the maps that start empty because of that.
-func preparePins(spec *ebpf.CollectionSpec, pinDir string) (string, []string, error) {
+// openPinned opens (or creates and pins) each pinned map of spec under
+// pinDir, replacing a pinned map the spec cannot reuse (a changed capacity).
+// It returns the maps to load the collection with, their directories, and
+// the maps that start empty because of a replacement (with the reason).
+func openPinned(spec *ebpf.CollectionSpec, pinDir string) (map[string]*ebpf.Map, []string, []string, error) {
 	if err := CheckPinDir(pinDir); err != nil {
-		return "", nil, err
+		return nil, nil, nil, err
 	}
-	dir := filepath.Join(pinDir, "maps-"+layoutHash(spec))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", nil, fmt.Errorf("pin directory: %w", err)
-	}
-	var replaced []string
-	for _, name := range pinnedMaps(spec) {
-		ms := spec.Maps[name]
-		ms.Pinning = ebpf.PinByName
-		path := filepath.Join(dir, name)
-		m, err := ebpf.LoadPinnedMap(path, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err == nil {
-			err = ms.Compatible(m)
+	maps := map[string]*ebpf.Map{}
+	var dirs, replaced []string
+	fail := func(err error) (map[string]*ebpf.Map, []string, []string, error) {
+		for _, m := range maps {
 			m.Close()
 		}
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, ebpf.ErrMapIncompatible) {
-			return "", nil, fmt.Errorf("pinned map %s: %w", path, err)
-		}
-		if err := os.Remove(path); err != nil {
-			return "", nil, fmt.Errorf("replace pinned map %s: %w", path, err)
-		}
-		replaced = append(replaced, fmt.Sprintf("%s (%v)", name, err))
+		return nil, nil, nil, err
 	}
-	return dir, replaced, nil
+	for _, name := range pinnedMaps(spec) {
+		ms := spec.Maps[name].Copy()
+		ms.Pinning = ebpf.PinByName
+		dir := filepath.Join(pinDir, "maps", name+"-"+layoutHash(name, ms))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fail(fmt.Errorf("pin directory: %w", err))
+		}
+		opts := ebpf.MapOptions{PinPath: dir}
+		m, err := ebpf.NewMapWithOptions(ms, opts)
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			if rerr := os.Remove(filepath.Join(dir, ms.Name)); rerr != nil {
+				return fail(fmt.Errorf("replace pinned map %s: %w", name, rerr))
+			}
+			replaced = append(replaced, fmt.Sprintf("%s (%v)", name, err))
+			m, err = ebpf.NewMapWithOptions(ms, opts)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("pinned map %s in %s: %w", name, dir, err))
+		}
+		maps[name] = m
+		dirs = append(dirs, dir)
+	}
+	return maps, dirs, replaced, nil
 }
 
-// RemoveStaleMaps unpins map directories of other layouts, left by an older
-// build; call it once every link runs this build's program. A program still
-// attached somewhere keeps its own maps alive until it is detached.
-func RemoveStaleMaps(pinDir, current string) error {
-	dirs, err := filepath.Glob(filepath.Join(pinDir, "maps-*"))
+// RemoveStaleMaps unpins map directories other than current (other
+// layouts, left by another build); call it once every link runs this
+// build's program. A program still attached somewhere keeps its own maps
+// alive until it is detached.
+func RemoveStaleMaps(pinDir string, current []string) error {
+	dirs, err := filepath.Glob(filepath.Join(pinDir, "maps", "*"))
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, d := range dirs {
-		if d != current {
+		if !slices.Contains(current, d) {
 			errs = append(errs, os.RemoveAll(d))
 		}
 	}

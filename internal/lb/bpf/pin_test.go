@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
@@ -67,15 +69,15 @@ func TestPinnedMapsReused(t *testing.T) {
 	if n := countSessions(t, d2); n != 1 {
 		t.Fatalf("sessions after reload: %d, want the pinned 1", n)
 	}
-	dir2, _ := d2.PinnedMaps()
+	dirs2, _ := d2.PinnedMaps()
 	d2.Close()
 
 	c.SessionEntries = 1024
 	d3 := load(t, c)
-	dir3, replaced := d3.PinnedMaps()
+	dirs3, replaced := d3.PinnedMaps()
 	// Both maps sized by sessions.max, and nothing else.
-	if dir3 != dir2 || len(replaced) != 2 || !strings.HasPrefix(replaced[0], "affinity ") || !strings.HasPrefix(replaced[1], "sessions ") {
-		t.Fatalf("capacity change: dir %s (was %s), replaced %v; want the same dir and only affinity and sessions replaced", dir3, dir2, replaced)
+	if !slices.Equal(dirs3, dirs2) || len(replaced) != 2 || !strings.HasPrefix(replaced[0], "affinity ") || !strings.HasPrefix(replaced[1], "sessions ") {
+		t.Fatalf("capacity change: dirs %v (were %v), replaced %v; want the same dirs and only affinity and sessions replaced", dirs3, dirs2, replaced)
 	}
 	if n := countSessions(t, d3); n != 0 {
 		t.Fatalf("replaced session map holds %d entries, want 0", n)
@@ -83,20 +85,81 @@ func TestPinnedMapsReused(t *testing.T) {
 	if fes, _, _ := d3.Programmed(); len(fes) != 1 {
 		t.Fatalf("services lost with the session map: %v", fes)
 	}
-	// Another build's layout directory goes once this one is current.
-	old := filepath.Join(pins, "maps-000000000000")
+	// Another build's copy of a map goes once this one is current.
+	old := filepath.Join(pins, "maps", "sessions-000000000000")
 	if err := os.Mkdir(old, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemoveStaleMaps(pins, dir3); err != nil {
+	if err := RemoveStaleMaps(pins, dirs3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
-		t.Fatalf("stale layout directory %s kept (%v)", old, err)
+		t.Fatalf("stale map directory %s kept (%v)", old, err)
 	}
-	if _, err := os.Stat(dir3); err != nil {
-		t.Fatalf("current layout directory removed: %v", err)
+	for _, d := range dirs3 {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("current map directory removed: %v", err)
+		}
 	}
+}
+
+// A build that changed one map's layout starts that map empty and reuses
+// every other one: an upgrade adding a counter keeps the sessions.
+func TestLayoutChangeReplacesOnlyThatMap(t *testing.T) {
+	pins := filepath.Join(bpffs(t), "lb")
+	open := func(spec *ebpf.CollectionSpec) map[string]*ebpf.Map {
+		t.Helper()
+		maps, _, replaced, err := openPinned(spec, pins)
+		if err != nil || len(replaced) != 0 {
+			t.Fatalf("openPinned: %v (replaced %v)", err, replaced)
+		}
+		t.Cleanup(func() {
+			for _, m := range maps {
+				m.Close()
+			}
+		})
+		return maps
+	}
+	spec, err := loadLb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := open(spec)
+	key := lbFlow{Saddr: addrBE(client), Proto: 6}
+	if err := first[lbMapSessions].Put(key, lbSession{Saddr: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first[lbMapStats].Put(uint32(0), make([]lbLbStats, mustCPUs(t))); err != nil {
+		t.Fatal(err)
+	}
+
+	next, err := loadLb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stats value gains a field (as when a counter is added).
+	st := btf.Copy(next.Maps[lbMapStats].Value).(*btf.Struct)
+	st.Members = append(st.Members, btf.Member{Name: "new_counter", Type: st.Members[0].Type, Offset: btf.Bits(st.Size * 8)})
+	st.Size += 8
+	next.Maps[lbMapStats].Value = st
+	next.Maps[lbMapStats].ValueSize = st.Size
+	second := open(next)
+	var v lbSession
+	if err := second[lbMapSessions].Lookup(key, &v); err != nil || v.Saddr != 1 {
+		t.Fatalf("sessions not reused across a change to stats only: %+v, %v", v, err)
+	}
+	if second[lbMapStats].ValueSize() != st.Size {
+		t.Fatalf("stats value size %d, want the new layout's %d", second[lbMapStats].ValueSize(), st.Size)
+	}
+}
+
+func mustCPUs(t *testing.T) int {
+	t.Helper()
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func countSessions(t *testing.T, d *Datapath) int {
@@ -120,16 +183,17 @@ func TestLayoutHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := layoutHash(spec)
-	spec.Maps[lbMapSessions].MaxEntries *= 2
-	if h := layoutHash(spec); h != base {
+	ms := spec.Maps[lbMapSessions]
+	base := layoutHash(lbMapSessions, ms)
+	ms.MaxEntries *= 2
+	if h := layoutHash(lbMapSessions, ms); h != base {
 		t.Fatalf("capacity changed the layout hash (%s -> %s)", base, h)
 	}
-	v := btf.Copy(spec.Maps[lbMapSessions].Value).(*btf.Struct)
+	v := btf.Copy(ms.Value).(*btf.Struct)
 	v.Members[0], v.Members[1] = v.Members[1], v.Members[0] // same sizes, fields swapped
 	v.Members[0].Offset, v.Members[1].Offset = v.Members[1].Offset, v.Members[0].Offset
-	spec.Maps[lbMapSessions].Value = v
-	if h := layoutHash(spec); h == base {
+	ms.Value = v
+	if h := layoutHash(lbMapSessions, ms); h == base {
 		t.Fatalf("swapping two fields of struct session kept the layout hash %s", h)
 	}
 }
