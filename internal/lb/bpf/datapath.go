@@ -47,8 +47,12 @@ type Constants struct {
 	SNATPortMin, SNATPortMax uint16 // inclusive; must not overlap the NodePort range
 	NodePortMin, NodePortMax uint16
 	HairpinAddr              netip.Addr // IPv4 source for a backend reaching its own service
-	FIBRedirect              bool       // false only in unit tests: leave forwarding to the stack
-	SessionEntries           uint32     // LRU capacity, two entries per connection; 0 = default
+	// IPv6 sizes the IPv6 maps like the IPv4 ones (off: one entry each, so
+	// an IPv4-only node pays no memory for them; IPv6 frontends are refused).
+	IPv6           bool
+	HairpinAddr6   netip.Addr // IPv6 hairpin source; invalid: IPv6 hairpin connections are dropped
+	FIBRedirect    bool       // false only in unit tests: leave forwarding to the stack
+	SessionEntries uint32     // LRU capacity, two entries per connection; 0 = default
 	// PinDir, on a bpf filesystem, keeps the maps (and, via AttachIngress,
 	// the attachments) across restarts; see pin.go. Empty: they live and die
 	// with the process.
@@ -66,6 +70,9 @@ func (c Constants) Validate() error {
 	if c.SNATPortMin <= c.NodePortMax && c.NodePortMin <= c.SNATPortMax {
 		return fmt.Errorf("SNAT port range %d-%d overlaps NodePort range %d-%d: move the SNAT range (e.g. 32768-60999)",
 			c.SNATPortMin, c.SNATPortMax, c.NodePortMin, c.NodePortMax)
+	}
+	if c.HairpinAddr6.IsValid() && (!c.HairpinAddr6.Is6() || c.HairpinAddr6.Is4In6()) {
+		return fmt.Errorf("IPv6 hairpin address %v: must be an IPv6 address reserved for hairpin SNAT (e.g. fd00:5c:1::1)", c.HairpinAddr6)
 	}
 	if !c.HairpinAddr.Is4() {
 		return fmt.Errorf("hairpin address %v: must be an IPv4 address reserved for hairpin SNAT (e.g. 169.254.42.1)", c.HairpinAddr)
@@ -99,15 +106,27 @@ func Load(c Constants) (*Datapath, error) {
 		lbVarFibRedirect:     c.FIBRedirect,
 		lbVarLastSeenGrainNs: uint64(LastSeenGrain),
 	}
+	if c.HairpinAddr6.IsValid() {
+		set[lbVarHairpinAddr6] = addr6BE(c.HairpinAddr6)
+	}
 	for name, v := range set {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
 	if c.SessionEntries > 0 {
-		spec.Maps[lbMapSessions].MaxEntries = c.SessionEntries
+		for _, m := range []string{lbMapSessions, lbMapSessions6} {
+			spec.Maps[m].MaxEntries = c.SessionEntries
+		}
 		// At most one affinity entry per connection's client is live.
-		spec.Maps[lbMapAffinity].MaxEntries = max(c.SessionEntries/2, 1)
+		for _, m := range []string{lbMapAffinity, lbMapAffinity6} {
+			spec.Maps[m].MaxEntries = max(c.SessionEntries/2, 1)
+		}
+	}
+	if !c.IPv6 {
+		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6} {
+			spec.Maps[m].MaxEntries = 1
+		}
 	}
 	d := &Datapath{}
 	var opts *ebpf.CollectionOptions
@@ -185,11 +204,13 @@ func (f Frontend) key() lbSvcKey {
 // PutBackend adds or replaces backend id. Replacing the address makes
 // existing sessions to the old address re-balance on their next packet.
 func (d *Datapath) PutBackend(id uint32, ap netip.AddrPort) error {
-	if !ap.Addr().Is4() {
-		return fmt.Errorf("backend %v: only IPv4 is supported", ap)
+	var err error
+	if a := ap.Addr().Unmap(); a.Is4() {
+		err = d.objs.Backends.Put(id, lbBackend{Addr: addrBE(a), Port: portBE(ap.Port())})
+	} else {
+		err = d.objs.Backends6.Put(id, lbBackend6{Addr: addr6BE(a), Port: portBE(ap.Port())})
 	}
-	v := lbBackend{Addr: addrBE(ap.Addr()), Port: portBE(ap.Port())}
-	if err := d.objs.Backends.Put(id, v); err != nil {
+	if err != nil {
 		return fmt.Errorf("put backend %d (%v): %w", id, ap, err)
 	}
 	return nil
@@ -198,8 +219,10 @@ func (d *Datapath) PutBackend(id uint32, ap netip.AddrPort) error {
 // DeleteBackend removes backend id; its sessions re-balance on their next
 // forward packet, and replies still in flight are still translated.
 func (d *Datapath) DeleteBackend(id uint32) error {
-	if err := d.objs.Backends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete backend %d: %w", id, err)
+	for _, m := range []*ebpf.Map{d.objs.Backends, d.objs.Backends6} {
+		if err := m.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete backend %d: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -224,11 +247,8 @@ const (
 // falling back to slot 0. Affinity members are added before and removed
 // after the service entry changes, for the same reason.
 func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
-	if !fe.Addr.Is4() {
-		return fmt.Errorf("frontend %v: only IPv4 is supported", fe)
-	}
-	if e.SNATAddr.IsValid() && !e.SNATAddr.Is4() {
-		return fmt.Errorf("frontend %v: SNAT address %v: only IPv4 is supported", fe, e.SNATAddr)
+	if e.SNATAddr.IsValid() && e.SNATAddr.Is4() != fe.Addr.Is4() {
+		return fmt.Errorf("frontend %v: SNAT address %v: must be of the frontend's family", fe, e.SNATAddr)
 	}
 	for i, b := range e.Slots {
 		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: e.ID, Slot: uint32(i)}, b); err != nil {
@@ -243,11 +263,21 @@ func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 			}
 		}
 	}
-	v := lbSvcVal{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
-	if e.SNATAddr.IsValid() {
-		v.SnatAddr = addrBE(e.SNATAddr)
+	var err error
+	if fe.Addr.Is4() {
+		v := lbSvcVal{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
+		if e.SNATAddr.IsValid() {
+			v.SnatAddr = addrBE(e.SNATAddr)
+		}
+		err = d.objs.Services.Put(fe.key(), v)
+	} else {
+		v := lbSvcVal6{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
+		if e.SNATAddr.IsValid() {
+			v.SnatAddr = addr6BE(e.SNATAddr)
+		}
+		err = d.objs.Services6.Put(fe.key6(), v)
 	}
-	if err := d.objs.Services.Put(fe.key(), v); err != nil {
+	if err != nil {
 		return fmt.Errorf("service %v: %w", fe, err)
 	}
 	for id := range before {
@@ -283,7 +313,13 @@ func (d *Datapath) deleteMember(svc, backend uint32) error {
 // DeleteService removes frontend fe, its slots and affinity members; old is
 // what it had.
 func (d *Datapath) DeleteService(fe Frontend, old ServiceEntry) error {
-	if err := d.objs.Services.Delete(fe.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	var err error
+	if fe.Addr.Is4() {
+		err = d.objs.Services.Delete(fe.key())
+	} else {
+		err = d.objs.Services6.Delete(fe.key6())
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete service %v: %w", fe, err)
 	}
 	for id := range old.members() {
@@ -349,6 +385,21 @@ func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.Add
 	if err := it.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read services: %w", err)
 	}
+	var k6 lbSvcKey6
+	var v6 lbSvcVal6
+	it6 := d.objs.Services6.Iterate()
+	for it6.Next(&k6, &v6) {
+		fe := Frontend{Addr: addr6FromBE(k6.Addr), Port: portFromBE(k6.Port), Proto: Proto(k6.Proto)}
+		e := ServiceEntry{ID: v6.Id, Flags: ServiceFlags(v6.Flags), AffinitySec: v6.AffinitySec, Slots: make([]uint32, v6.Count)}
+		if v6.SnatAddr != [4]uint32{} {
+			e.SNATAddr = addr6FromBE(v6.SnatAddr)
+		}
+		fes[fe] = e
+		byID[v6.Id] = fe
+	}
+	if err := it6.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read IPv6 services: %w", err)
+	}
 	var sk lbSlotKey
 	var bid uint32
 	var orphans []lbSlotKey
@@ -397,6 +448,14 @@ func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.Add
 	}
 	if err := bit.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read backends: %w", err)
+	}
+	var b6 lbBackend6
+	bit6 := d.objs.Backends6.Iterate()
+	for bit6.Next(&id, &b6) {
+		bes[id] = netip.AddrPortFrom(addr6FromBE(b6.Addr), portFromBE(b6.Port))
+	}
+	if err := bit6.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read IPv6 backends: %w", err)
 	}
 	return fes, bes, nil
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //go:build ignore
 
-// Service load balancer at tc ingress, IPv4 TCP and UDP.
+// Service load balancer at tc ingress, IPv4 and IPv6, TCP and UDP.
 //
 // One program on every pod-facing interface and on the node's uplink:
 //   client -> frontend  forward: pick a backend, DNAT (and SNAT for NodePort
@@ -17,6 +17,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <linux/pkt_cls.h>
@@ -33,6 +34,7 @@
 #define MAX_FRAGS 8192
 
 #define AF_INET 2
+#define AF_INET6 10
 // <linux/icmp.h> drags in libc headers, so the few ICMP bits live here.
 #define ICMP_DEST_UNREACH 3
 #define ICMP_TIME_EXCEEDED 11
@@ -63,6 +65,7 @@ const volatile __u16 nodeport_max = 32767;
 // Source address for hairpin connections (a backend reaching its own
 // service): the backend would otherwise answer itself directly.
 const volatile __be32 hairpin_addr = 0;
+const volatile __be32 hairpin_addr6[4] = {}; // the same for IPv6; all zero: IPv6 hairpin off
 // Redirect translated packets via a FIB lookup (production). Unit tests turn
 // it off to read the rewritten packet back from BPF_PROG_TEST_RUN.
 const volatile bool fib_redirect = true;
@@ -124,6 +127,34 @@ struct {
 	__type(key, struct frag_key);
 	__type(value, struct frag_val);
 } frags SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, struct svc_key6);
+	__type(value, struct svc_val6);
+} services6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct backend6);
+} backends6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS);
+	__type(key, struct flow6);
+	__type(value, struct session6);
+} sessions6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS / 2);
+	__type(key, struct affinity_key6);
+	__type(value, struct affinity_val);
+} affinity6 SEC(".maps");
 
 // Interfaces (by ifindex) that are one end of a veth pair whose other end is
 // in a pod's namespace. Packets for them skip the host-side transmit and
@@ -221,11 +252,11 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 // protocol in the initial value. It has no per-node seed on purpose: every
 // LB node must map a flow to the same slot. internal/lb/bpf tests mirror it
 // in Go; keep the two in step.
-static __always_inline __u32 flow_hash(const struct flow *f)
+static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __be16 dport, __u8 proto)
 {
-	__u32 a = f->saddr + 0xdeadbeef;
-	__u32 b = f->daddr + 0xdeadbeef;
-	__u32 c = ((__u32)f->sport | (__u32)f->dport << 16) + f->proto;
+	__u32 a = saddr + 0xdeadbeef;
+	__u32 b = daddr + 0xdeadbeef;
+	__u32 c = ((__u32)sport | (__u32)dport << 16) + proto;
 
 	c ^= b; c -= rol32(b, 14);
 	a ^= c; a -= rol32(c, 11);
@@ -235,6 +266,11 @@ static __always_inline __u32 flow_hash(const struct flow *f)
 	b ^= a; b -= rol32(a, 14);
 	c ^= b; c -= rol32(b, 24);
 	return c;
+}
+
+static __always_inline __u32 flow_hash(const struct flow *f)
+{
+	return hash_mix(f->saddr, f->daddr, f->sport, f->dport, f->proto);
 }
 
 // Choose a backend and insert the session pair. Returns the forward entry
@@ -586,11 +622,11 @@ static __always_inline int handle_icmp(struct __sk_buff *skb, const struct flow 
 	return translate(skb, l4off, 0, outer, &to);
 }
 
-SEC("tc")
-int lb_ingress(struct __sk_buff *skb)
+#include "lb6.h"
+
+// Each family is its own BPF function, so each has the whole stack.
+static __noinline int lb_ingress4(struct __sk_buff *skb)
 {
-	if (skb->protocol != bpf_htons(ETH_P_IP))
-		return TC_ACT_UNSPEC;
 	if (pull(skb, IP_OFF + sizeof(struct iphdr)))
 		return TC_ACT_UNSPEC;
 	void *data = pkt_data(skb), *end = pkt_end(skb);
@@ -694,6 +730,16 @@ int lb_ingress(struct __sk_buff *skb)
 			st->frag_translated++;
 	}
 	return translate(skb, l4off, has_l4 ? proto : 0, &f, &s);
+}
+
+SEC("tc")
+int lb_ingress(struct __sk_buff *skb)
+{
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		return lb_ingress4(skb);
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return lb_ingress6(skb);
+	return TC_ACT_UNSPEC;
 }
 
 char __license[] SEC("license") = "GPL";

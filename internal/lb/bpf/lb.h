@@ -110,6 +110,55 @@ struct frag_val {
 	__be16 dport;
 };
 
+// IPv6: the same shapes with 16-byte addresses, in maps of their own so the
+// IPv4 path keeps its small keys. Backend ids, slots and affinity members
+// are shared between the families.
+struct svc_key6 {
+	__be32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_val6 {
+	__u32 id;
+	__u32 count;
+	__u32 flags;
+	__u32 affinity_sec;
+	__be32 snat_addr[4]; // SVC_F_SNAT source; all zero: the frontend address
+};
+
+struct backend6 {
+	__be32 addr[4];
+	__be16 port;
+	__u16 pad;
+};
+
+struct flow6 {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct session6 {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u32 backend_id;
+	__u64 last_seen;
+	__u32 flags;
+	__u32 pad;
+};
+
+struct affinity_key6 {
+	__u32 svc_id;
+	__be32 client[4];
+};
+
 // Per-CPU counters; user space sums the CPUs.
 struct lb_stats {
 	__u64 fwd_packets;      // client -> backend packets translated

@@ -19,6 +19,12 @@ type lbAffinityKey struct {
 	Client uint32
 }
 
+type lbAffinityKey6 struct {
+	_      structs.HostLayout
+	SvcId  uint32
+	Client [4]uint32
+}
+
 type lbAffinityVal struct {
 	_         structs.HostLayout
 	BackendId uint32
@@ -33,10 +39,27 @@ type lbBackend struct {
 	Pad  uint16
 }
 
+type lbBackend6 struct {
+	_    structs.HostLayout
+	Addr [4]uint32
+	Port uint16
+	Pad  uint16
+}
+
 type lbFlow struct {
 	_     structs.HostLayout
 	Saddr uint32
 	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type lbFlow6 struct {
+	_     structs.HostLayout
+	Saddr [4]uint32
+	Daddr [4]uint32
 	Sport uint16
 	Dport uint16
 	Proto uint8
@@ -95,6 +118,18 @@ type lbSession struct {
 	Pad       uint32
 }
 
+type lbSession6 struct {
+	_         structs.HostLayout
+	Saddr     [4]uint32
+	Daddr     [4]uint32
+	Sport     uint16
+	Dport     uint16
+	BackendId uint32
+	LastSeen  uint64
+	Flags     uint32
+	Pad       uint32
+}
+
 type lbSlotKey struct {
 	_     structs.HostLayout
 	SvcId uint32
@@ -104,6 +139,14 @@ type lbSlotKey struct {
 type lbSvcKey struct {
 	_     structs.HostLayout
 	Addr  uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type lbSvcKey6 struct {
+	_     structs.HostLayout
+	Addr  [4]uint32
 	Port  uint16
 	Proto uint8
 	Pad   uint8
@@ -119,23 +162,37 @@ type lbSvcVal struct {
 	Pad         uint32
 }
 
+type lbSvcVal6 struct {
+	_           structs.HostLayout
+	Id          uint32
+	Count       uint32
+	Flags       uint32
+	AffinitySec uint32
+	SnatAddr    [4]uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	lbMapAffinity        = "affinity"
+	lbMapAffinity6       = "affinity6"
 	lbMapBackendSlots    = "backend_slots"
 	lbMapBackends        = "backends"
+	lbMapBackends6       = "backends6"
 	lbMapFrags           = "frags"
 	lbMapPeerIfaces      = "peer_ifaces"
 	lbMapPortTries       = "port_tries"
 	lbMapServices        = "services"
+	lbMapServices6       = "services6"
 	lbMapSessions        = "sessions"
+	lbMapSessions6       = "sessions6"
 	lbMapStats           = "stats"
 	lbMapSvcMembers      = "svc_members"
 	lbProgLbIngress      = "lb_ingress"
 	lbVarFibRedirect     = "fib_redirect"
 	lbVarHairpinAddr     = "hairpin_addr"
+	lbVarHairpinAddr6    = "hairpin_addr6"
 	lbVarLastSeenGrainNs = "last_seen_grain_ns"
 	lbVarNodeportMax     = "nodeport_max"
 	lbVarNodeportMin     = "nodeport_min"
@@ -193,13 +250,17 @@ type lbProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbMapSpecs struct {
 	Affinity     *ebpf.MapSpec `ebpf:"affinity"`
+	Affinity6    *ebpf.MapSpec `ebpf:"affinity6"`
 	BackendSlots *ebpf.MapSpec `ebpf:"backend_slots"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	Backends6    *ebpf.MapSpec `ebpf:"backends6"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	PeerIfaces   *ebpf.MapSpec `ebpf:"peer_ifaces"`
 	PortTries    *ebpf.MapSpec `ebpf:"port_tries"`
 	Services     *ebpf.MapSpec `ebpf:"services"`
+	Services6    *ebpf.MapSpec `ebpf:"services6"`
 	Sessions     *ebpf.MapSpec `ebpf:"sessions"`
+	Sessions6    *ebpf.MapSpec `ebpf:"sessions6"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 	SvcMembers   *ebpf.MapSpec `ebpf:"svc_members"`
 }
@@ -210,6 +271,7 @@ type lbMapSpecs struct {
 type lbVariableSpecs struct {
 	FibRedirect     *ebpf.VariableSpec `ebpf:"fib_redirect"`
 	HairpinAddr     *ebpf.VariableSpec `ebpf:"hairpin_addr"`
+	HairpinAddr6    *ebpf.VariableSpec `ebpf:"hairpin_addr6"`
 	LastSeenGrainNs *ebpf.VariableSpec `ebpf:"last_seen_grain_ns"`
 	NodeportMax     *ebpf.VariableSpec `ebpf:"nodeport_max"`
 	NodeportMin     *ebpf.VariableSpec `ebpf:"nodeport_min"`
@@ -238,13 +300,17 @@ func (o *lbObjects) Close() error {
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbMaps struct {
 	Affinity     *ebpf.Map `ebpf:"affinity"`
+	Affinity6    *ebpf.Map `ebpf:"affinity6"`
 	BackendSlots *ebpf.Map `ebpf:"backend_slots"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	Backends6    *ebpf.Map `ebpf:"backends6"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	PeerIfaces   *ebpf.Map `ebpf:"peer_ifaces"`
 	PortTries    *ebpf.Map `ebpf:"port_tries"`
 	Services     *ebpf.Map `ebpf:"services"`
+	Services6    *ebpf.Map `ebpf:"services6"`
 	Sessions     *ebpf.Map `ebpf:"sessions"`
+	Sessions6    *ebpf.Map `ebpf:"sessions6"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 	SvcMembers   *ebpf.Map `ebpf:"svc_members"`
 }
@@ -252,13 +318,17 @@ type lbMaps struct {
 func (m *lbMaps) Close() error {
 	return _LbClose(
 		m.Affinity,
+		m.Affinity6,
 		m.BackendSlots,
 		m.Backends,
+		m.Backends6,
 		m.Frags,
 		m.PeerIfaces,
 		m.PortTries,
 		m.Services,
+		m.Services6,
 		m.Sessions,
+		m.Sessions6,
 		m.Stats,
 		m.SvcMembers,
 	)
@@ -270,6 +340,7 @@ func (m *lbMaps) Close() error {
 type lbVariables struct {
 	FibRedirect     *ebpf.Variable `ebpf:"fib_redirect"`
 	HairpinAddr     *ebpf.Variable `ebpf:"hairpin_addr"`
+	HairpinAddr6    *ebpf.Variable `ebpf:"hairpin_addr6"`
 	LastSeenGrainNs *ebpf.Variable `ebpf:"last_seen_grain_ns"`
 	NodeportMax     *ebpf.Variable `ebpf:"nodeport_max"`
 	NodeportMin     *ebpf.Variable `ebpf:"nodeport_min"`

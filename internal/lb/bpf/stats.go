@@ -146,6 +146,17 @@ func (d *Datapath) Sessions() ([]Session, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("iterate sessions: %w", err)
 	}
+	var (
+		k6 lbFlow6
+		v6 lbSession6
+	)
+	it6 := d.objs.Sessions6.Iterate()
+	for it6.Next(&k6, &v6) {
+		out = append(out, sessionFrom6(k6, v6))
+	}
+	if err := it6.Err(); err != nil {
+		return nil, fmt.Errorf("iterate IPv6 sessions: %w", err)
+	}
 	return out, nil
 }
 
@@ -167,7 +178,13 @@ func (d *Datapath) PutSession(s Session) error {
 
 // DeleteSession removes one entry; missing entries are not an error.
 func (d *Datapath) DeleteSession(f Flow) error {
-	if err := d.objs.Sessions.Delete(f.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	var err error
+	if f.Src.Addr().Is4() {
+		err = d.objs.Sessions.Delete(f.key())
+	} else {
+		err = d.objs.Sessions6.Delete(f.key6())
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return err
 	}
 	return nil
