@@ -110,6 +110,7 @@ func Open(cfg *services.Config, o Options) (*Balancer, error) {
 		SNATPortMin: cfg.SNATPorts.Min, SNATPortMax: cfg.SNATPorts.Max,
 		NodePortMin: cfg.NodePortRange.Min, NodePortMax: cfg.NodePortRange.Max,
 		HairpinAddr: cfg.HairpinAddress, FIBRedirect: !o.noRedirect,
+		IPv6: cfg.IPv6, HairpinAddr6: cfg.HairpinAddress6,
 		SessionEntries: 2 * cfg.Sessions.Max, PinDir: o.PinDir,
 	})
 	if err != nil {
@@ -206,44 +207,61 @@ func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool
 			if p.Protocol == "UDP" {
 				proto = bpf.UDP
 			}
-			var ready, local, localTerm []netip.AddrPort
 			for _, e := range s.Endpoints {
-				ap := netip.AddrPortFrom(e.Address, p.TargetPort)
-				keep[ap] = true
-				if !e.Terminating {
-					ready = append(ready, ap)
-				}
-				if c.Local(e) {
-					if e.Terminating {
-						localTerm = append(localTerm, ap)
-					} else {
-						local = append(local, ap)
+				keep[netip.AddrPortFrom(e.Address, p.TargetPort)] = true
+			}
+			// Each family's frontends get that family's endpoints.
+			for _, v4 := range []bool{true, false} {
+				var ready, local, localTerm []netip.AddrPort
+				for _, e := range s.Endpoints {
+					if e.Address.Is4() != v4 {
+						continue
+					}
+					ap := netip.AddrPortFrom(e.Address, p.TargetPort)
+					if !e.Terminating {
+						ready = append(ready, ap)
+					}
+					if c.Local(e) {
+						if e.Terminating {
+							localTerm = append(localTerm, ap)
+						} else {
+							local = append(local, ap)
+						}
 					}
 				}
-			}
-			if len(local) == 0 {
-				local = localTerm
-			}
-			ready, local = sorted(ready), sorted(local)
-			w := want{maglev: maglev, affinity: affinity, ready: ready}
-			if s.InternalTrafficPolicy == services.PolicyLocal {
-				w.ready = local
-			}
-			fes[bpf.Frontend{Addr: s.ClusterIP, Port: p.Port, Proto: proto}] = w
-			ext := want{maglev: maglev, affinity: affinity, ready: ready, snat: true}
-			if s.ExternalTrafficPolicy == services.PolicyLocal {
-				ext = want{maglev: maglev, affinity: affinity, ready: local}
-			}
-			if p.NodePort != 0 {
-				for _, a := range c.NodeAddresses {
-					fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = ext
+				if len(local) == 0 {
+					local = localTerm
 				}
-			}
-			if ext.snat && len(c.NodeAddresses) > 0 {
-				ext.snatAddr = c.NodeAddresses[0]
-			}
-			for _, a := range s.ExternalIPs {
-				fes[bpf.Frontend{Addr: a, Port: p.Port, Proto: proto}] = ext
+				ready, local = sorted(ready), sorted(local)
+				w := want{maglev: maglev, affinity: affinity, ready: ready}
+				if s.InternalTrafficPolicy == services.PolicyLocal {
+					w.ready = local
+				}
+				for _, a := range s.Addresses() {
+					if a.Is4() == v4 {
+						fes[bpf.Frontend{Addr: a, Port: p.Port, Proto: proto}] = w
+					}
+				}
+				hasFamily := slices.ContainsFunc(s.Addresses(), func(a netip.Addr) bool { return a.Is4() == v4 })
+				ext := want{maglev: maglev, affinity: affinity, ready: ready, snat: true}
+				if s.ExternalTrafficPolicy == services.PolicyLocal {
+					ext = want{maglev: maglev, affinity: affinity, ready: local}
+				}
+				if p.NodePort != 0 && hasFamily {
+					for _, a := range c.NodeAddresses {
+						if a.Is4() == v4 {
+							fes[bpf.Frontend{Addr: a, Port: p.NodePort, Proto: proto}] = ext
+						}
+					}
+				}
+				if ext.snat {
+					ext.snatAddr = c.NodeAddress(v4)
+				}
+				for _, a := range s.ExternalIPs {
+					if a.Is4() == v4 {
+						fes[bpf.Frontend{Addr: a, Port: p.Port, Proto: proto}] = ext
+					}
+				}
 			}
 		}
 	}
@@ -362,8 +380,12 @@ func (b *Balancer) resolveNeighbours() {
 }
 
 func (e neighEntry) neigh() *netlink.Neigh {
+	family := netlink.FAMILY_V4
+	if e.hop.Is6() {
+		family = netlink.FAMILY_V6
+	}
 	return &netlink.Neigh{
-		LinkIndex: e.link, Family: netlink.FAMILY_V4, IP: e.hop.AsSlice(),
+		LinkIndex: e.link, Family: family, IP: e.hop.AsSlice(),
 		// Managed: kept resolved by the kernel; externally learned: not
 		// garbage-collected as an unused entry.
 		Flags: netlink.NTF_EXT_LEARNED, FlagsExt: netlink.NTF_EXT_MANAGED,

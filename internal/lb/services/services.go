@@ -26,6 +26,12 @@ type Config struct {
 	// NodeName is this node's name: endpoints with the same nodeName are
 	// local, for the Local traffic policies.
 	NodeName string `yaml:"nodeName"`
+	// IPv6 serves IPv6 (and dual-stack) Services too. Off, the IPv6 maps
+	// take no memory and IPv6 addresses are refused.
+	IPv6 bool `yaml:"ipv6"`
+	// HairpinAddress6 is the IPv6 hairpin source (unset: an IPv6 backend
+	// reaching its own service is dropped).
+	HairpinAddress6 netip.Addr `yaml:"hairpinAddress6"`
 	// HairpinAddress is the source given to a backend that reaches its own
 	// service; it must not be used anywhere else on the node.
 	HairpinAddress netip.Addr `yaml:"hairpinAddress"`
@@ -52,6 +58,9 @@ type Sessions struct {
 type Service struct {
 	Name      string     `yaml:"name"`
 	ClusterIP netip.Addr `yaml:"clusterIP"`
+	// ClusterIPs are a dual-stack Service's addresses, one per family, the
+	// first equal to ClusterIP (which may then be left out).
+	ClusterIPs []netip.Addr `yaml:"clusterIPs,omitempty"`
 	// Selection is how new connections pick a backend: SelectionRandom
 	// (default) or SelectionMaglev.
 	Selection string `yaml:"selection"`
@@ -115,6 +124,25 @@ type Endpoint struct {
 	NodeName string `yaml:"nodeName"`
 }
 
+// Addresses are the service's cluster IPs: one, or one per family.
+func (s Service) Addresses() []netip.Addr {
+	if len(s.ClusterIPs) > 0 {
+		return s.ClusterIPs
+	}
+	return []netip.Addr{s.ClusterIP}
+}
+
+// NodeAddress is the first node address of the family (IPv4 when v4),
+// the source external traffic of that family is given; invalid if none.
+func (c *Config) NodeAddress(v4 bool) netip.Addr {
+	for _, a := range c.NodeAddresses {
+		if a.Is4() == v4 {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
 // Local reports whether e runs on the node c describes.
 func (c *Config) Local(e Endpoint) bool { return c.NodeName != "" && e.NodeName == c.NodeName }
 
@@ -143,6 +171,9 @@ func (c *Config) Defaults() {
 	}
 	for i := range c.Services {
 		sv := &c.Services[i]
+		if !sv.ClusterIP.IsValid() && len(sv.ClusterIPs) > 0 {
+			sv.ClusterIP = sv.ClusterIPs[0]
+		}
 		if sv.Selection == "" {
 			sv.Selection = SelectionRandom
 		}
@@ -174,10 +205,25 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	for i, a := range c.NodeAddresses {
-		if !a.Is4() {
-			bad("nodeAddresses[%d] %v: only IPv4 addresses are supported", i, a)
+	// family is "" for an address this configuration can serve, else why not.
+	family := func(a netip.Addr) string {
+		switch {
+		case a.Is4():
+			return ""
+		case a.Is6() && !a.Is4In6() && c.IPv6:
+			return ""
+		case a.Is6() && !a.Is4In6():
+			return "an IPv6 address needs ipv6: true"
 		}
+		return "not an IP address"
+	}
+	for i, a := range c.NodeAddresses {
+		if why := family(a); why != "" {
+			bad("nodeAddresses[%d] %v: %s", i, a, why)
+		}
+	}
+	if a := c.HairpinAddress6; a.IsValid() && (!a.Is6() || a.Is4In6()) {
+		bad("hairpinAddress6 %v: set an IPv6 address reserved for hairpin SNAT, e.g. fd00:5c:1::1", a)
 	}
 	if !c.HairpinAddress.Is4() {
 		bad("hairpinAddress %v: set an IPv4 address reserved for hairpin SNAT, e.g. 169.254.42.1", c.HairpinAddress)
@@ -211,8 +257,22 @@ func (c *Config) Validate() error {
 			bad("%s.name: duplicate service name", where)
 		}
 		names[s.Name] = true
-		if !s.ClusterIP.Is4() {
-			bad("%s.clusterIP %v: set an IPv4 service address", where, s.ClusterIP)
+		if why := family(s.ClusterIP); why != "" {
+			bad("%s.clusterIP %v: set the service address (%s)", where, s.ClusterIP, why)
+		}
+		if len(s.ClusterIPs) > 0 {
+			fams := map[bool]bool{}
+			for j, a := range s.ClusterIPs {
+				if why := family(a); why != "" {
+					bad("%s.clusterIPs[%d] %v: %s", where, j, a, why)
+				} else if fams[a.Is4()] {
+					bad("%s.clusterIPs[%d] %v: at most one address per family", where, j, a)
+				}
+				fams[a.Is4()] = true
+			}
+			if s.ClusterIPs[0] != s.ClusterIP {
+				bad("%s.clusterIPs: the first (%v) must be clusterIP (%v)", where, s.ClusterIPs[0], s.ClusterIP)
+			}
 		}
 		if s.Selection != SelectionRandom && s.Selection != SelectionMaglev {
 			bad("%s.selection %q: use %s or %s", where, s.Selection, SelectionRandom, SelectionMaglev)
@@ -240,12 +300,11 @@ func (c *Config) Validate() error {
 			}
 		}
 		for j, a := range s.ExternalIPs {
-			if !a.Is4() {
-				bad("%s.externalIPs[%d] %v: only IPv4 addresses are supported", where, j, a)
+			if why := family(a); why != "" {
+				bad("%s.externalIPs[%d] %v: %s", where, j, a, why)
+			} else if s.ExternalTrafficPolicy == PolicyCluster && !c.NodeAddress(a.Is4()).IsValid() {
+				bad("%s.externalIPs[%d] %v: set a node address of its family in nodeAddresses; external traffic (externalTrafficPolicy Cluster) is given it as its source", where, j, a)
 			}
-		}
-		if len(s.ExternalIPs) > 0 && s.ExternalTrafficPolicy == PolicyCluster && len(c.NodeAddresses) == 0 {
-			bad("%s.externalIPs: set nodeAddresses; external traffic (externalTrafficPolicy Cluster) is given the first node address as its source", where)
 		}
 		if len(s.Ports) == 0 {
 			bad("%s.ports: list at least one port", where)
@@ -267,14 +326,16 @@ func (c *Config) Validate() error {
 				}
 				claim(fmt.Sprintf("node:%d/%s", p.NodePort, p.Protocol), pw)
 			}
-			claim(fmt.Sprintf("%v:%d/%s", s.ClusterIP, p.Port, p.Protocol), pw)
+			for _, a := range s.Addresses() {
+				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
+			}
 			for _, a := range s.ExternalIPs {
 				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
 			}
 		}
 		for j, e := range s.Endpoints {
-			if !e.Address.Is4() {
-				bad("%s.endpoints[%d].address %v: set the backend's IPv4 address", where, j, e.Address)
+			if why := family(e.Address); why != "" {
+				bad("%s.endpoints[%d].address %v: set the backend's address (%s)", where, j, e.Address, why)
 			}
 		}
 	}
