@@ -109,7 +109,7 @@ command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
 				return fmt.Errorf("--kubeconfig: %w", err)
 			}
 			if node != "" {
-				addrs, err := kubesource.NodeAddresses(cmd.Context(), cs, node)
+				addrs, err := kubesource.NodeAddresses(cmd.Context(), cs, node, cfg.IPv6)
 				if err != nil {
 					return err
 				}

@@ -112,7 +112,7 @@ func TestManifestRBAC(t *testing.T) {
 	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := NodeAddresses(t.Context(), sa, "node-1")
+	addrs, err := NodeAddresses(t.Context(), sa, "node-1", false)
 	if err != nil {
 		t.Fatalf("as the ServiceAccount: %v", err)
 	}

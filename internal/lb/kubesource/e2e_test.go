@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/swiftlane/swiftlane/internal/kubetest"
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 )
@@ -147,7 +148,7 @@ func TestEndToEndKubernetesSource(t *testing.T) {
 interfaces: [ext0, "v*"]
 sessions: {udpIdle: 1s, closingIdle: 1s}
 `)
-	addrs, err := NodeAddresses(t.Context(), c.cs, "node-1")
+	addrs, err := NodeAddresses(t.Context(), c.cs, "node-1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,6 +505,100 @@ func TestEndToEndKubernetesFeatures(t *testing.T) {
 		if len(got) != tc.backends || (tc.only != "" && got[tc.only] == 0) || len(peers) != 1 || peers[tc.seeing] == 0 {
 			t.Errorf("%s (%s): 30 connections reached %v seeing %v; want %d backend(s) %s seeing %s",
 				tc.what, tc.addr, got, peers, tc.backends, tc.only, tc.seeing)
+		}
+	}
+}
+
+// A dual-stack Service (IPv6 primary) from a real kube-apiserver with a
+// dual-stack service range, served by the real balancer on both families.
+func TestEndToEndKubernetesDualStack(t *testing.T) {
+	labnet.RequireRoot(t)
+	c := startCluster(t, kubetest.WithAPIServerArgs("--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"))
+	topo, err := labnet.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), echoPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	if node, err = c.cs.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: topo.NodeIP.String()},
+		{Type: corev1.NodeInternalIP, Address: topo.NodeIP6.String()},
+	}
+	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const settings = "ipv6: true\ninterfaces: [ext0, \"v*\"]\n"
+	cfg := nodeConfig(t, settings)
+	if cfg.NodeAddresses, err = NodeAddresses(t.Context(), c.cs, "node-1", true); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := balancer.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+		t.Fatal(err)
+	}
+
+	dual := nodePortService("dual", "fd00:96::50", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(echoPort), 30050))
+	dual.Spec.ClusterIPs = []string{"fd00:96::50", "10.96.0.50"}
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	dual.Spec.IPFamilyPolicy = &policy
+	dual.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	c.createService(t, dual)
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, echoPort)}
+	var v4, v6 []discoveryv1.Endpoint
+	for i := range topo.BackendIPs {
+		v4 = append(v4, readyEP(topo.BackendIPs[i].String()))
+		v6 = append(v6, readyEP(topo.BackendIPs6[i].String()))
+	}
+	s6 := endpointSlice("dual", "dual-6", ports, v6...)
+	s6.AddressType = discoveryv1.AddressTypeIPv6
+	c.putSlice(t, s6)
+	c.putSlice(t, endpointSlice("dual", "dual-4", ports, v4...))
+
+	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, lb.Apply)
+	a.awaitWith(t, settings+"nodeAddresses: [198.18.0.1, \"fd00:18::1\"]\n", `
+  - name: ns/dual
+    clusterIP: "fd00:96::50"
+    clusterIPs: ["fd00:96::50", 10.96.0.50]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30050}]
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.3.2}, {address: 10.244.4.2}, {address: "fd00:244:2::2"}, {address: "fd00:244:3::2"}, {address: "fd00:244:4::2"}]
+`)
+	for _, tc := range []struct {
+		addr string
+		from labnet.NS
+		sees netip.Addr
+	}{
+		{"[fd00:96::50]:80", topo.Client, topo.ClientIP6},
+		{"10.96.0.50:80", topo.Client, topo.ClientIP},
+		{"[fd00:18::1]:30050", topo.External, topo.NodeIP6},
+		{"198.18.0.1:30050", topo.External, topo.NodeIP},
+	} {
+		seen := map[string]bool{}
+		for range 30 {
+			name, peer, err := askOnce(tc.from, "tcp", tc.addr)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.addr, err)
+			}
+			if ap, err := netip.ParseAddrPort(peer); err != nil || ap.Addr() != tc.sees {
+				t.Fatalf("%s: backend saw %s, want %v", tc.addr, peer, tc.sees)
+			}
+			seen[name] = true
+		}
+		if len(seen) != 3 {
+			t.Errorf("%s: 30 connections reached %v, want all 3 backends", tc.addr, seen)
 		}
 	}
 }

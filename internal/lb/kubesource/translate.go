@@ -9,8 +9,9 @@
 // kube-proxy does with the same objects:
 //
 //   - ClusterIP, NodePort and LoadBalancer Services are served on their IPv4
-//     cluster IP and, for the latter two, on their NodePorts; headless and
-//     ExternalName Services have nothing to translate.
+//     cluster IP (and IPv6 one with ipv6: true in the node settings) and, for
+//     the latter two, on their NodePorts; headless and ExternalName Services
+//     have nothing to translate.
 //
 //   - EndpointSlices join their Service through the kubernetes.io/service-name
 //     label; a Service port takes the endpoints of every IPv4 slice that
@@ -29,8 +30,8 @@
 //     externalIPs and IPv4 load-balancer ingress IPs (except ipMode Proxy)
 //     are served as kube-proxy serves them.
 //
-// What the datapath cannot do (IPv6, SCTP) is reported as a Note instead of
-// being served half right silently.
+// What the datapath cannot do (SCTP; IPv6 when off) is reported as a Note
+// instead of being served half right silently.
 package kubesource
 
 import (
@@ -174,34 +175,40 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	var vip netip.Addr
+	// The primary family first, one address per family; IPv6 only when the
+	// node settings enable it.
+	var vips []netip.Addr
 	var v6 []string
 	for _, s := range ips {
 		a, err := netip.ParseAddr(s)
 		switch {
 		case err != nil:
 			note(slog.LevelWarn, "cluster IP %q is not an IP address; ignored", s)
-		case a.Is4() && !vip.IsValid():
-			vip = a
-		case !a.Is4():
+		case !a.Is4() && !node.IPv6:
 			v6 = append(v6, s)
+		case !slices.ContainsFunc(vips, func(v netip.Addr) bool { return v.Is4() == a.Is4() }):
+			vips = append(vips, a)
 		}
 	}
-	if !vip.IsValid() {
+	if len(vips) == 0 {
 		if len(v6) > 0 {
-			note(slog.LevelWarn, "not served: no IPv4 cluster IP (%s); the load balancer is IPv4 only", strings.Join(v6, ", "))
+			note(slog.LevelWarn, "not served: no IPv4 cluster IP (%s) and IPv6 is off (set ipv6: true in the node settings)", strings.Join(v6, ", "))
 		} else {
 			note(slog.LevelDebug, "not served: no cluster IP allocated yet")
 		}
 		return nil, notes
 	}
 	if len(v6) > 0 {
-		note(slog.LevelInfo, "IPv6 cluster IP %s not served (IPv4 only); %v is", strings.Join(v6, ", "), vip)
+		note(slog.LevelInfo, "IPv6 cluster IP %s not served (IPv6 is off: set ipv6: true in the node settings); %v is", strings.Join(v6, ", "), vips[0])
 	}
+	vip := vips[0]
 
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	out := services.Service{Name: key, ClusterIP: vip, SessionAffinity: services.AffinityNone,
 		ExternalTrafficPolicy: services.PolicyCluster, InternalTrafficPolicy: services.PolicyCluster}
+	if len(vips) > 1 {
+		out.ClusterIPs = vips
+	}
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 		out.SessionAffinity = services.AffinityClientIP
 		out.SessionAffinityTimeout = services.DefaultAffinityTimeout
@@ -232,8 +239,8 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 		switch {
 		case err != nil:
 			note(slog.LevelWarn, "%s %q is not an IP address; ignored", what, s)
-		case !a.Is4():
-			note(slog.LevelInfo, "%s %s not served (IPv4 only)", what, s)
+		case !a.Is4() && !node.IPv6:
+			note(slog.LevelInfo, "%s %s not served (IPv6 is off: set ipv6: true in the node settings)", what, s)
 		case !slices.Contains(out.ExternalIPs, a):
 			out.ExternalIPs = append(out.ExternalIPs, a)
 		}
@@ -255,9 +262,19 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 			}
 		}
 	}
-	if len(out.ExternalIPs) > 0 && out.ExternalTrafficPolicy == services.PolicyCluster && len(node.NodeAddresses) == 0 {
-		note(slog.LevelWarn, "external IPs %v not served: no node address to give their traffic as source (run with --node or set nodeAddresses)", out.ExternalIPs)
-		out.ExternalIPs = nil
+	if out.ExternalTrafficPolicy == services.PolicyCluster {
+		var kept, dropped []netip.Addr
+		for _, a := range out.ExternalIPs {
+			if node.NodeAddress(a.Is4()).IsValid() {
+				kept = append(kept, a)
+			} else {
+				dropped = append(dropped, a)
+			}
+		}
+		if len(dropped) > 0 {
+			note(slog.LevelWarn, "external IPs %v not served: no node address of their family to give their traffic as source (run with --node or set nodeAddresses)", dropped)
+		}
+		out.ExternalIPs = kept
 	}
 
 	// Endpoints per Service port, keyed by (port name, protocol) as the
@@ -271,10 +288,14 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	for _, s := range eps {
 		switch s.AddressType {
 		case discoveryv1.AddressTypeIPv4:
+		case discoveryv1.AddressTypeIPv6:
+			if !node.IPv6 {
+				continue // the Service's IPv6 side, already noted
+			}
 		case discoveryv1.AddressTypeFQDN:
 			fqdn = true
 			continue
-		default: // IPv6: the Service's IPv6 side, already noted
+		default:
 			continue
 		}
 		for _, sp := range s.Ports {
@@ -293,7 +314,7 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 				}
 				// Consumers use the first address only (API contract).
 				a, err := netip.ParseAddr(e.Addresses[0])
-				if err != nil || !a.Is4() {
+				if err != nil || (!a.Is4() && !node.IPv6) {
 					continue
 				}
 				ready := ptrOr(e.Conditions.Ready, true)

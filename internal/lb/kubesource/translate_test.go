@@ -432,8 +432,11 @@ func TestTranslateAlwaysValidates(t *testing.T) {
 			}
 		}
 		n := node
-		if i%2 == 1 { // Local policies need this node's name to apply
+		switch i % 3 {
+		case 1: // Local policies need this node's name to apply
 			n = nodeConfig(t, nodeYAML+"nodeName: node-a\n")
+		case 2: // IPv6 external IPs without an IPv6 node address
+			n = nodeConfig(t, nodeYAML+"nodeName: node-a\nipv6: true\n")
 		}
 		got, _ := Translate(n, svcs, eps)
 		if err := got.Validate(); err != nil {
@@ -511,7 +514,7 @@ services:
     endpoints: []
 `)
 	for _, want := range []struct{ svc, substr string }{
-		{"ns/web", "externalIP 2001:db8::1 not served (IPv4 only)"},
+		{"ns/web", "externalIP 2001:db8::1 not served (IPv6 is off"},
 		{"ns/web", "203.0.113.3 has ipMode Proxy"},
 		{"ns/web", `ingress "lb.example.com" has no IP`},
 		{"ns/zz-other", "external IP 203.0.113.1 not served: 203.0.113.1:80/TCP is already ns/web's"},
@@ -525,5 +528,32 @@ services:
 	got, _ = Translate(nc, []*corev1.Service{web}, nil)
 	if d := got.Services[0].SessionAffinityTimeout; d != 3*time.Hour {
 		t.Fatalf("default affinity timeout %v, want 3h (10800 s)", d)
+	}
+}
+
+// With ipv6: true in the node settings a dual-stack Service is served on
+// both cluster IPs, primary family first, with both families' endpoints.
+func TestTranslateDualStack(t *testing.T) {
+	const node = "ipv6: true\nnodeAddresses: [198.18.0.1, \"fd00:18::1\"]\ninterfaces: [eth0]\n"
+	nc := nodeConfig(t, node)
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}
+	dual := nodePortService("dual", "fd00:96::11", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 30080))
+	dual.Spec.ClusterIPs = []string{"fd00:96::11", "10.96.0.11"} // IPv6 primary
+	dual.Spec.ExternalIPs = []string{"2001:db8::7"}
+	v6 := endpointSlice("dual", "dual-6", ports, readyEP("fd00:244:2::2"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	v4 := endpointSlice("dual", "dual-4", ports, readyEP("10.244.2.2"))
+	got, notes := Translate(nc, []*corev1.Service{dual}, []*discoveryv1.EndpointSlice{v6, v4})
+	checkConfig(t, got, node, `
+services:
+  - name: ns/dual
+    clusterIP: "fd00:96::11"
+    clusterIPs: ["fd00:96::11", 10.96.0.11]
+    externalIPs: ["2001:db8::7"]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
+    endpoints: [{address: 10.244.2.2}, {address: "fd00:244:2::2"}]
+`)
+	if len(notes) != 0 {
+		t.Fatalf("notes %v: a dual-stack Service with IPv6 on is served whole", notes)
 	}
 }
