@@ -68,7 +68,8 @@ func newReport(o options) *report {
 			"latency: bench/lb/loadgen, open loop at rate_rps new connections/s, each measured from its scheduled start (no coordinated omission), pinned to client_cpu",
 			"throughput: one TCP stream from loadgen for half a phase",
 			"cpu_us_per_conn: /proc/stat busy time of all CPUs during the cps phase / requests (includes wrk and the backends); dp_cpu_us_per_conn: the data-path CPU only (RPS steers the node's receive processing there; backends run there too)",
-			"nstat: deltas over the three phases, summed over client, node and backend namespaces",
+			"nstat: deltas over the three phases, summed over client, node and backend namespaces; wrk resets the connections it has open when a phase ends, so TcpEstabResets/TcpOutRsts of up to `connections` per phase are expected",
+			"swiftlane: the balancer runs in the harness process on dp_cpu and sweeps sessions every 5 s, as `swiftlane lb` does by default",
 			"none: the client connects straight to one backend, no translation (the limit)",
 			"each round runs every variant once in a new random order (seed in settings); intervals are 95 % Student's t over rounds",
 		},
@@ -117,7 +118,7 @@ func meanCI(xs []float64) (float64, *[2]float64) {
 		ss += (x - m) * (x - m)
 	}
 	h := tCrit(len(xs)-1) * math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
-	return m, &[2]float64{m - h, m + h}
+	return m, &[2]float64{max(0, m-h), m + h} // every metric here is non-negative
 }
 
 func sortedCopy(xs []float64) []float64 {

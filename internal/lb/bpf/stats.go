@@ -132,32 +132,46 @@ func sessionFrom(k lbFlow, v lbSession) Session {
 	}
 }
 
-// Sessions returns every session entry (both directions).
+// Sessions returns every session entry (both directions, both families).
 func (d *Datapath) Sessions() ([]Session, error) {
-	var (
-		k   lbFlow
-		v   lbSession
-		out []Session
-	)
-	it := d.objs.Sessions.Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, sessionFrom(k, v))
+	var out []Session
+	if err := readAll(d.objs.Sessions, func(k lbFlow, v lbSession) { out = append(out, sessionFrom(k, v)) }); err != nil {
+		return nil, fmt.Errorf("read sessions: %w", err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("iterate sessions: %w", err)
-	}
-	var (
-		k6 lbFlow6
-		v6 lbSession6
-	)
-	it6 := d.objs.Sessions6.Iterate()
-	for it6.Next(&k6, &v6) {
-		out = append(out, sessionFrom6(k6, v6))
-	}
-	if err := it6.Err(); err != nil {
-		return nil, fmt.Errorf("iterate IPv6 sessions: %w", err)
+	if err := readAll(d.objs.Sessions6, func(k lbFlow6, v lbSession6) { out = append(out, sessionFrom6(k, v)) }); err != nil {
+		return nil, fmt.Errorf("read IPv6 sessions: %w", err)
 	}
 	return out, nil
+}
+
+// readAll reads every entry of m in batches (one system call per few
+// thousand entries instead of two per entry: a sweep of a full session map
+// would otherwise take a CPU for a good part of a second), and falls back to
+// iteration where the kernel has no batch lookup for the map type.
+func readAll[K, V any](m *ebpf.Map, each func(K, V)) error {
+	const chunk = 4096
+	keys, vals := make([]K, chunk), make([]V, chunk)
+	var cursor ebpf.MapBatchCursor
+	for first := true; ; first = false {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			each(keys[i], vals[i])
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil
+		case first && errors.Is(err, ebpf.ErrNotSupported):
+			var k K
+			var v V
+			it := m.Iterate()
+			for it.Next(&k, &v) {
+				each(k, v)
+			}
+			return it.Err()
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // PutSession inserts a raw entry; tests use it to pre-fill the port space.
