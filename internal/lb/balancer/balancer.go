@@ -39,6 +39,7 @@ type Balancer struct {
 	links       map[int]bpf.Attachment // by ifindex
 	live        int                    // connections at the last sweep
 	pinDir      string
+	ipv6        bool // the IPv6 maps have room (node setting, fixed at load)
 	// nl talks to the network namespace of the attached interfaces (set by
 	// the first AttachInterfaces), where backends' neighbours are resolved.
 	nl     *netlink.Handle
@@ -117,7 +118,7 @@ func Open(cfg *services.Config, o Options) (*Balancer, error) {
 		return nil, err
 	}
 	b := &Balancer{
-		dp: dp, log: log, cfg: cfg, pinDir: o.PinDir,
+		dp: dp, log: log, cfg: cfg, pinDir: o.PinDir, ipv6: cfg.IPv6,
 		programmed: map[bpf.Frontend]frontendState{},
 		backendIDs: map[netip.AddrPort]uint32{},
 		links:      map[int]bpf.Attachment{},
@@ -275,6 +276,15 @@ func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
 	defer b.mu.Unlock()
 	var ch Changes
 	fes, keep := desired(cfg)
+	if !b.ipv6 {
+		// The IPv6 maps were sized to nothing at load; refuse before
+		// writing anything rather than fail half way.
+		for fe := range fes {
+			if !fe.Addr.Is4() {
+				return ch, fmt.Errorf("frontend %v: IPv6 needs ipv6: true in the node settings, and node settings need a restart", fe)
+			}
+		}
+	}
 
 	for ap := range keep {
 		if _, ok := b.backendIDs[ap]; ok {
