@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
 )
@@ -83,5 +84,64 @@ func TestIPv6OffIsSmall(t *testing.T) {
 	}
 	if info.MaxEntries != 1 {
 		t.Fatalf("sessions6 holds %d entries with IPv6 off, want 1", info.MaxEntries)
+	}
+}
+
+// icmpError6 builds an ICMPv6 error from `from` to `to` quoting the start of
+// the IPv6 packet inner (Ethernet frame), with its checksum.
+func icmpError6(from, to netip.Addr, typ, code uint8, inner []byte) []byte {
+	quote := inner[14:]
+	if len(quote) > 48 {
+		quote = quote[:48]
+	}
+	m := append([]byte{typ, code, 0, 0, 0, 0, 5, 0xdc}, quote...)
+	binary.BigEndian.PutUint16(m[2:], csumFold(csumAdd(pseudo(from, to, 58, len(m)), m)))
+	b := ether(ipv6(from, to, 58, m))
+	b[12], b[13] = 0x86, 0xdd
+	return b
+}
+
+// An ICMPv6 error about a translated flow (here from the backend; Packet
+// Too Big from a router is handled the same) reaches the original sender
+// with the addresses and ports it knows, and a valid checksum.
+func TestICMPv6ErrorReverseTranslated(t *testing.T) {
+	for _, snat := range []bool{false, true} {
+		name := map[bool]string{false: "ClusterIP", true: "NodePort"}[snat]
+		t.Run(name, func(t *testing.T) {
+			d := load(t, testConstants6())
+			src, fe := ap(client6, 40000), Frontend{vip6, 53, UDP}
+			var flags ServiceFlags
+			if snat {
+				src, fe, flags = ap(ext6, 50000), Frontend{node6, 30053, UDP}, FlagSNAT
+			}
+			if err := d.PutBackend(1, ap(backend6A, 5353)); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.PutService(fe, ServiceEntry{ID: 1, Flags: flags, Slots: []uint32{1}}, ServiceEntry{}); err != nil {
+				t.Fatal(err)
+			}
+			_, query := run(t, d, pkt{src: src, dst: ap(fe.Addr, fe.Port), proto: UDP, payload: []byte("query")}.bytes())
+			sent := parse(t, query)
+
+			for _, typ := range []uint8{1, 2} { // port unreachable, packet too big
+				ret, out := run(t, d, icmpError6(backend6A, sent.src, typ, 4, query))
+				if ret != actOK {
+					t.Fatalf("type %d: verdict %d", typ, int32(ret))
+				}
+				e := parse(t, out)
+				if e.src != fe.Addr || e.dst != src.Addr() || !e.l4OK {
+					t.Fatalf("type %d: outer %v -> %v (icmp ok %v), want %v -> %v", typ, e.src, e.dst, e.l4OK, fe.Addr, src.Addr())
+				}
+				q := e.l4[8:]
+				qs, qd := netip.AddrFrom16([16]byte(q[8:24])), netip.AddrFrom16([16]byte(q[24:40]))
+				qsp, qdp := binary.BigEndian.Uint16(q[40:]), binary.BigEndian.Uint16(q[42:])
+				if ap(qs, qsp) != src || ap(qd, qdp) != ap(fe.Addr, fe.Port) {
+					t.Fatalf("type %d: quoted %v:%d -> %v:%d, want %v -> %v", typ, qs, qsp, qd, qdp, src, ap(fe.Addr, fe.Port))
+				}
+			}
+			if st, _ := d.Stats(); st.ICMPTranslated != 2 {
+				t.Fatalf("icmp_translated = %d, want 2", st.ICMPTranslated)
+			}
+		})
 	}
 }

@@ -737,8 +737,14 @@ int lb_ingress(struct __sk_buff *skb)
 {
 	if (skb->protocol == bpf_htons(ETH_P_IP))
 		return lb_ingress4(skb);
-	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 nexthdr;
+		if (bpf_skb_load_bytes(skb, IP6_OFF + offsetof(struct ipv6hdr, nexthdr), &nexthdr, 1))
+			return TC_ACT_UNSPEC;
+		if (nexthdr == IPPROTO_ICMPV6) // a sibling call: each has the stack to itself
+			return handle_icmp6(skb);
 		return lb_ingress6(skb);
+	}
 	return TC_ACT_UNSPEC;
 }
 

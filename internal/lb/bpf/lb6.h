@@ -2,9 +2,9 @@
 //go:build ignore
 
 // The IPv6 path of lb.c (included there, after the IPv4 helpers it shares):
-// the same session logic on 16-byte addresses. Only packets whose next
-// header is TCP or UDP are translated; extension headers (fragments
-// included) and ICMPv6 errors go to the stack untouched.
+// the same session logic on 16-byte addresses. Packets whose next header is
+// TCP or UDP are translated, and ICMPv6 errors about them; extension
+// headers (fragments included) go to the stack untouched.
 
 #ifndef SWIFTLANE_LB6_H
 #define SWIFTLANE_LB6_H
@@ -249,19 +249,24 @@ static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const stru
 	}
 
 	if (l4proto) {
-		__be16 *ports = data + L4_OFF6;
-		if ((void *)(ports + 2) > end)
-			return TC_ACT_SHOT;
+		// ICMPv6 has a pseudo header too (and no ports to change).
 		__u32 csum_off = L4_OFF6 + (l4proto == IPPROTO_TCP ? offsetof(struct tcphdr, check)
-								   : offsetof(struct udphdr, check));
+					    : l4proto == IPPROTO_UDP ? offsetof(struct udphdr, check)
+								     : offsetof(struct icmphdr, checksum));
 		// A zero UDP checksum is invalid in IPv6; nothing to preserve.
 		__u32 port_diff = 0;
-		bool ports_changed = ports[0] != to->sport || ports[1] != to->dport;
-		if (ports_changed) {
-			port_diff = csum_add(csum_add(~(__u32)ports[0] & 0xffff, to->sport),
-					     csum_add(~(__u32)ports[1] & 0xffff, to->dport));
-			ports[0] = to->sport;
-			ports[1] = to->dport;
+		bool ports_changed = false;
+		if (l4proto != IPPROTO_ICMPV6) {
+			__be16 *ports = data + L4_OFF6;
+			if ((void *)(ports + 2) > end)
+				return TC_ACT_SHOT;
+			ports_changed = ports[0] != to->sport || ports[1] != to->dport;
+			if (ports_changed) {
+				port_diff = csum_add(csum_add(~(__u32)ports[0] & 0xffff, to->sport),
+						     csum_add(~(__u32)ports[1] & 0xffff, to->dport));
+				ports[0] = to->sport;
+				ports[1] = to->dport;
+			}
 		}
 		if (addrs && bpf_l4_csum_replace(skb, csum_off, 0, addr_diff, BPF_F_PSEUDO_HDR))
 			return TC_ACT_SHOT;
@@ -281,6 +286,84 @@ static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const stru
 	if (bpf_map_lookup_elem(&peer_ifaces, &out))
 		return bpf_redirect_peer(out, 0);
 	return bpf_redirect(out, 0);
+}
+
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PARAMPROB 4 // 2 packet too big and 3 time exceeded lie between
+
+// Header of the packet quoted inside an ICMPv6 error: IPv6 without
+// extension headers and the first 8 bytes of TCP/UDP.
+struct quoted6 {
+	struct ipv6hdr ip;
+	__be16 sport;
+	__be16 dport;
+	__be32 rest;
+};
+
+// handle_icmp for IPv6: Packet Too Big matters most here, since IPv6
+// routers never fragment and path MTU discovery depends on it reaching the
+// socket that sent the packet.
+static __noinline int handle_icmp6(struct __sk_buff *skb)
+{
+	struct icmphdr ic; // ICMPv6 shares the first 8 bytes' layout
+	struct quoted6 q;
+	struct flow6 outer = { .proto = IPPROTO_ICMPV6 };
+	// The session key, then (no longer needed) the outer rewrite: one slot
+	// of stack for both keeps this call chain within the 512-byte limit.
+	union {
+		struct flow6 k;
+		struct session6 to;
+	} u = {};
+
+	// saddr and daddr are adjacent in both the header and struct flow6.
+	if (bpf_skb_load_bytes(skb, IP6_OFF + offsetof(struct ipv6hdr, saddr), outer.saddr, 32) ||
+	    bpf_skb_load_bytes(skb, L4_OFF6, &ic, sizeof(ic)))
+		return TC_ACT_UNSPEC;
+	if (ic.type < ICMPV6_DEST_UNREACH || ic.type > ICMPV6_PARAMPROB)
+		return TC_ACT_UNSPEC;
+	__u32 qoff = L4_OFF6 + sizeof(ic);
+	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)))
+		return TC_ACT_UNSPEC;
+	if (q.ip.nexthdr != IPPROTO_TCP && q.ip.nexthdr != IPPROTO_UDP)
+		return TC_ACT_UNSPEC;
+
+	// The quoted packet went the other way, so its reverse is a session key.
+	u.k.sport = q.dport;
+	u.k.dport = q.sport;
+	u.k.proto = q.ip.nexthdr;
+	addr6_set(u.k.saddr, q.ip.daddr.in6_u.u6_addr32);
+	addr6_set(u.k.daddr, q.ip.saddr.in6_u.u6_addr32);
+	struct session6 *s = bpf_map_lookup_elem(&sessions6, &u.k);
+	if (!s)
+		return TC_ACT_UNSPEC;
+
+	// Rewrite the quoted header; ICMPv6's checksum covers it, so add the
+	// same ones' complement diff there.
+	bool from_quoted_dst = addr6_eq(outer.saddr, q.ip.daddr.in6_u.u6_addr32);
+	__u32 diff = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		diff = csum_add(diff, csum_add(~q.ip.saddr.in6_u.u6_addr32[i], s->daddr[i]));
+		diff = csum_add(diff, csum_add(~q.ip.daddr.in6_u.u6_addr32[i], s->saddr[i]));
+	}
+	diff = csum_add(diff, csum_add(~(__u32)q.sport & 0xffff, s->dport));
+	diff = csum_add(diff, csum_add(~(__u32)q.dport & 0xffff, s->sport));
+	addr6_set(q.ip.saddr.in6_u.u6_addr32, s->daddr);
+	addr6_set(q.ip.daddr.in6_u.u6_addr32, s->saddr);
+	q.sport = s->dport;
+	q.dport = s->sport;
+	if (bpf_l4_csum_replace(skb, L4_OFF6 + offsetof(struct icmphdr, checksum), 0, diff, 0) ||
+	    bpf_skb_store_bytes(skb, qoff, &q, sizeof(q), 0))
+		return TC_ACT_SHOT;
+
+	__builtin_memset(&u, 0, sizeof(u));
+	if (from_quoted_dst)
+		addr6_set(u.to.saddr, q.ip.daddr.in6_u.u6_addr32);
+	else
+		addr6_set(u.to.saddr, outer.saddr);
+	addr6_set(u.to.daddr, q.ip.saddr.in6_u.u6_addr32);
+	STAT_INC(icmp_translated);
+	return translate6(skb, IPPROTO_ICMPV6, &outer, &u.to);
 }
 
 static __noinline int lb_ingress6(struct __sk_buff *skb)

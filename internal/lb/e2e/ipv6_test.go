@@ -3,11 +3,13 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +40,7 @@ services:
     ports:
       - {name: http, port: 80, targetPort: %[6]d, nodePort: 30050}
       - {name: dns, protocol: UDP, port: 53, targetPort: %[6]d, nodePort: 30053}
+      - {name: closed, protocol: UDP, port: 54, targetPort: 9}
     endpoints: [%[7]s]
   - name: self6
     clusterIP: "fd00:96::60"
@@ -155,4 +158,29 @@ func TestIPv6BulkStream(t *testing.T) {
 		}
 	}
 	e.noConntrack()
+}
+
+// A backend's ICMP error about a translated flow (port unreachable: nothing
+// listens on the target port) reaches the client's socket, which only
+// happens if the error is translated back to the tuple the socket knows.
+func TestICMPErrorReachesClient(t *testing.T) {
+	e := setupWith(t, dualStackConfig)
+	for _, addr := range []string{"[" + dualVIP6 + "]:54", dualVIP4 + ":54"} {
+		c, err := e.topo.Client.Dial("udp", addr, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(timeout))
+		if _, err := c.Write([]byte("anyone?")); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Read(make([]byte, 64))
+		c.Close()
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: read returned %v, want connection refused from the translated ICMP error", addr, err)
+		}
+	}
+	if st, _ := e.lb.Stats(); st.ICMPTranslated < 2 {
+		t.Errorf("icmp_translated = %d, want both families' errors counted", st.ICMPTranslated)
+	}
 }
