@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	lbbpf "github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/kubesource"
 	"github.com/swiftlane/swiftlane/internal/lb/metrics"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
@@ -32,8 +33,10 @@ func newLBCmd() *cobra.Command {
 		kubeconfig, node   string
 		proxyName          string
 		metricsAddr        string
+		pinDir             string
 		interval, debounce time.Duration
 		check, debug       bool
+		cleanup            bool
 	)
 	c := &cobra.Command{
 		Use:   "lb --config FILE [--source kubernetes]",
@@ -50,9 +53,23 @@ settings (interfaces, ports, hairpin address, sessions), and --node adds the
 Node's addresses for NodePorts. Run it in place of kube-proxy's Service NAT.
 
 Either way only services whose entries changed are rewritten. Node settings
-(ports, hairpin address, session capacity) need a restart. See docs/lb.md.`,
+(ports, hairpin address, session capacity) need a restart.
+
+With --pin-dir (the default) the maps and attachments are pinned in bpffs: a
+restart or upgrade takes over every open connection, and stopping the
+command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cleanup {
+				if pinDir == "" {
+					return errors.New("--cleanup: needs --pin-dir (the directory the load balancer pinned into)")
+				}
+				if err := lbbpf.Cleanup(pinDir); err != nil {
+					return fmt.Errorf("--cleanup: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "detached and unpinned %s\n", pinDir)
+				return nil
+			}
 			if configPath == "" {
 				return errors.New("--config: required (the services YAML, or the node settings with --source kubernetes; see docs/lb.md)")
 			}
@@ -67,7 +84,7 @@ Either way only services whose entries changed are rewritten. Node settings
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: %d services OK\n", configPath, len(cfg.Services))
 					return nil
 				}
-				return runLB(cmd.Context(), log, cfg, metricsAddr, interval, fileFeed(configPath, len(cfg.Services), interval, log))
+				return runLB(cmd.Context(), log, cfg, balancer.Options{Log: log, PinDir: pinDir}, metricsAddr, interval, fileFeed(configPath, len(cfg.Services), interval, log))
 			case "kubernetes":
 			default:
 				return fmt.Errorf("--source %q is unknown: use file (services from --config) or kubernetes (Services and EndpointSlices)", source)
@@ -92,11 +109,12 @@ Either way only services whose entries changed are rewritten. Node settings
 				return fmt.Errorf("--kubeconfig: %w", err)
 			}
 			if node != "" {
-				addrs, err := kubesource.NodeAddresses(cmd.Context(), cs, node)
+				addrs, err := kubesource.NodeAddresses(cmd.Context(), cs, node, cfg.IPv6)
 				if err != nil {
 					return err
 				}
 				cfg.NodeAddresses = kubesource.AppendUnique(cfg.NodeAddresses, addrs...)
+				cfg.NodeName = node // endpoints on this node are local (traffic policies)
 				log.Info("node addresses", "node", node, "addresses", cfg.NodeAddresses)
 			} else if len(cfg.NodeAddresses) == 0 {
 				log.Warn("no node addresses (--node or nodeAddresses in --config): NodePorts are not served")
@@ -105,7 +123,9 @@ Either way only services whose entries changed are rewritten. Node settings
 			if err != nil {
 				return err
 			}
-			return runLB(cmd.Context(), log, cfg, metricsAddr, interval, func(ctx context.Context, b *balancer.Balancer) error {
+			// Deferred: pinned services keep serving until the caches are synced.
+			opts := balancer.Options{Log: log, PinDir: pinDir, Deferred: true}
+			return runLB(cmd.Context(), log, cfg, opts, metricsAddr, interval, func(ctx context.Context, b *balancer.Balancer) error {
 				return src.Run(ctx, func(next *services.Config) error {
 					ch, err := b.Apply(next)
 					if err != nil {
@@ -128,26 +148,39 @@ Either way only services whose entries changed are rewritten. Node settings
 	f.DurationVar(&debounce, "debounce", kubesource.DefaultDebounce, "with --source kubernetes: collect changes this long after the first before applying them")
 	f.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9465", "Prometheus /metrics listen address (empty: off)")
 	f.DurationVar(&interval, "sweep-interval", 5*time.Second, "how often to expire idle sessions, attach to new interfaces and (--source file) re-read the file")
+	f.StringVar(&pinDir, "pin-dir", defaultPinDir, "bpffs directory that keeps sessions, services and attachments across restarts (empty: no pinning; stopping detaches and drops the sessions)")
+	f.BoolVar(&cleanup, "cleanup", false, "detach the program and remove everything pinned under --pin-dir, then exit")
 	f.BoolVar(&check, "check", false, "validate --config and exit")
 	f.BoolVar(&debug, "debug", false, "also log why Services are skipped when that is expected (headless, ExternalName)")
 	return c
 }
+
+// defaultPinDir is under the usual bpffs mount point.
+const defaultPinDir = "/sys/fs/bpf/swiftlane/lb"
 
 // lbFeed keeps the balancer's services current until ctx ends.
 type lbFeed func(ctx context.Context, b *balancer.Balancer) error
 
 // runLB loads the datapath with cfg's node settings and services, attaches
 // it, and runs feed next to the periodic attach and session sweep.
-func runLB(ctx context.Context, log *slog.Logger, cfg *services.Config, metricsAddr string, interval time.Duration, feed lbFeed) error {
-	b, err := balancer.New(cfg, log)
+func runLB(ctx context.Context, log *slog.Logger, cfg *services.Config, opts balancer.Options, metricsAddr string, interval time.Duration, feed lbFeed) error {
+	b, err := balancer.Open(cfg, opts)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer func() {
+		b.Close()
+		if opts.PinDir != "" {
+			log.Info("stopped; the program stays attached with its pinned state (the next start takes over; --cleanup removes it)", "pin_dir", opts.PinDir)
+		}
+	}()
 	if n, err := b.AttachInterfaces(); err != nil {
 		return err
 	} else if n == 0 {
 		log.Warn("no interface matches yet; will keep looking", "interfaces", cfg.Interfaces)
+	}
+	if err := b.PinnedMapsCurrent(); err != nil {
+		log.Warn("remove maps pinned by an older build", "err", err)
 	}
 
 	if metricsAddr != "" {

@@ -38,6 +38,8 @@ services:
 		{args: []string{"--source", "kubernetes", "--config", node, "--kubeconfig", filepath.Join(dir, "missing")}, errorHas: "--kubeconfig " + filepath.Join(dir, "missing")},
 		{args: []string{"--source", "etcd", "--config", node}, errorHas: `--source "etcd" is unknown`},
 		{args: []string{"--source", "kubernetes"}, errorHas: "--config: required"},
+		{args: []string{"--cleanup", "--pin-dir", ""}, errorHas: "--cleanup: needs --pin-dir"},
+		{args: []string{"--config", withServices, "--pin-dir", filepath.Join(dir, "pins")}, errorHas: "is not on a bpf filesystem"},
 	} {
 		c := newLBCmd()
 		var out bytes.Buffer

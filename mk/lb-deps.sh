@@ -14,6 +14,8 @@ need=(
 	nftables:/usr/sbin/nft
 	conntrack:/usr/sbin/conntrack
 	linux-perf:/usr/bin/perf
+	wrk:/usr/bin/wrk
+	ipvsadm:/usr/sbin/ipvsadm
 )
 # libbpf-dev >= 1.4 (bpf_helpers.h) comes from bookworm-backports.
 backports=(libbpf-dev:/usr/include/bpf/bpf_helpers.h)

@@ -4,6 +4,7 @@
 # namespaces (everything they create stays inside those namespaces).
 
 LB_BENCH_FLAGS ?=
+LB_LOADGEN     ?= $(CACHE)/lb/loadgen
 
 # internal/lb/kubesource runs a real kube-apiserver (internal/kubetest), hence
 # k8s-bins and $(K8S_ENV) (mk/k8s.mk); without SWL_K8S_BIN those tests skip.
@@ -13,7 +14,15 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 	$(K8S_ENV) SWIFTLANE_REQUIRE_NETNS=1 $(GO) test -count=1 -p 1 -timeout 6m ./internal/lb/... ./bench/lb/...
 
 .PHONY: bench-lb
-bench-lb: ## LB: iptables vs nftables vs swiftlane in netns -> bench/results/lb.json (root, ~1 min)
+# A full run is 5 rounds x 5 variants x 2 paths x 2.5 phases of 20 s: ~45 min,
+# with nothing else on the machine. Smoke test: LB_BENCH_FLAGS='-duration 3s
+# -repeats 1 -out /tmp/lb.json -png-dir /tmp'.
+bench-lb: $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min)
 	bash mk/lb-deps.sh
 	@mkdir -p bench/results
-	$(GO) run ./bench/lb -out bench/results/lb.json $(LB_BENCH_FLAGS)
+	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -out bench/results/lb.json $(LB_BENCH_FLAGS)
+
+# The open-loop load generator (C, no dependencies beyond libc).
+$(LB_LOADGEN): bench/lb/loadgen/loadgen.c
+	@mkdir -p $(dir $@)
+	$(CLANG) -O2 -Wall -Wextra -Werror -o $@ $<

@@ -125,3 +125,66 @@ services:
     endpoints: [%s]
 `, topo.NodeIP, clusterIP, strings.Join(ports, ", "), strings.Join(eps, ", "))
 }
+
+// ipvsSetup is the kube-proxy IPVS-mode shape: service addresses on a dummy
+// interface (kube-ipvs0) so they are local, one virtual server per
+// ClusterIP and NodePort port with the endpoints as masquerading real
+// servers, and MASQUERADE for NodePort traffic in iptables (kube-proxy
+// marks it through ipsets; this matches the same packets). The kernel needs
+// ip_vs; ipvsAvailable says why not.
+func ipvsSetup(topo *labnet.Topology) [][]string {
+	steps := [][]string{
+		{"ip", "link", "add", "kube-ipvs0", "type", "dummy"},
+		{"ip", "addr", "add", clusterIP.String() + "/32", "dev", "kube-ipvs0"},
+		// Masqueraded IPVS connections need conntrack entries for the SNAT.
+		{"sysctl", "-qw", "net.ipv4.vs.conntrack=1"},
+	}
+	for _, p := range webPorts {
+		for _, vip := range []string{fmt.Sprintf("%s:%d", clusterIP, p.port), fmt.Sprintf("%s:%d", topo.NodeIP, p.nodePort)} {
+			steps = append(steps, []string{"ipvsadm", "-A", "-t", vip, "-s", "rr"})
+			for _, b := range topo.BackendIPs {
+				steps = append(steps, []string{"ipvsadm", "-a", "-t", vip, "-r", fmt.Sprintf("%s:%d", b, p.target), "-m"})
+			}
+		}
+		steps = append(steps, strings.Fields(fmt.Sprintf("iptables -w -t nat -A POSTROUTING -m ipvs --vaddr %s/32 --vport %d -j MASQUERADE", topo.NodeIP, p.nodePort)))
+	}
+	return steps
+}
+
+func applyIPVS(topo *labnet.Topology) error {
+	for _, s := range ipvsSetup(topo) {
+		if _, err := topo.Node.Run(s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ipvsAvailable is nil when the node namespace can use IPVS.
+func ipvsAvailable(topo *labnet.Topology) error {
+	if _, err := topo.Node.Run("ipvsadm", "-Ln"); err != nil {
+		return fmt.Errorf("IPVS unavailable (the kernel needs ip_vs; `modprobe ip_vs`, or run in the VM lab): %w", err)
+	}
+	return nil
+}
+
+// teardown removes a shape so the next variant runs on the same topology.
+func teardown(topo *labnet.Topology, variant string) error {
+	var steps [][]string
+	switch variant {
+	case "iptables":
+		steps = [][]string{{"iptables", "-w", "-t", "nat", "-F"}, {"iptables", "-w", "-t", "nat", "-X"}}
+	case "nftables":
+		steps = [][]string{{"nft", "delete", "table", "ip", "kube-proxy"}}
+	case "ipvs":
+		steps = [][]string{{"ipvsadm", "-C"}, {"ip", "link", "del", "kube-ipvs0"}, {"iptables", "-w", "-t", "nat", "-F"}}
+	}
+	// Whatever the variant tracked must not shape the next one.
+	steps = append(steps, []string{"conntrack", "-F"})
+	for _, s := range steps {
+		if _, err := topo.Node.Run(s...); err != nil && !strings.Contains(err.Error(), "0 flow entries") {
+			return err
+		}
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ package balancer
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
@@ -30,7 +31,7 @@ func TestApplyIsIncremental(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newWith(cfg, nil, false)
+	b, err := Open(cfg, Options{noRedirect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestApplyMaglevSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newWith(cfg, nil, false)
+	b, err := Open(cfg, Options{noRedirect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +111,32 @@ func TestApplyMaglevSelection(t *testing.T) {
 	}
 	if n := len(webSlots()); n != 2 {
 		t.Fatalf("random frontend has %d slots, want 2", n)
+	}
+}
+
+// A reload that brings IPv6 Services to a balancer loaded without IPv6 is
+// refused whole, naming the setting, instead of failing half applied.
+func TestApplyRefusesIPv6WithoutTheNodeSetting(t *testing.T) {
+	labnet.RequireRoot(t)
+	cfg, err := services.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(cfg, Options{noRedirect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	next, err := services.Parse([]byte("ipv6: true\n" + cfgYAML + `  - name: v6
+    clusterIP: "fd00:96::10"
+    ports: [{port: 80}]
+    endpoints: [{address: "fd00:244:2::2"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := b.Apply(next)
+	if err == nil || !strings.Contains(err.Error(), "IPv6 needs ipv6: true in the node settings") || ch != (Changes{}) {
+		t.Fatalf("Apply = %v, %v; want a refusal naming the setting and no change", ch, err)
 	}
 }

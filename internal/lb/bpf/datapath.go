@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -34,6 +35,10 @@ func (p Proto) String() string {
 	return fmt.Sprintf("proto(%d)", uint8(p))
 }
 
+// LastSeenGrain is how stale the program lets a session's last_seen get
+// before rewriting it; Sweep adds it to every idle timeout.
+const LastSeenGrain = time.Second
+
 // SNATTries is the most ports one allocation tries (SNAT_TRIES in lb.h).
 const SNATTries = 5
 
@@ -42,8 +47,16 @@ type Constants struct {
 	SNATPortMin, SNATPortMax uint16 // inclusive; must not overlap the NodePort range
 	NodePortMin, NodePortMax uint16
 	HairpinAddr              netip.Addr // IPv4 source for a backend reaching its own service
-	FIBRedirect              bool       // false only in unit tests: leave forwarding to the stack
-	SessionEntries           uint32     // LRU capacity, two entries per connection; 0 = default
+	// IPv6 sizes the IPv6 maps like the IPv4 ones (off: one entry each, so
+	// an IPv4-only node pays no memory for them; IPv6 frontends are refused).
+	IPv6           bool
+	HairpinAddr6   netip.Addr // IPv6 hairpin source; invalid: IPv6 hairpin connections are dropped
+	FIBRedirect    bool       // false only in unit tests: leave forwarding to the stack
+	SessionEntries uint32     // LRU capacity, two entries per connection; 0 = default
+	// PinDir, on a bpf filesystem, keeps the maps (and, via AttachIngress,
+	// the attachments) across restarts; see pin.go. Empty: they live and die
+	// with the process.
+	PinDir string
 }
 
 // Validate names the offending field and how to fix it.
@@ -58,6 +71,9 @@ func (c Constants) Validate() error {
 		return fmt.Errorf("SNAT port range %d-%d overlaps NodePort range %d-%d: move the SNAT range (e.g. 32768-60999)",
 			c.SNATPortMin, c.SNATPortMax, c.NodePortMin, c.NodePortMax)
 	}
+	if c.HairpinAddr6.IsValid() && (!c.HairpinAddr6.Is6() || c.HairpinAddr6.Is4In6()) {
+		return fmt.Errorf("IPv6 hairpin address %v: must be an IPv6 address reserved for hairpin SNAT (e.g. fd00:5c:1::1)", c.HairpinAddr6)
+	}
 	if !c.HairpinAddr.Is4() {
 		return fmt.Errorf("hairpin address %v: must be an IPv4 address reserved for hairpin SNAT (e.g. 169.254.42.1)", c.HairpinAddr)
 	}
@@ -66,7 +82,9 @@ func (c Constants) Validate() error {
 
 // Datapath is the loaded program and its maps.
 type Datapath struct {
-	objs lbObjects
+	objs     lbObjects
+	mapDirs  []string // where the maps are pinned; none if not
+	replaced []string // pinned maps that could not be reused (why)
 }
 
 // Load sets the constants and loads the program into the kernel. On a
@@ -80,12 +98,16 @@ func Load(c Constants) (*Datapath, error) {
 		return nil, err
 	}
 	set := map[string]any{
-		lbVarSnatPortMin: c.SNATPortMin,
-		lbVarSnatPortMax: c.SNATPortMax,
-		lbVarNodeportMin: c.NodePortMin,
-		lbVarNodeportMax: c.NodePortMax,
-		lbVarHairpinAddr: addrBE(c.HairpinAddr),
-		lbVarFibRedirect: c.FIBRedirect,
+		lbVarSnatPortMin:     c.SNATPortMin,
+		lbVarSnatPortMax:     c.SNATPortMax,
+		lbVarNodeportMin:     c.NodePortMin,
+		lbVarNodeportMax:     c.NodePortMax,
+		lbVarHairpinAddr:     addrBE(c.HairpinAddr),
+		lbVarFibRedirect:     c.FIBRedirect,
+		lbVarLastSeenGrainNs: uint64(LastSeenGrain),
+	}
+	if c.HairpinAddr6.IsValid() {
+		set[lbVarHairpinAddr6] = addr6BE(c.HairpinAddr6)
 	}
 	for name, v := range set {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -93,14 +115,45 @@ func Load(c Constants) (*Datapath, error) {
 		}
 	}
 	if c.SessionEntries > 0 {
-		spec.Maps[lbMapSessions].MaxEntries = c.SessionEntries
+		for _, m := range []string{lbMapSessions, lbMapSessions6} {
+			spec.Maps[m].MaxEntries = c.SessionEntries
+		}
+		// At most one affinity entry per connection's client is live.
+		for _, m := range []string{lbMapAffinity, lbMapAffinity6} {
+			spec.Maps[m].MaxEntries = max(c.SessionEntries/2, 1)
+		}
+	}
+	if !c.IPv6 {
+		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6} {
+			spec.Maps[m].MaxEntries = 1
+		}
 	}
 	d := &Datapath{}
-	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+	var opts *ebpf.CollectionOptions
+	if c.PinDir != "" {
+		var pinned map[string]*ebpf.Map
+		pinned, d.mapDirs, d.replaced, err = openPinned(spec, c.PinDir)
+		if err != nil {
+			return nil, err
+		}
+		// The collection takes clones; ours are only needed to load.
+		defer func() {
+			for _, m := range pinned {
+				m.Close()
+			}
+		}()
+		opts = &ebpf.CollectionOptions{MapReplacements: pinned}
+	}
+	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, fmt.Errorf("load lb program: %w", err)
 	}
 	return d, nil
 }
+
+// PinnedMaps lists the directories the maps are pinned in (none without
+// pinning), and the pinned maps that could not be reused and start empty,
+// each with the reason.
+func (d *Datapath) PinnedMaps() (dirs, replaced []string) { return d.mapDirs, d.replaced }
 
 // Close releases the program and maps (attachments hold their own references).
 func (d *Datapath) Close() error { return d.objs.Close() }
@@ -151,11 +204,13 @@ func (f Frontend) key() lbSvcKey {
 // PutBackend adds or replaces backend id. Replacing the address makes
 // existing sessions to the old address re-balance on their next packet.
 func (d *Datapath) PutBackend(id uint32, ap netip.AddrPort) error {
-	if !ap.Addr().Is4() {
-		return fmt.Errorf("backend %v: only IPv4 is supported", ap)
+	var err error
+	if a := ap.Addr().Unmap(); a.Is4() {
+		err = d.objs.Backends.Put(id, lbBackend{Addr: addrBE(a), Port: portBE(ap.Port())})
+	} else {
+		err = d.objs.Backends6.Put(id, lbBackend6{Addr: addr6BE(a), Port: portBE(ap.Port())})
 	}
-	v := lbBackend{Addr: addrBE(ap.Addr()), Port: portBE(ap.Port())}
-	if err := d.objs.Backends.Put(id, v); err != nil {
+	if err != nil {
 		return fmt.Errorf("put backend %d (%v): %w", id, ap, err)
 	}
 	return nil
@@ -164,8 +219,10 @@ func (d *Datapath) PutBackend(id uint32, ap netip.AddrPort) error {
 // DeleteBackend removes backend id; its sessions re-balance on their next
 // forward packet, and replies still in flight are still translated.
 func (d *Datapath) DeleteBackend(id uint32) error {
-	if err := d.objs.Backends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete backend %d: %w", id, err)
+	for _, m := range []*ebpf.Map{d.objs.Backends, d.objs.Backends6} {
+		if err := m.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete backend %d: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -174,41 +231,103 @@ func (d *Datapath) DeleteBackend(id uint32) error {
 type ServiceFlags uint32
 
 const (
-	// FlagSNAT rewrites the source to the node address (NodePort).
+	// FlagSNAT rewrites the source to ServiceEntry.SNATAddr, or to the
+	// frontend's own address when that is unset (NodePort).
 	FlagSNAT ServiceFlags = 0x1
 	// FlagMaglev makes the program index the slots by a hash of the flow's
 	// 5-tuple instead of a random number; the slots are then a Maglev table.
 	FlagMaglev ServiceFlags = 0x2
 )
 
-// PutService points frontend fe (service id) at the backends, in slot order
-// (one backend may fill many slots). oldCount is how many slots the service
-// had before (0 if new). Slots are written before the count grows and
+// PutService points frontend fe at e.Slots (backend ids in slot order; one
+// backend may fill many slots). old is what the frontend had (zero if new;
+// the ID must not change). Slots are written before the count grows and
 // deleted after it shrinks, so a concurrent packet never reads a slot beyond
 // the count it saw, except a shrink race which the program resolves by
-// falling back to slot 0.
-func (d *Datapath) PutService(fe Frontend, id uint32, flags ServiceFlags, backendIDs []uint32, oldCount int) error {
-	if !fe.Addr.Is4() {
-		return fmt.Errorf("frontend %v: only IPv4 is supported", fe)
+// falling back to slot 0. Affinity members are added before and removed
+// after the service entry changes, for the same reason.
+func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
+	if e.SNATAddr.IsValid() && e.SNATAddr.Is4() != fe.Addr.Is4() {
+		return fmt.Errorf("frontend %v: SNAT address %v: must be of the frontend's family", fe, e.SNATAddr)
 	}
-	for i, b := range backendIDs {
-		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: id, Slot: uint32(i)}, b); err != nil {
+	for i, b := range e.Slots {
+		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: e.ID, Slot: uint32(i)}, b); err != nil {
 			return fmt.Errorf("service %v slot %d: %w", fe, i, err)
 		}
 	}
-	v := lbSvcVal{Id: id, Count: uint32(len(backendIDs)), Flags: uint32(flags)}
-	if err := d.objs.Services.Put(fe.key(), v); err != nil {
+	now, before := e.members(), old.members()
+	for id := range now {
+		if !before[id] {
+			if err := d.objs.SvcMembers.Put(lbMemberKey{SvcId: e.ID, BackendId: id}, uint8(1)); err != nil {
+				return fmt.Errorf("service %v affinity member %d: %w", fe, id, err)
+			}
+		}
+	}
+	var err error
+	if fe.Addr.Is4() {
+		v := lbSvcVal{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
+		if e.SNATAddr.IsValid() {
+			v.SnatAddr = addrBE(e.SNATAddr)
+		}
+		err = d.objs.Services.Put(fe.key(), v)
+	} else {
+		v := lbSvcVal6{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
+		if e.SNATAddr.IsValid() {
+			v.SnatAddr = addr6BE(e.SNATAddr)
+		}
+		err = d.objs.Services6.Put(fe.key6(), v)
+	}
+	if err != nil {
 		return fmt.Errorf("service %v: %w", fe, err)
 	}
-	return d.deleteSlots(id, len(backendIDs), oldCount)
+	for id := range before {
+		if !now[id] {
+			if err := d.deleteMember(e.ID, id); err != nil {
+				return err
+			}
+		}
+	}
+	return d.deleteSlots(e.ID, len(e.Slots), len(old.Slots))
 }
 
-// DeleteService removes frontend fe and its slots.
-func (d *Datapath) DeleteService(fe Frontend, id uint32, oldCount int) error {
-	if err := d.objs.Services.Delete(fe.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+// members are the backends an affinity entry may still point at.
+func (e ServiceEntry) members() map[uint32]bool {
+	m := map[uint32]bool{}
+	if e.AffinitySec == 0 {
+		return m
+	}
+	for _, id := range e.Slots {
+		m[id] = true
+	}
+	return m
+}
+
+func (d *Datapath) deleteMember(svc, backend uint32) error {
+	err := d.objs.SvcMembers.Delete(lbMemberKey{SvcId: svc, BackendId: backend})
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete affinity member %d of service %d: %w", backend, svc, err)
+	}
+	return nil
+}
+
+// DeleteService removes frontend fe, its slots and affinity members; old is
+// what it had.
+func (d *Datapath) DeleteService(fe Frontend, old ServiceEntry) error {
+	var err error
+	if fe.Addr.Is4() {
+		err = d.objs.Services.Delete(fe.key())
+	} else {
+		err = d.objs.Services6.Delete(fe.key6())
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete service %v: %w", fe, err)
 	}
-	return d.deleteSlots(id, 0, oldCount)
+	for id := range old.members() {
+		if err := d.deleteMember(old.ID, id); err != nil {
+			return err
+		}
+	}
+	return d.deleteSlots(old.ID, 0, len(old.Slots))
 }
 
 func (d *Datapath) deleteSlots(id uint32, from, to int) error {
@@ -234,4 +353,109 @@ func (d *Datapath) SetPeerInterface(ifindex int, on bool) error {
 		return fmt.Errorf("peer interface %d: %w", ifindex, err)
 	}
 	return nil
+}
+
+// ServiceEntry is one frontend as the maps hold it.
+type ServiceEntry struct {
+	ID          uint32
+	Flags       ServiceFlags
+	AffinitySec uint32     // ClientIP affinity timeout in seconds; 0: none
+	SNATAddr    netip.Addr // FlagSNAT source; invalid: the frontend address
+	Slots       []uint32   // backend id per slot 0..count-1; 0 where a slot is missing
+}
+
+// Programmed reads back what the maps hold, which after a restart with
+// pinned maps is what the previous process programmed, and deletes slots
+// that no frontend reaches (an apply interrupted by a crash).
+func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.AddrPort, error) {
+	fes := map[Frontend]ServiceEntry{}
+	byID := map[uint32]Frontend{}
+	var k lbSvcKey
+	var v lbSvcVal
+	it := d.objs.Services.Iterate()
+	for it.Next(&k, &v) {
+		fe := Frontend{Addr: addrFromBE(k.Addr), Port: portFromBE(k.Port), Proto: Proto(k.Proto)}
+		e := ServiceEntry{ID: v.Id, Flags: ServiceFlags(v.Flags), AffinitySec: v.AffinitySec, Slots: make([]uint32, v.Count)}
+		if v.SnatAddr != 0 {
+			e.SNATAddr = addrFromBE(v.SnatAddr)
+		}
+		fes[fe] = e
+		byID[v.Id] = fe
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read services: %w", err)
+	}
+	var k6 lbSvcKey6
+	var v6 lbSvcVal6
+	it6 := d.objs.Services6.Iterate()
+	for it6.Next(&k6, &v6) {
+		fe := Frontend{Addr: addr6FromBE(k6.Addr), Port: portFromBE(k6.Port), Proto: Proto(k6.Proto)}
+		e := ServiceEntry{ID: v6.Id, Flags: ServiceFlags(v6.Flags), AffinitySec: v6.AffinitySec, Slots: make([]uint32, v6.Count)}
+		if v6.SnatAddr != [4]uint32{} {
+			e.SNATAddr = addr6FromBE(v6.SnatAddr)
+		}
+		fes[fe] = e
+		byID[v6.Id] = fe
+	}
+	if err := it6.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read IPv6 services: %w", err)
+	}
+	var sk lbSlotKey
+	var bid uint32
+	var orphans []lbSlotKey
+	sit := d.objs.BackendSlots.Iterate()
+	for sit.Next(&sk, &bid) {
+		fe, ok := byID[sk.SvcId]
+		if !ok || sk.Slot >= uint32(len(fes[fe].Slots)) {
+			orphans = append(orphans, sk)
+			continue
+		}
+		fes[fe].Slots[sk.Slot] = bid
+	}
+	if err := sit.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read backend slots: %w", err)
+	}
+	for _, o := range orphans {
+		if err := d.objs.BackendSlots.Delete(o); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil, fmt.Errorf("delete orphan slot %d of service %d: %w", o.Slot, o.SvcId, err)
+		}
+	}
+	// Members are derived from the slots; drop any an interrupted apply left.
+	var mk lbMemberKey
+	var one uint8
+	var stale []lbMemberKey
+	mit := d.objs.SvcMembers.Iterate()
+	for mit.Next(&mk, &one) {
+		fe, ok := byID[mk.SvcId]
+		if !ok || !fes[fe].members()[mk.BackendId] {
+			stale = append(stale, mk)
+		}
+	}
+	if err := mit.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read affinity members: %w", err)
+	}
+	for _, m := range stale {
+		if err := d.deleteMember(m.SvcId, m.BackendId); err != nil {
+			return nil, nil, err
+		}
+	}
+	bes := map[uint32]netip.AddrPort{}
+	var id uint32
+	var b lbBackend
+	bit := d.objs.Backends.Iterate()
+	for bit.Next(&id, &b) {
+		bes[id] = netip.AddrPortFrom(addrFromBE(b.Addr), portFromBE(b.Port))
+	}
+	if err := bit.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read backends: %w", err)
+	}
+	var b6 lbBackend6
+	bit6 := d.objs.Backends6.Iterate()
+	for bit6.Next(&id, &b6) {
+		bes[id] = netip.AddrPortFrom(addr6FromBE(b6.Addr), portFromBE(b6.Port))
+	}
+	if err := bit6.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read IPv6 backends: %w", err)
+	}
+	return fes, bes, nil
 }

@@ -44,7 +44,7 @@ func testConstants() Constants {
 	}
 }
 
-func load(t *testing.T, c Constants) *Datapath {
+func load(t testing.TB, c Constants) *Datapath {
 	t.Helper()
 	labnet.RequireRoot(t)
 	d, err := Load(c)
@@ -85,7 +85,7 @@ func service(t *testing.T, d *Datapath, fe Frontend, snat bool, bes ...netip.Add
 		}
 		ids = append(ids, id)
 	}
-	if err := d.PutService(fe, uint32(fe.Port), flags, ids, 0); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: uint32(fe.Port), Flags: flags, Slots: ids}, ServiceEntry{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -283,7 +283,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 	if err := d.PutBackend(1, ap(backendA, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutService(fe, 7, 0, []uint32{1}, 0); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{1}}, ServiceEntry{}); err != nil {
 		t.Fatal(err)
 	}
 	in := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: UDP, payload: []byte("x")}.bytes()
@@ -295,7 +295,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 	if err := d.PutBackend(2, ap(backendB, 8080)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PutService(fe, 7, 0, []uint32{2}, 1); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{2}}, ServiceEntry{ID: 7, Slots: []uint32{1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.DeleteBackend(1); err != nil {
@@ -313,7 +313,7 @@ func TestRemovedBackendRebalances(t *testing.T) {
 		t.Fatalf("stale_backend = %d", st.StaleBackend)
 	}
 	// No backends left: new flows are dropped and counted.
-	if err := d.PutService(fe, 7, 0, nil, 1); err != nil {
+	if err := d.PutService(fe, ServiceEntry{ID: 7}, ServiceEntry{ID: 7, Slots: []uint32{2}}); err != nil {
 		t.Fatal(err)
 	}
 	ret, _ := run(t, d, pkt{src: ap(client, 40001), dst: ap(vip, 80), proto: UDP}.bytes())
@@ -327,10 +327,10 @@ func TestRemovedBackendTCPDrains(t *testing.T) {
 	fe := Frontend{vip, 80, TCP}
 	d.PutBackend(1, ap(backendA, 8080))
 	d.PutBackend(2, ap(backendB, 8080))
-	d.PutService(fe, 7, 0, []uint32{1}, 0)
+	d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{1}}, ServiceEntry{})
 	syn := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: TCP, tcpFlags: 0x02}
 	run(t, d, syn.bytes())
-	d.PutService(fe, 7, 0, []uint32{2}, 1)
+	d.PutService(fe, ServiceEntry{ID: 7, Slots: []uint32{2}}, ServiceEntry{ID: 7, Slots: []uint32{1}})
 	d.DeleteBackend(1)
 	ack := syn
 	ack.tcpFlags = 0x10
@@ -451,5 +451,36 @@ func TestPortAllocationUnderPressure(t *testing.T) {
 			t.Errorf("histogram %v + %d does not account for %d attempts", st.PortTries, st.PortFailures, attempts)
 		}
 		d.Close()
+	}
+}
+
+// last_seen is written only once it lags by LastSeenGrain: a packet within
+// the grain leaves the entry untouched, one after it refreshes it.
+func TestLastSeenWrittenWhenStale(t *testing.T) {
+	d := load(t, testConstants())
+	fe := Frontend{vip, 80, TCP}
+	service(t, d, fe, false, ap(backendA, 8080))
+	syn := pkt{src: ap(client, 40000), dst: ap(vip, 80), proto: TCP, tcpFlags: 0x02}
+	run(t, d, syn.bytes())
+	key := lbFlow{Saddr: addrBE(client), Daddr: addrBE(vip), Sport: portBE(40000), Dport: portBE(80), Proto: 6}
+	var v lbSession
+	if err := d.objs.Sessions.Lookup(key, &v); err != nil {
+		t.Fatal(err)
+	}
+	created := v.LastSeen
+	ack := syn
+	ack.tcpFlags = 0x10
+	run(t, d, ack.bytes())
+	if err := d.objs.Sessions.Lookup(key, &v); err != nil || v.LastSeen != created {
+		t.Fatalf("last_seen %d after a packet within the grain, want it left at %d (err %v)", v.LastSeen, created, err)
+	}
+	v.LastSeen -= uint64(2 * LastSeenGrain)
+	if err := d.objs.Sessions.Put(key, v); err != nil {
+		t.Fatal(err)
+	}
+	before := uint64(Monotonic())
+	run(t, d, ack.bytes())
+	if err := d.objs.Sessions.Lookup(key, &v); err != nil || v.LastSeen < before {
+		t.Fatalf("last_seen %d after a packet with the entry 2 grains stale, want >= %d (err %v)", v.LastSeen, before, err)
 	}
 }

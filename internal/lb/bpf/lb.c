@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //go:build ignore
 
-// Service load balancer at tc ingress, IPv4 TCP and UDP.
+// Service load balancer at tc ingress, IPv4 and IPv6, TCP and UDP.
 //
 // One program on every pod-facing interface and on the node's uplink:
 //   client -> frontend  forward: pick a backend, DNAT (and SNAT for NodePort
@@ -17,6 +17,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <linux/pkt_cls.h>
@@ -33,6 +34,7 @@
 #define MAX_FRAGS 8192
 
 #define AF_INET 2
+#define AF_INET6 10
 // <linux/icmp.h> drags in libc headers, so the few ICMP bits live here.
 #define ICMP_DEST_UNREACH 3
 #define ICMP_TIME_EXCEEDED 11
@@ -52,10 +54,6 @@ struct icmphdr {
 
 // No VLAN tags: the program runs on veths and plain Ethernet uplinks.
 #define IP_OFF ETH_HLEN
-#define IP_TTL_OFF (IP_OFF + offsetof(struct iphdr, ttl))
-#define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
-#define IP_SADDR_OFF (IP_OFF + offsetof(struct iphdr, saddr))
-#define IP_DADDR_OFF (IP_OFF + offsetof(struct iphdr, daddr))
 
 // Source ports handed out for SNAT, host order, inclusive. The loader
 // refuses ranges that overlap the NodePort range; the check below is a
@@ -67,9 +65,14 @@ const volatile __u16 nodeport_max = 32767;
 // Source address for hairpin connections (a backend reaching its own
 // service): the backend would otherwise answer itself directly.
 const volatile __be32 hairpin_addr = 0;
+const volatile __be32 hairpin_addr6[4] = {}; // the same for IPv6; all zero: IPv6 hairpin off
 // Redirect translated packets via a FIB lookup (production). Unit tests turn
 // it off to read the rewritten packet back from BPF_PROG_TEST_RUN.
 const volatile bool fib_redirect = true;
+// A session's last_seen is rewritten only once it is this much behind, so
+// a busy connection does not write its entry (and bounce its cache line
+// between CPUs) on every packet. The sweeper adds it to every idle timeout.
+const volatile __u64 last_seen_grain_ns = 1000000000ULL;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -101,12 +104,57 @@ struct {
 	__type(value, struct session);
 } sessions SEC(".maps");
 
+// One entry per (frontend with affinity, client); stale ones are ignored by
+// their timestamp and pushed out by LRU. The loader sizes it like sessions.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS / 2);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_val);
+} affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // few frontends use affinity
+	__type(key, struct member_key);
+	__type(value, __u8);
+} svc_members SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_FRAGS);
 	__type(key, struct frag_key);
 	__type(value, struct frag_val);
 } frags SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, struct svc_key6);
+	__type(value, struct svc_val6);
+} services6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct backend6);
+} backends6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS);
+	__type(key, struct flow6);
+	__type(value, struct session6);
+} sessions6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SESSIONS / 2);
+	__type(key, struct affinity_key6);
+	__type(value, struct affinity_val);
+} affinity6 SEC(".maps");
 
 // Interfaces (by ifindex) that are one end of a veth pair whose other end is
 // in a pod's namespace. Packets for them skip the host-side transmit and
@@ -204,11 +252,11 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 // protocol in the initial value. It has no per-node seed on purpose: every
 // LB node must map a flow to the same slot. internal/lb/bpf tests mirror it
 // in Go; keep the two in step.
-static __always_inline __u32 flow_hash(const struct flow *f)
+static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __be16 dport, __u8 proto)
 {
-	__u32 a = f->saddr + 0xdeadbeef;
-	__u32 b = f->daddr + 0xdeadbeef;
-	__u32 c = ((__u32)f->sport | (__u32)f->dport << 16) + f->proto;
+	__u32 a = saddr + 0xdeadbeef;
+	__u32 b = daddr + 0xdeadbeef;
+	__u32 c = ((__u32)sport | (__u32)dport << 16) + proto;
 
 	c ^= b; c -= rol32(b, 14);
 	a ^= c; a -= rol32(c, 11);
@@ -220,19 +268,39 @@ static __always_inline __u32 flow_hash(const struct flow *f)
 	return c;
 }
 
+static __always_inline __u32 flow_hash(const struct flow *f)
+{
+	return hash_mix(f->saddr, f->daddr, f->sport, f->dport, f->proto);
+}
+
 // Choose a backend and insert the session pair. Returns the forward entry
 // to apply, or NULL after counting the drop reason.
 static __always_inline int create_session(const struct flow *f, const struct svc_val *svc,
 					  struct session *out)
 {
 	struct slot_key sk = { .svc_id = svc->id };
+	struct affinity_key ak = { .svc_id = svc->id, .client = f->saddr };
 	struct lb_stats *st = lookup_stats();
 	__u64 now = bpf_ktime_get_ns();
 	struct backend *b = NULL;
-	__u32 *bid = NULL;
+	__u32 backend_id = 0;
 	__u32 count = svc->count;
 
-	if (count) {
+	if (svc->affinity_sec) {
+		// The client's previous backend, if recent and still taking new
+		// connections for this frontend (not removed, not terminating).
+		struct affinity_val *a = bpf_map_lookup_elem(&affinity, &ak);
+		if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {
+			struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id };
+			backend_id = a->backend_id;
+			if (bpf_map_lookup_elem(&svc_members, &mk))
+				b = bpf_map_lookup_elem(&backends, &backend_id);
+			if (b && st)
+				st->affinity_hits++;
+		}
+	}
+	if (!b && count) {
+		__u32 *bid;
 		// Random spreads best for one node; Maglev gives a flow the same
 		// backend on every LB node and after a restart, and moves few
 		// flows when the backend set changes.
@@ -243,27 +311,37 @@ static __always_inline int create_session(const struct flow *f, const struct svc
 			sk.slot = 0;
 			bid = bpf_map_lookup_elem(&backend_slots, &sk);
 		}
-		if (bid)
-			b = bpf_map_lookup_elem(&backends, bid);
+		if (bid) {
+			backend_id = *bid;
+			b = bpf_map_lookup_elem(&backends, &backend_id);
+		}
 	}
 	if (!b) {
 		if (st)
 			st->drop_no_backend++;
 		return -1;
 	}
+	if (svc->affinity_sec) {
+		// Refreshed by every new connection, as kube-proxy's "recent" list is.
+		struct affinity_val av = { .backend_id = backend_id, .last_used = now };
+		bpf_map_update_elem(&affinity, &ak, &av, BPF_ANY);
+	}
 
 	struct session fwd = {
 		.saddr = f->saddr, .daddr = b->addr, .sport = f->sport, .dport = b->port,
-		.backend_id = *bid, .last_seen = now,
+		.backend_id = backend_id, .last_seen = now,
 	};
 	struct session rev = {
 		.saddr = f->daddr, .daddr = f->saddr, .sport = f->dport, .dport = f->sport,
-		.backend_id = *bid, .last_seen = now, .flags = SESS_F_REPLY,
+		.backend_id = backend_id, .last_seen = now, .flags = SESS_F_REPLY,
 	};
 	bool snat = false, tried_own = false;
 
 	if (svc->flags & SVC_F_SNAT) {
-		fwd.saddr = f->daddr; // the node address the client reached
+		// A node address, so replies come back through this node: the one
+		// the client reached (NodePort), or the configured one (external
+		// and load-balancer IPs).
+		fwd.saddr = svc->snat_addr ? svc->snat_addr : f->daddr;
 		snat = true;
 	} else if (b->addr == f->saddr) {
 		fwd.saddr = hairpin_addr;
@@ -331,111 +409,145 @@ insert_fwd:
 	return 0;
 }
 
-static __always_inline int set_addr(struct __sk_buff *skb, __u32 off, __be32 from, __be32 to,
-				    __u32 l4csum, __u64 l4flags)
+// Ones' complement arithmetic for incremental checksum updates (RFC 1624):
+// a diff is the 32-bit sum of ~old and new words with end-around carry,
+// the form bpf_l4_csum_replace takes when its size is 0.
+static __always_inline __u32 csum_add(__u32 a, __u32 b)
 {
-	if (from == to)
-		return 0;
-	if (l4csum && bpf_l4_csum_replace(skb, l4csum, from, to, l4flags | BPF_F_PSEUDO_HDR | 4))
-		return -1;
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, from, to, 4))
-		return -1;
-	return bpf_skb_store_bytes(skb, off, &to, 4, 0);
+	a += b;
+	return a + (a < b);
 }
 
-static __always_inline int set_port(struct __sk_buff *skb, __u32 off, __be16 from, __be16 to,
-				    __u32 l4csum, __u64 l4flags)
+static __always_inline __u16 csum_fold(__u32 sum)
 {
-	if (from == to)
-		return 0;
-	if (bpf_l4_csum_replace(skb, l4csum, from, to, l4flags | 2))
-		return -1;
-	return bpf_skb_store_bytes(skb, off, &to, 2, 0);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
 }
 
-// Rewrite addresses (always) and ports (when this fragment has the L4 header).
-static __always_inline int rewrite(struct __sk_buff *skb, __u32 l4off, bool has_l4,
-				   const struct flow *old, const struct session *to)
-{
-	__u32 csum = 0;
-	__u64 flags = 0;
+static __always_inline void *pkt_data(struct __sk_buff *skb) { return (void *)(long)skb->data; }
+static __always_inline void *pkt_end(struct __sk_buff *skb) { return (void *)(long)skb->data_end; }
 
-	if (has_l4) {
-		if (old->proto == IPPROTO_TCP) {
-			csum = l4off + offsetof(struct tcphdr, check);
-		} else {
-			csum = l4off + offsetof(struct udphdr, check);
-			flags = BPF_F_MARK_MANGLED_0; // UDP checksum 0 means "none"
-		}
-	}
-	if (set_addr(skb, IP_SADDR_OFF, old->saddr, to->saddr, csum, flags) ||
-	    set_addr(skb, IP_DADDR_OFF, old->daddr, to->daddr, csum, flags))
-		return -1;
-	if (!has_l4)
+// Make the first len bytes directly accessible. They almost always are
+// (headers sit in the linear area); a pull costs a copy only when not.
+// Invalidates packet pointers.
+static __always_inline int pull(struct __sk_buff *skb, __u32 len)
+{
+	if (pkt_data(skb) + len <= pkt_end(skb))
 		return 0;
-	if (set_port(skb, l4off, old->sport, to->sport, csum, flags) ||
-	    set_port(skb, l4off + 2, old->dport, to->dport, csum, flags))
+	if (len > skb->len || bpf_skb_pull_data(skb, len))
 		return -1;
 	return 0;
 }
 
-// Send a translated packet straight to its egress device. Anything we cannot
-// forward ourselves goes to the stack (which then may track it).
-static __always_inline int forward(struct __sk_buff *skb)
+// Rewrite the packet to the tuple in `to` and send it on.
+//
+// The route is looked up first, with the translated addresses, so the packet
+// is then written in one pass with direct packet access: addresses, ports,
+// TTL and MACs. The IPv4 header checksum is updated once, in the program,
+// for all of its changes. The L4 checksum takes at most two helper calls,
+// one for the addresses (pseudo header) and one for the ports: they must
+// stay apart because for a CHECKSUM_PARTIAL skb (local senders, GSO) the
+// checksum field holds only the pseudo-header sum, which the port change
+// must not touch; the helper knows the skb's checksum state, we do not.
+//
+// l4proto: IPPROTO_TCP/UDP when the packet carries that header (not a
+// later fragment), 0 otherwise (ICMP has no pseudo header).
+static __always_inline int translate(struct __sk_buff *skb, __u32 l4off, __u8 l4proto,
+				     const struct flow *old, const struct session *to)
 {
 	struct bpf_fib_lookup p = {};
-	struct iphdr ip;
+	long rc = -1;
+	bool redirect = false;
 
-	if (!fib_redirect)
-		return TC_ACT_OK;
-	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)))
-		return TC_ACT_OK;
-	if (ip.ttl <= 1)
-		goto stack; // the stack sends Time Exceeded
+	void *data = pkt_data(skb), *end = pkt_end(skb);
+	struct iphdr *ip = data + IP_OFF;
+	if ((void *)(ip + 1) > end)
+		return TC_ACT_SHOT;
 
-	p.family = AF_INET;
-	p.tos = ip.tos;
-	p.l4_protocol = ip.protocol;
-	// tot_len stays 0: the helper then checks the skb against the egress
-	// MTU itself, which is right for GSO packets (tot_len would be 64K).
-	p.ipv4_src = ip.saddr;
-	p.ipv4_dst = ip.daddr;
-	p.ifindex = skb->ingress_ifindex;
-
-	long rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+	if (fib_redirect && ip->ttl > 1) { // TTL 1: the stack sends Time Exceeded
+		p.family = AF_INET;
+		p.tos = ip->tos;
+		p.l4_protocol = ip->protocol;
+		// tot_len stays 0: the helper then checks the skb against the egress
+		// MTU itself, which is right for GSO packets (tot_len would be 64K).
+		p.ipv4_src = to->saddr;
+		p.ipv4_dst = to->daddr;
+		p.ifindex = skb->ingress_ifindex;
+		rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
 		if (rc == BPF_FIB_LKUP_RET_BLACKHOLE || rc == BPF_FIB_LKUP_RET_UNREACHABLE ||
 		    rc == BPF_FIB_LKUP_RET_PROHIBIT) {
 			STAT_INC(drop_fib);
 			return TC_ACT_SHOT;
 		}
-		goto stack;
+		redirect = rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
+		data = pkt_data(skb);
+		end = pkt_end(skb);
+		ip = data + IP_OFF;
+		if ((void *)(ip + 1) > end)
+			return TC_ACT_SHOT;
+	}
+	// Anything we cannot forward ourselves goes to the stack (which then
+	// may track it).
+	if (fib_redirect && !redirect)
+		STAT_INC(passed_to_stack);
+
+	__u32 addr_diff = csum_add(csum_add(~old->saddr, to->saddr), csum_add(~old->daddr, to->daddr));
+	bool addrs = old->saddr != to->saddr || old->daddr != to->daddr;
+	__u32 l3_diff = addr_diff;
+	ip->saddr = to->saddr;
+	ip->daddr = to->daddr;
+	if (redirect) {
+		// We route, so we decrement the TTL like a router would.
+		__u16 *ttl_proto = (__u16 *)&ip->ttl;
+		__u16 before = *ttl_proto;
+		ip->ttl--;
+		l3_diff = csum_add(l3_diff, csum_add(~before & 0xffff, *ttl_proto));
+		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+			struct ethhdr *eth = data;
+			__builtin_memcpy(eth->h_dest, p.dmac, ETH_ALEN);
+			__builtin_memcpy(eth->h_source, p.smac, ETH_ALEN);
+		}
+	}
+	if (addrs || redirect)
+		ip->check = csum_fold(csum_add(l3_diff, ~(__u32)ip->check));
+
+	if (l4proto) {
+		__be16 *ports = data + l4off;
+		if ((void *)(ports + 2) > end)
+			return TC_ACT_SHOT;
+		__u32 csum_off = l4off + (l4proto == IPPROTO_TCP ? offsetof(struct tcphdr, check)
+								: offsetof(struct udphdr, check));
+		// UDP checksum 0 means "none" and must stay 0.
+		__u64 mangled = l4proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+		__u32 port_diff = 0;
+		bool ports_changed = ports[0] != to->sport || ports[1] != to->dport;
+		if (ports_changed) {
+			port_diff = csum_add(csum_add(~(__u32)ports[0] & 0xffff, to->sport),
+					     csum_add(~(__u32)ports[1] & 0xffff, to->dport));
+			ports[0] = to->sport;
+			ports[1] = to->dport;
+		}
+		// The helpers invalidate packet pointers: every direct write is done.
+		if (addrs && bpf_l4_csum_replace(skb, csum_off, 0, addr_diff, mangled | BPF_F_PSEUDO_HDR))
+			return TC_ACT_SHOT;
+		if (ports_changed && bpf_l4_csum_replace(skb, csum_off, 0, port_diff, mangled))
+			return TC_ACT_SHOT;
 	}
 
-	// We route, so we decrement the TTL like a router would.
-	__be16 old_word, new_word;
-	if (bpf_skb_load_bytes(skb, IP_TTL_OFF, &old_word, 2))
-		return TC_ACT_SHOT;
-	((__u8 *)&new_word)[0] = ip.ttl - 1;
-	((__u8 *)&new_word)[1] = ip.protocol;
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_word, new_word, 2) ||
-	    bpf_skb_store_bytes(skb, IP_TTL_OFF, &new_word, 2, 0))
-		return TC_ACT_SHOT;
-
+	if (!redirect)
+		return TC_ACT_OK;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		// The slow path (the packet waits for resolution): user space
+		// resolves backends' neighbours ahead so this stays rare.
+		STAT_INC(neigh_redirects);
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = p.ipv4_dst };
 		return bpf_redirect_neigh(p.ifindex, &nh, sizeof(nh), 0);
 	}
-	if (bpf_skb_store_bytes(skb, 0, p.dmac, ETH_ALEN, 0) ||
-	    bpf_skb_store_bytes(skb, ETH_ALEN, p.smac, ETH_ALEN, 0))
-		return TC_ACT_SHOT;
 	__u32 out = p.ifindex;
 	if (bpf_map_lookup_elem(&peer_ifaces, &out))
 		return bpf_redirect_peer(out, 0);
 	return bpf_redirect(out, 0);
-stack:
-	STAT_INC(passed_to_stack);
-	return TC_ACT_OK;
 }
 
 // Header of the packet quoted inside an ICMP error: IPv4 without options and
@@ -455,16 +567,14 @@ static __always_inline __u16 ip_csum(const struct iphdr *ip)
 #pragma unroll
 	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
 		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return ~sum;
+	return csum_fold(sum);
 }
 
 // An ICMP error quotes a packet we translated on its way out; give the
 // quoted packet and the outer addresses the tuple its sender knows, or the
 // sender's socket never learns about the error (e.g. UDP port unreachable).
-static __always_inline int handle_icmp(struct __sk_buff *skb, const struct iphdr *outer,
-				       __u32 l4off)
+// Rare, so it keeps the simpler load/store helpers.
+static __always_inline int handle_icmp(struct __sk_buff *skb, const struct flow *outer, __u32 l4off)
 {
 	struct icmphdr ic;
 	struct quoted q, old;
@@ -504,47 +614,59 @@ static __always_inline int handle_icmp(struct __sk_buff *skb, const struct iphdr
 	    bpf_skb_store_bytes(skb, qoff, &q, sizeof(q), 0))
 		return TC_ACT_SHOT;
 
-	__be32 new_saddr = outer->saddr == old.ip.daddr ? q.ip.daddr : outer->saddr;
-	if (set_addr(skb, IP_DADDR_OFF, outer->daddr, q.ip.saddr, 0, 0) ||
-	    set_addr(skb, IP_SADDR_OFF, outer->saddr, new_saddr, 0, 0))
-		return TC_ACT_SHOT;
+	struct session to = {
+		.saddr = outer->saddr == old.ip.daddr ? q.ip.daddr : outer->saddr,
+		.daddr = q.ip.saddr,
+	};
 	STAT_INC(icmp_translated);
-	return forward(skb);
+	return translate(skb, l4off, 0, outer, &to);
 }
 
-SEC("tc")
-int lb_ingress(struct __sk_buff *skb)
+#include "lb6.h"
+
+// Each family is its own BPF function, so each has the whole stack.
+static __noinline int lb_ingress4(struct __sk_buff *skb)
 {
-	struct iphdr ip;
-
-	if (skb->protocol != bpf_htons(ETH_P_IP))
+	if (pull(skb, IP_OFF + sizeof(struct iphdr)))
 		return TC_ACT_UNSPEC;
-	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || ip.ihl < 5)
+	void *data = pkt_data(skb), *end = pkt_end(skb);
+	struct iphdr *ip = data + IP_OFF;
+	if ((void *)(ip + 1) > end || ip->ihl < 5)
 		return TC_ACT_UNSPEC;
 
-	__u32 l4off = IP_OFF + ip.ihl * 4;
-	__u16 frag = bpf_ntohs(ip.frag_off);
+	__u32 l4off = IP_OFF + ip->ihl * 4;
+	__u16 frag = bpf_ntohs(ip->frag_off);
 	bool has_l4 = (frag & IP_OFFSET) == 0;
 	bool first_frag = has_l4 && (frag & IP_MF);
+	__u8 proto = ip->protocol;
 
-	if (ip.protocol == IPPROTO_ICMP)
-		return has_l4 ? handle_icmp(skb, &ip, l4off) : TC_ACT_UNSPEC;
-	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
-		return TC_ACT_UNSPEC;
-
-	struct flow f = { .saddr = ip.saddr, .daddr = ip.daddr, .proto = ip.protocol };
-	struct frag_key fk = { .saddr = ip.saddr, .daddr = ip.daddr, .id = ip.id, .proto = ip.protocol };
+	struct flow f = { .saddr = ip->saddr, .daddr = ip->daddr, .proto = proto };
+	struct frag_key fk = { .saddr = ip->saddr, .daddr = ip->daddr, .id = ip->id, .proto = proto };
 	__u8 tcp_flags = 0;
 
+	if (proto == IPPROTO_ICMP)
+		return has_l4 ? handle_icmp(skb, &f, l4off) : TC_ACT_UNSPEC;
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return TC_ACT_UNSPEC;
+
 	if (has_l4) {
-		__be16 ports[2];
-		if (bpf_skb_load_bytes(skb, l4off, ports, sizeof(ports)))
-			return TC_ACT_UNSPEC; // truncated: the stack drops it
-		f.sport = ports[0];
-		f.dport = ports[1];
-		if (ip.protocol == IPPROTO_TCP &&
-		    bpf_skb_load_bytes(skb, l4off + 13, &tcp_flags, 1))
+		// Ports and checksum (TCP: also the flags); shorter is truncated
+		// and the stack drops it.
+		__u32 l4len = proto == IPPROTO_TCP ? sizeof(struct tcphdr) : sizeof(struct udphdr);
+		if (pull(skb, l4off + l4len))
 			return TC_ACT_UNSPEC;
+		data = pkt_data(skb);
+		end = pkt_end(skb);
+		__u8 *l4 = data + l4off;
+		if ((void *)(l4 + sizeof(struct udphdr)) > end)
+			return TC_ACT_UNSPEC;
+		f.sport = ((__be16 *)l4)[0];
+		f.dport = ((__be16 *)l4)[1];
+		if (proto == IPPROTO_TCP) {
+			if ((void *)(l4 + sizeof(struct tcphdr)) > end)
+				return TC_ACT_UNSPEC;
+			tcp_flags = l4[13];
+		}
 	} else {
 		// Later fragments carry no ports: take them from the first one.
 		struct frag_val *fv = bpf_map_lookup_elem(&frags, &fk);
@@ -572,9 +694,13 @@ int lb_ingress(struct __sk_buff *skb)
 		}
 	}
 	if (cur) {
-		cur->last_seen = bpf_ktime_get_ns();
-		if (tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
-			cur->flags |= SESS_F_CLOSING; // a lost race only delays expiry
+		// Write the shared entry only when something changes (see
+		// last_seen_grain_ns); a lost race only delays expiry.
+		__u64 now = bpf_ktime_get_ns();
+		if (now - cur->last_seen > last_seen_grain_ns)
+			cur->last_seen = now;
+		if ((tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) && !(cur->flags & SESS_F_CLOSING))
+			cur->flags |= SESS_F_CLOSING;
 		s = *cur;
 	} else {
 		struct svc_key k = { .addr = f.daddr, .port = f.dport, .proto = f.proto };
@@ -593,8 +719,6 @@ int lb_ingress(struct __sk_buff *skb)
 		struct frag_val fv = { .sport = f.sport, .dport = f.dport };
 		bpf_map_update_elem(&frags, &fk, &fv, BPF_ANY);
 	}
-	if (rewrite(skb, l4off, has_l4, &f, &s))
-		return TC_ACT_SHOT;
 
 	struct lb_stats *st = lookup_stats();
 	if (st) {
@@ -605,7 +729,23 @@ int lb_ingress(struct __sk_buff *skb)
 		if (!has_l4)
 			st->frag_translated++;
 	}
-	return forward(skb);
+	return translate(skb, l4off, has_l4 ? proto : 0, &f, &s);
+}
+
+SEC("tc")
+int lb_ingress(struct __sk_buff *skb)
+{
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		return lb_ingress4(skb);
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 nexthdr;
+		if (bpf_skb_load_bytes(skb, IP6_OFF + offsetof(struct ipv6hdr, nexthdr), &nexthdr, 1))
+			return TC_ACT_UNSPEC;
+		if (nexthdr == IPPROTO_ICMPV6) // a sibling call: each has the stack to itself
+			return handle_icmp6(skb);
+		return lb_ingress6(skb);
+	}
+	return TC_ACT_UNSPEC;
 }
 
 char __license[] SEC("license") = "GPL";

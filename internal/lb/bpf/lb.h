@@ -17,7 +17,7 @@
 #define SNAT_TRIES 5
 
 // svc_val.flags
-#define SVC_F_SNAT 0x1   // NodePort: rewrite the source to the node address
+#define SVC_F_SNAT 0x1   // external traffic: rewrite the source to snat_addr (0: the address reached)
 #define SVC_F_MAGLEV 0x2 // slots are a Maglev table: index by flow hash, not at random
 
 // session.flags
@@ -34,10 +34,32 @@ struct svc_key {
 };
 
 struct svc_val {
-	__u32 id;    // key prefix of its slots in backend_slots
-	__u32 count; // number of valid slots, 0..count-1 (the table size for Maglev)
-	__u32 flags; // SVC_F_*
+	__u32 id;           // key prefix of its slots in backend_slots
+	__u32 count;        // number of valid slots, 0..count-1 (the table size for Maglev)
+	__u32 flags;        // SVC_F_*
+	__u32 affinity_sec; // sessionAffinity ClientIP timeout; 0: no affinity
+	__be32 snat_addr;   // SVC_F_SNAT source; 0: the frontend address (a NodePort's node address)
 	__u32 pad;
+};
+
+// ClientIP affinity: the backend a client's last new connection to a
+// frontend went to, and when.
+struct affinity_key {
+	__u32 svc_id;
+	__be32 client;
+};
+
+struct affinity_val {
+	__u32 backend_id;
+	__u32 pad;
+	__u64 last_used; // bpf_ktime_get_ns() of that connection
+};
+
+// (frontend, backend) pairs that may take new connections; written only
+// for frontends with affinity, whose remembered backend must still be one.
+struct member_key {
+	__u32 svc_id;
+	__u32 backend_id;
 };
 
 struct slot_key {
@@ -88,6 +110,55 @@ struct frag_val {
 	__be16 dport;
 };
 
+// IPv6: the same shapes with 16-byte addresses, in maps of their own so the
+// IPv4 path keeps its small keys. Backend ids, slots and affinity members
+// are shared between the families.
+struct svc_key6 {
+	__be32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_val6 {
+	__u32 id;
+	__u32 count;
+	__u32 flags;
+	__u32 affinity_sec;
+	__be32 snat_addr[4]; // SVC_F_SNAT source; all zero: the frontend address
+};
+
+struct backend6 {
+	__be32 addr[4];
+	__be16 port;
+	__u16 pad;
+};
+
+struct flow6 {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct session6 {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u32 backend_id;
+	__u64 last_seen;
+	__u32 flags;
+	__u32 pad;
+};
+
+struct affinity_key6 {
+	__u32 svc_id;
+	__be32 client[4];
+};
+
 // Per-CPU counters; user space sums the CPUs.
 struct lb_stats {
 	__u64 fwd_packets;      // client -> backend packets translated
@@ -97,7 +168,9 @@ struct lb_stats {
 	__u64 sessions_created; // forward+reply pairs inserted
 	__u64 snat_allocations; // source ports allocated
 	__u64 stale_backend;    // sessions re-balanced because their backend left
+	__u64 affinity_hits;    // new connections sent to the client's remembered backend
 	__u64 passed_to_stack;  // translated but not forwardable by us (local, TTL)
+	__u64 neigh_redirects;  // forwarded by bpf_redirect_neigh: no neighbour entry yet (slow)
 	__u64 drop_no_backend;  // service has no ready backend
 	__u64 drop_no_port;     // SNAT_TRIES tries found no free port
 	__u64 drop_session_map; // forward insert failed after the reply insert

@@ -13,9 +13,35 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lbAffinityKey struct {
+	_      structs.HostLayout
+	SvcId  uint32
+	Client uint32
+}
+
+type lbAffinityKey6 struct {
+	_      structs.HostLayout
+	SvcId  uint32
+	Client [4]uint32
+}
+
+type lbAffinityVal struct {
+	_         structs.HostLayout
+	BackendId uint32
+	Pad       uint32
+	LastUsed  uint64
+}
+
 type lbBackend struct {
 	_    structs.HostLayout
 	Addr uint32
+	Port uint16
+	Pad  uint16
+}
+
+type lbBackend6 struct {
+	_    structs.HostLayout
+	Addr [4]uint32
 	Port uint16
 	Pad  uint16
 }
@@ -24,6 +50,16 @@ type lbFlow struct {
 	_     structs.HostLayout
 	Saddr uint32
 	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type lbFlow6 struct {
+	_     structs.HostLayout
+	Saddr [4]uint32
+	Daddr [4]uint32
 	Sport uint16
 	Dport uint16
 	Proto uint8
@@ -54,7 +90,9 @@ type lbLbStats struct {
 	SessionsCreated uint64
 	SnatAllocations uint64
 	StaleBackend    uint64
+	AffinityHits    uint64
 	PassedToStack   uint64
+	NeighRedirects  uint64
 	DropNoBackend   uint64
 	DropNoPort      uint64
 	DropSessionMap  uint64
@@ -62,10 +100,28 @@ type lbLbStats struct {
 	DropFib         uint64
 }
 
+type lbMemberKey struct {
+	_         structs.HostLayout
+	SvcId     uint32
+	BackendId uint32
+}
+
 type lbSession struct {
 	_         structs.HostLayout
 	Saddr     uint32
 	Daddr     uint32
+	Sport     uint16
+	Dport     uint16
+	BackendId uint32
+	LastSeen  uint64
+	Flags     uint32
+	Pad       uint32
+}
+
+type lbSession6 struct {
+	_         structs.HostLayout
+	Saddr     [4]uint32
+	Daddr     [4]uint32
 	Sport     uint16
 	Dport     uint16
 	BackendId uint32
@@ -88,33 +144,60 @@ type lbSvcKey struct {
 	Pad   uint8
 }
 
-type lbSvcVal struct {
+type lbSvcKey6 struct {
 	_     structs.HostLayout
-	Id    uint32
-	Count uint32
-	Flags uint32
-	Pad   uint32
+	Addr  [4]uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type lbSvcVal struct {
+	_           structs.HostLayout
+	Id          uint32
+	Count       uint32
+	Flags       uint32
+	AffinitySec uint32
+	SnatAddr    uint32
+	Pad         uint32
+}
+
+type lbSvcVal6 struct {
+	_           structs.HostLayout
+	Id          uint32
+	Count       uint32
+	Flags       uint32
+	AffinitySec uint32
+	SnatAddr    [4]uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lbMapBackendSlots = "backend_slots"
-	lbMapBackends     = "backends"
-	lbMapFrags        = "frags"
-	lbMapPeerIfaces   = "peer_ifaces"
-	lbMapPortTries    = "port_tries"
-	lbMapServices     = "services"
-	lbMapSessions     = "sessions"
-	lbMapStats        = "stats"
-	lbProgLbIngress   = "lb_ingress"
-	lbVarFibRedirect  = "fib_redirect"
-	lbVarHairpinAddr  = "hairpin_addr"
-	lbVarNodeportMax  = "nodeport_max"
-	lbVarNodeportMin  = "nodeport_min"
-	lbVarSnatPortMax  = "snat_port_max"
-	lbVarSnatPortMin  = "snat_port_min"
+	lbMapAffinity        = "affinity"
+	lbMapAffinity6       = "affinity6"
+	lbMapBackendSlots    = "backend_slots"
+	lbMapBackends        = "backends"
+	lbMapBackends6       = "backends6"
+	lbMapFrags           = "frags"
+	lbMapPeerIfaces      = "peer_ifaces"
+	lbMapPortTries       = "port_tries"
+	lbMapServices        = "services"
+	lbMapServices6       = "services6"
+	lbMapSessions        = "sessions"
+	lbMapSessions6       = "sessions6"
+	lbMapStats           = "stats"
+	lbMapSvcMembers      = "svc_members"
+	lbProgLbIngress      = "lb_ingress"
+	lbVarFibRedirect     = "fib_redirect"
+	lbVarHairpinAddr     = "hairpin_addr"
+	lbVarHairpinAddr6    = "hairpin_addr6"
+	lbVarLastSeenGrainNs = "last_seen_grain_ns"
+	lbVarNodeportMax     = "nodeport_max"
+	lbVarNodeportMin     = "nodeport_min"
+	lbVarSnatPortMax     = "snat_port_max"
+	lbVarSnatPortMin     = "snat_port_min"
 )
 
 // loadLb returns the embedded CollectionSpec for lb.
@@ -166,26 +249,34 @@ type lbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbMapSpecs struct {
+	Affinity     *ebpf.MapSpec `ebpf:"affinity"`
+	Affinity6    *ebpf.MapSpec `ebpf:"affinity6"`
 	BackendSlots *ebpf.MapSpec `ebpf:"backend_slots"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	Backends6    *ebpf.MapSpec `ebpf:"backends6"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	PeerIfaces   *ebpf.MapSpec `ebpf:"peer_ifaces"`
 	PortTries    *ebpf.MapSpec `ebpf:"port_tries"`
 	Services     *ebpf.MapSpec `ebpf:"services"`
+	Services6    *ebpf.MapSpec `ebpf:"services6"`
 	Sessions     *ebpf.MapSpec `ebpf:"sessions"`
+	Sessions6    *ebpf.MapSpec `ebpf:"sessions6"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	SvcMembers   *ebpf.MapSpec `ebpf:"svc_members"`
 }
 
 // lbVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
-	FibRedirect *ebpf.VariableSpec `ebpf:"fib_redirect"`
-	HairpinAddr *ebpf.VariableSpec `ebpf:"hairpin_addr"`
-	NodeportMax *ebpf.VariableSpec `ebpf:"nodeport_max"`
-	NodeportMin *ebpf.VariableSpec `ebpf:"nodeport_min"`
-	SnatPortMax *ebpf.VariableSpec `ebpf:"snat_port_max"`
-	SnatPortMin *ebpf.VariableSpec `ebpf:"snat_port_min"`
+	FibRedirect     *ebpf.VariableSpec `ebpf:"fib_redirect"`
+	HairpinAddr     *ebpf.VariableSpec `ebpf:"hairpin_addr"`
+	HairpinAddr6    *ebpf.VariableSpec `ebpf:"hairpin_addr6"`
+	LastSeenGrainNs *ebpf.VariableSpec `ebpf:"last_seen_grain_ns"`
+	NodeportMax     *ebpf.VariableSpec `ebpf:"nodeport_max"`
+	NodeportMin     *ebpf.VariableSpec `ebpf:"nodeport_min"`
+	SnatPortMax     *ebpf.VariableSpec `ebpf:"snat_port_max"`
+	SnatPortMin     *ebpf.VariableSpec `ebpf:"snat_port_min"`
 }
 
 // lbObjects contains all objects after they have been loaded into the kernel.
@@ -208,26 +299,38 @@ func (o *lbObjects) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbMaps struct {
+	Affinity     *ebpf.Map `ebpf:"affinity"`
+	Affinity6    *ebpf.Map `ebpf:"affinity6"`
 	BackendSlots *ebpf.Map `ebpf:"backend_slots"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	Backends6    *ebpf.Map `ebpf:"backends6"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	PeerIfaces   *ebpf.Map `ebpf:"peer_ifaces"`
 	PortTries    *ebpf.Map `ebpf:"port_tries"`
 	Services     *ebpf.Map `ebpf:"services"`
+	Services6    *ebpf.Map `ebpf:"services6"`
 	Sessions     *ebpf.Map `ebpf:"sessions"`
+	Sessions6    *ebpf.Map `ebpf:"sessions6"`
 	Stats        *ebpf.Map `ebpf:"stats"`
+	SvcMembers   *ebpf.Map `ebpf:"svc_members"`
 }
 
 func (m *lbMaps) Close() error {
 	return _LbClose(
+		m.Affinity,
+		m.Affinity6,
 		m.BackendSlots,
 		m.Backends,
+		m.Backends6,
 		m.Frags,
 		m.PeerIfaces,
 		m.PortTries,
 		m.Services,
+		m.Services6,
 		m.Sessions,
+		m.Sessions6,
 		m.Stats,
+		m.SvcMembers,
 	)
 }
 
@@ -235,12 +338,14 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
-	FibRedirect *ebpf.Variable `ebpf:"fib_redirect"`
-	HairpinAddr *ebpf.Variable `ebpf:"hairpin_addr"`
-	NodeportMax *ebpf.Variable `ebpf:"nodeport_max"`
-	NodeportMin *ebpf.Variable `ebpf:"nodeport_min"`
-	SnatPortMax *ebpf.Variable `ebpf:"snat_port_max"`
-	SnatPortMin *ebpf.Variable `ebpf:"snat_port_min"`
+	FibRedirect     *ebpf.Variable `ebpf:"fib_redirect"`
+	HairpinAddr     *ebpf.Variable `ebpf:"hairpin_addr"`
+	HairpinAddr6    *ebpf.Variable `ebpf:"hairpin_addr6"`
+	LastSeenGrainNs *ebpf.Variable `ebpf:"last_seen_grain_ns"`
+	NodeportMax     *ebpf.Variable `ebpf:"nodeport_max"`
+	NodeportMin     *ebpf.Variable `ebpf:"nodeport_min"`
+	SnatPortMax     *ebpf.Variable `ebpf:"snat_port_max"`
+	SnatPortMin     *ebpf.Variable `ebpf:"snat_port_min"`
 }
 
 // lbPrograms contains all programs after they have been loaded into the kernel.

@@ -59,7 +59,7 @@ func TestMaglevSlotFollowsFlowHash(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := d.PutService(fe, 9, FlagMaglev, table, 0); err != nil {
+		if err := d.PutService(fe, ServiceEntry{ID: 9, Flags: FlagMaglev, Slots: table}, ServiceEntry{}); err != nil {
 			t.Fatal(err)
 		}
 		nodes[i] = d

@@ -41,10 +41,26 @@ func csumFold(sum uint32) uint16 {
 }
 
 func pseudo(src, dst netip.Addr, proto Proto, l4len int) uint32 {
+	if src.Is6() {
+		s, d := src.As16(), dst.As16()
+		return csumAdd(csumAdd(0, s[:]), d[:]) + uint32(proto) + uint32(l4len)
+	}
 	s, d := src.As4(), dst.As4()
 	sum := csumAdd(0, s[:])
 	sum = csumAdd(sum, d[:])
 	return sum + uint32(proto) + uint32(l4len)
+}
+
+func ipv6(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
+	h := make([]byte, 40)
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(l4)))
+	h[6] = proto
+	h[7] = 64
+	s, d := src.As16(), dst.As16()
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	return append(h, l4...)
 }
 
 func ipv4(src, dst netip.Addr, proto uint8, id uint16, frag uint16, l4 []byte) []byte {
@@ -106,6 +122,11 @@ func (p pkt) l4() []byte {
 }
 
 func (p pkt) bytes() []byte {
+	if p.src.Addr().Is6() {
+		b := ether(ipv6(p.src.Addr(), p.dst.Addr(), uint8(p.proto), p.l4()))
+		b[12], b[13] = 0x86, 0xdd
+		return b
+	}
 	frag := p.fragOffset
 	if p.moreFrags {
 		frag |= 0x2000
@@ -131,6 +152,17 @@ func parse(t *testing.T, b []byte) parsed {
 		t.Fatalf("packet of %d bytes is too short", len(b))
 	}
 	ip := b[14:]
+	if b[12] == 0x86 && b[13] == 0xdd {
+		ip = ip[:40+int(binary.BigEndian.Uint16(ip[4:]))]
+		p := parsed{
+			src: netip.AddrFrom16([16]byte(ip[8:24])), dst: netip.AddrFrom16([16]byte(ip[24:40])),
+			proto: ip[6], ttl: ip[7], ipOK: true, l4: ip[40:],
+		}
+		p.sport = binary.BigEndian.Uint16(p.l4[0:])
+		p.dport = binary.BigEndian.Uint16(p.l4[2:])
+		p.l4OK = csumFold(csumAdd(pseudo(p.src, p.dst, Proto(p.proto), len(p.l4)), p.l4)) == 0
+		return p
+	}
 	tot := int(binary.BigEndian.Uint16(ip[2:]))
 	ip = ip[:tot]
 	p := parsed{

@@ -18,6 +18,8 @@ type Stats struct {
 	ICMPTranslated, FragTranslated  uint64
 	SessionsCreated, SNATAllocation uint64
 	StaleBackend, PassedToStack     uint64
+	AffinityHits                    uint64            // new connections sent to the client's remembered backend
+	NeighRedirects                  uint64            // packets sent via bpf_redirect_neigh (no neighbour entry yet)
 	Drops                           map[string]uint64 // by reason
 	PortTries                       [SNATTries]uint64 // [i]: allocations that took i+1 tries
 	PortFailures                    uint64            // allocations that found no port in SNATTries
@@ -41,6 +43,8 @@ func (d *Datapath) Stats() (Stats, error) {
 		t.SessionsCreated += c.SessionsCreated
 		t.SnatAllocations += c.SnatAllocations
 		t.StaleBackend += c.StaleBackend
+		t.AffinityHits += c.AffinityHits
+		t.NeighRedirects += c.NeighRedirects
 		t.PassedToStack += c.PassedToStack
 		t.DropNoBackend += c.DropNoBackend
 		t.DropNoPort += c.DropNoPort
@@ -53,6 +57,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		ICMPTranslated: t.IcmpTranslated, FragTranslated: t.FragTranslated,
 		SessionsCreated: t.SessionsCreated, SNATAllocation: t.SnatAllocations,
 		StaleBackend: t.StaleBackend, PassedToStack: t.PassedToStack,
+		AffinityHits: t.AffinityHits, NeighRedirects: t.NeighRedirects,
 		Drops: map[string]uint64{
 			"no_backend":  t.DropNoBackend,
 			"no_port":     t.DropNoPort,
@@ -127,21 +132,46 @@ func sessionFrom(k lbFlow, v lbSession) Session {
 	}
 }
 
-// Sessions returns every session entry (both directions).
+// Sessions returns every session entry (both directions, both families).
 func (d *Datapath) Sessions() ([]Session, error) {
-	var (
-		k   lbFlow
-		v   lbSession
-		out []Session
-	)
-	it := d.objs.Sessions.Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, sessionFrom(k, v))
+	var out []Session
+	if err := readAll(d.objs.Sessions, func(k lbFlow, v lbSession) { out = append(out, sessionFrom(k, v)) }); err != nil {
+		return nil, fmt.Errorf("read sessions: %w", err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("iterate sessions: %w", err)
+	if err := readAll(d.objs.Sessions6, func(k lbFlow6, v lbSession6) { out = append(out, sessionFrom6(k, v)) }); err != nil {
+		return nil, fmt.Errorf("read IPv6 sessions: %w", err)
 	}
 	return out, nil
+}
+
+// readAll reads every entry of m in batches (one system call per few
+// thousand entries instead of two per entry: a sweep of a full session map
+// would otherwise take a CPU for a good part of a second), and falls back to
+// iteration where the kernel has no batch lookup for the map type.
+func readAll[K, V any](m *ebpf.Map, each func(K, V)) error {
+	const chunk = 4096
+	keys, vals := make([]K, chunk), make([]V, chunk)
+	var cursor ebpf.MapBatchCursor
+	for first := true; ; first = false {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			each(keys[i], vals[i])
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil
+		case first && errors.Is(err, ebpf.ErrNotSupported):
+			var k K
+			var v V
+			it := m.Iterate()
+			for it.Next(&k, &v) {
+				each(k, v)
+			}
+			return it.Err()
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // PutSession inserts a raw entry; tests use it to pre-fill the port space.
@@ -162,7 +192,13 @@ func (d *Datapath) PutSession(s Session) error {
 
 // DeleteSession removes one entry; missing entries are not an error.
 func (d *Datapath) DeleteSession(f Flow) error {
-	if err := d.objs.Sessions.Delete(f.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	var err error
+	if f.Src.Addr().Is4() {
+		err = d.objs.Sessions.Delete(f.key())
+	} else {
+		err = d.objs.Sessions6.Delete(f.key6())
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return err
 	}
 	return nil
@@ -209,7 +245,7 @@ func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err 
 			// The program inserts the reply entry just before the forward
 			// one: only orphans older than the closing grace are garbage.
 			fwd, ok := byKey[forwardOf(s)]
-			if (!ok || replyOf(fwd) != s.Key) && now-s.LastSeen > t.Closing {
+			if (!ok || replyOf(fwd) != s.Key) && now-s.LastSeen > t.Closing+LastSeenGrain {
 				del(s.Key)
 			}
 			continue
@@ -228,7 +264,7 @@ func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err 
 				idle = t.Closing
 			}
 		}
-		if now-last > idle {
+		if now-last > idle+LastSeenGrain { // last_seen lags by up to the grain
 			del(s.Key)
 			if ok {
 				del(rk)

@@ -63,6 +63,12 @@ services:
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, func(topo *labnet.Topology) string { return config(topo, nil) })
+}
+
+// setupWith is setup with the services file cfg renders for the topology.
+func setupWith(t *testing.T, cfg func(*labnet.Topology) string) *env {
+	t.Helper()
 	labnet.RequireRoot(t)
 	topo, err := labnet.New(backends)
 	if err != nil {
@@ -84,12 +90,12 @@ func setup(t *testing.T) *env {
 		t.Cleanup(func() { e.Close() })
 	}
 	e := &env{t: t, topo: topo}
-	e.cfg = config(topo, nil)
-	cfg, err := services.Parse([]byte(e.cfg))
+	e.cfg = cfg(topo)
+	parsed, err := services.Parse([]byte(e.cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.lb, err = balancer.New(cfg, nil)
+	e.lb, err = balancer.New(parsed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,4 +393,58 @@ func TestBulkStream(t *testing.T) {
 		}
 	}
 	e.noConntrack()
+}
+
+// Backends' neighbours are resolved ahead (managed entries), so even the
+// first packet to each backend is redirected straight away instead of
+// waiting for ARP in bpf_redirect_neigh.
+func TestBackendNeighboursResolvedAhead(t *testing.T) {
+	e := setup(t)
+	reachable := func(ip string) bool {
+		out, err := e.topo.Node.Run("ip", "neigh", "show", ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(out, "managed") && (strings.Contains(out, "REACHABLE") || strings.Contains(out, "STALE"))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, ip := range e.topo.BackendIPs {
+		for !reachable(ip.String()) { // the kernel resolves managed entries on its own
+			if time.Now().After(deadline) {
+				out, _ := e.topo.Node.Run("ip", "neigh", "show")
+				t.Fatalf("no resolved managed neighbour entry for backend %v:\n%s", ip, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	seen := map[string]bool{}
+	for range 30 {
+		name, _, err := ask(e.topo.Client, "tcp", "10.96.0.10:80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[name] = true
+	}
+	if _, _, err := ask(e.topo.External, "udp", "198.18.0.1:30053"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.lb.Stats()
+	if len(seen) != backends || st.FwdPackets == 0 || st.NeighRedirects != 0 {
+		t.Fatalf("reached %v; %d forward packets, %d sent via bpf_redirect_neigh; want all backends and none", seen, st.FwdPackets, st.NeighRedirects)
+	}
+
+	// The control: without the entry, the slow path is taken and counted.
+	if _, err := e.topo.Node.Run("ip", "neigh", "del", e.topo.BackendIPs[2].String(), "dev", "vb2"); err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		if name, _, err := ask(e.topo.Client, "tcp", "10.96.0.10:80"); err != nil {
+			t.Fatal(err)
+		} else if name == "b2" {
+			break
+		}
+	}
+	if st, _ := e.lb.Stats(); st.NeighRedirects == 0 {
+		t.Fatalf("a backend without a neighbour entry was reached without bpf_redirect_neigh; the check above proves nothing")
+	}
 }

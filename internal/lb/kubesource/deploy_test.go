@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	lbbpf "github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
@@ -111,7 +112,7 @@ func TestManifestRBAC(t *testing.T) {
 	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := NodeAddresses(t.Context(), sa, "node-1")
+	addrs, err := NodeAddresses(t.Context(), sa, "node-1", false)
 	if err != nil {
 		t.Fatalf("as the ServiceAccount: %v", err)
 	}
@@ -154,7 +155,10 @@ func TestManifestRBAC(t *testing.T) {
 	}
 }
 
-const capsHelperEnv = "SWL_LB_CAPS_HELPER"
+const (
+	capsHelperEnv = "SWL_LB_CAPS_HELPER"
+	capsPinEnv    = "SWL_LB_CAPS_PIN" // the helper's pin directory
+)
 
 // TestCapabilitiesHelper is the load balancer as TestManifestCapabilities
 // runs it: a child process with a reduced capability set, inside the node
@@ -173,7 +177,8 @@ func TestCapabilitiesHelper(t *testing.T) {
 	if err != nil {
 		fail(err)
 	}
-	b, err := balancer.New(cfg, nil)
+	// Pinned, as the manifest runs it (--pin-dir on the host's bpffs).
+	b, err := balancer.Open(cfg, balancer.Options{PinDir: os.Getenv(capsPinEnv)})
 	if err != nil {
 		fail(err)
 	}
@@ -248,10 +253,25 @@ services:
 		t.Fatal(err)
 	}
 
+	// A private bpffs, a fresh pin directory per run, detached after it.
+	bpffs := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "bpf", "bpf", bpffs).CombinedOutput(); err != nil {
+		t.Fatalf("mount bpffs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", bpffs).Run() })
+	runs := 0
+
 	// start runs the helper with exactly caps as its bounding set; root's
 	// permitted and effective sets on exec are the bounding set.
 	start := func(caps []string) (cmd *exec.Cmd, stdin io.WriteCloser, ready string, stderr *bytes.Buffer) {
 		t.Helper()
+		runs++
+		pinDir := filepath.Join(bpffs, fmt.Sprint(runs))
+		t.Cleanup(func() {
+			if err := topo.Node.Do(func() error { return lbbpf.Cleanup(pinDir) }); err != nil {
+				t.Errorf("cleanup %s: %v", pinDir, err)
+			}
+		})
 		bounding := "-all"
 		for _, c := range caps {
 			bounding += ",+" + c
@@ -259,7 +279,7 @@ services:
 		cmd = exec.Command("ip", "netns", "exec", topo.Node.Name,
 			"setpriv", "--bounding-set="+bounding, "--inh-caps=-all", "--",
 			self, "-test.run=^TestCapabilitiesHelper$")
-		cmd.Env = append(os.Environ(), capsHelperEnv+"="+cfgPath)
+		cmd.Env = append(os.Environ(), capsHelperEnv+"="+cfgPath, capsPinEnv+"="+pinDir)
 		stderr = &bytes.Buffer{}
 		cmd.Stderr = stderr
 		stdin, err := cmd.StdinPipe()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/swiftlane/swiftlane/internal/kubetest"
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 )
@@ -147,7 +148,7 @@ func TestEndToEndKubernetesSource(t *testing.T) {
 interfaces: [ext0, "v*"]
 sessions: {udpIdle: 1s, closingIdle: 1s}
 `)
-	addrs, err := NodeAddresses(t.Context(), c.cs, "node-1")
+	addrs, err := NodeAddresses(t.Context(), c.cs, "node-1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,5 +376,229 @@ sessions: {udpIdle: 1s, closingIdle: 1s}
 	}
 	if st, err := lb.Stats(); err != nil || st.PassedToStack != 0 || st.Drops["no_backend"] != 0 {
 		t.Fatalf("datapath stats %+v (err %v): every Service packet should have been translated", st, err)
+	}
+}
+
+// sessionAffinity, the Local traffic policies, externalIPs and
+// load-balancer ingress IPs from real Service objects, served by the real
+// balancer: b0 runs on this node (node-1), b1 and b2 on node-2.
+func TestEndToEndKubernetesFeatures(t *testing.T) {
+	labnet.RequireRoot(t)
+	c := startCluster(t)
+	topo, err := labnet.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), echoPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	const node = "nodeAddresses: [198.18.0.1]\nnodeName: node-1\ninterfaces: [ext0, \"v*\"]\n"
+	cfg := nodeConfig(t, node)
+	lb, err := balancer.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+		t.Fatal(err)
+	}
+
+	http := func(np int32) corev1.ServicePort {
+		return svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(echoPort), np)
+	}
+	sticky := nodePortService("sticky", "10.96.0.40", http(30040))
+	sticky.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	sticky.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(600))}}
+	local := nodePortService("local", "10.96.0.41", http(30041))
+	local.Spec.Type = corev1.ServiceTypeLoadBalancer
+	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	local.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal)
+	local.Spec.ExternalIPs = []string{"203.0.113.41"}
+	ext := nodePortService("ext", "10.96.0.42", http(30042))
+	ext.Spec.Type = corev1.ServiceTypeLoadBalancer
+	ext.Spec.ExternalIPs = []string{"203.0.113.42"}
+	for _, s := range []*corev1.Service{sticky, local, ext} {
+		c.createService(t, s)
+	}
+	// A cloud controller would publish these; the apiserver takes them.
+	for name, ip := range map[string]string{"local": "203.0.113.51", "ext": "203.0.113.52"} {
+		svc, err := c.cs.CoreV1().Services(c.ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if _, err := c.cs.CoreV1().Services(c.ns).UpdateStatus(t.Context(), svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, echoPort)}
+	var eps []discoveryv1.Endpoint
+	for i, ip := range topo.BackendIPs {
+		e := readyEP(ip.String())
+		e.NodeName = ptr(map[bool]string{true: "node-1", false: "node-2"}[i == 0])
+		eps = append(eps, e)
+	}
+	for _, name := range []string{"sticky", "local", "ext"} {
+		c.putSlice(t, endpointSlice(name, name+"-a", ports, eps...))
+	}
+
+	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, lb.Apply)
+	const endpoints = "[{address: 10.244.2.2, nodeName: node-1}, {address: 10.244.3.2, nodeName: node-2}, {address: 10.244.4.2, nodeName: node-2}]"
+	a.awaitWith(t, node, `
+  - name: ns/ext
+    clusterIP: 10.96.0.42
+    externalIPs: [203.0.113.42, 203.0.113.52]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30042}]
+    endpoints: `+endpoints+`
+  - name: ns/local
+    clusterIP: 10.96.0.41
+    externalTrafficPolicy: Local
+    internalTrafficPolicy: Local
+    externalIPs: [203.0.113.41, 203.0.113.51]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30041}]
+    endpoints: `+endpoints+`
+  - name: ns/sticky
+    clusterIP: 10.96.0.40
+    sessionAffinity: ClientIP
+    sessionAffinityTimeout: 10m
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30040}]
+    endpoints: `+endpoints+`
+`)
+
+	tally := func(from labnet.NS, addr string, n int) (backends, peers map[string]int) {
+		t.Helper()
+		backends, peers = map[string]int{}, map[string]int{}
+		for range n {
+			name, peer, err := askOnce(from, "tcp", addr)
+			if err != nil {
+				t.Fatalf("%s: %v", addr, err)
+			}
+			backends[name]++
+			host, _, _ := strings.Cut(peer, ":")
+			peers[host]++
+		}
+		return backends, peers
+	}
+	client, external, nodeIP := topo.ClientIP.String(), topo.ExternalIP.String(), topo.NodeIP.String()
+	for _, tc := range []struct {
+		what, addr   string
+		from         labnet.NS
+		backends     int    // distinct backends wanted (1: sticky or local)
+		only, seeing string // the one backend wanted, and the peer address it sees
+	}{
+		{"affinity, cluster IP", "10.96.0.40:80", topo.Client, 1, "", client},
+		{"affinity, NodePort", nodeIP + ":30040", topo.External, 1, "", nodeIP},
+		{"internalTrafficPolicy Local", "10.96.0.41:80", topo.Client, 1, "b0", client},
+		{"externalTrafficPolicy Local, NodePort", nodeIP + ":30041", topo.External, 1, "b0", external},
+		{"externalTrafficPolicy Local, externalIP", "203.0.113.41:80", topo.External, 1, "b0", external},
+		{"externalTrafficPolicy Local, LB ingress IP", "203.0.113.51:80", topo.External, 1, "b0", external},
+		{"externalIP", "203.0.113.42:80", topo.External, 3, "", nodeIP},
+		{"LB ingress IP", "203.0.113.52:80", topo.External, 3, "", nodeIP},
+		{"control: no affinity, no policy", "10.96.0.42:80", topo.Client, 3, "", client},
+	} {
+		got, peers := tally(tc.from, tc.addr, 30)
+		if len(got) != tc.backends || (tc.only != "" && got[tc.only] == 0) || len(peers) != 1 || peers[tc.seeing] == 0 {
+			t.Errorf("%s (%s): 30 connections reached %v seeing %v; want %d backend(s) %s seeing %s",
+				tc.what, tc.addr, got, peers, tc.backends, tc.only, tc.seeing)
+		}
+	}
+}
+
+// A dual-stack Service (IPv6 primary) from a real kube-apiserver with a
+// dual-stack service range, served by the real balancer on both families.
+func TestEndToEndKubernetesDualStack(t *testing.T) {
+	labnet.RequireRoot(t)
+	c := startCluster(t, kubetest.WithAPIServerArgs("--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"))
+	topo, err := labnet.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), echoPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	if node, err = c.cs.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: topo.NodeIP.String()},
+		{Type: corev1.NodeInternalIP, Address: topo.NodeIP6.String()},
+	}
+	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const settings = "ipv6: true\ninterfaces: [ext0, \"v*\"]\n"
+	cfg := nodeConfig(t, settings)
+	if cfg.NodeAddresses, err = NodeAddresses(t.Context(), c.cs, "node-1", true); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := balancer.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	if err := topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
+		t.Fatal(err)
+	}
+
+	dual := nodePortService("dual", "fd00:96::50", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(echoPort), 30050))
+	dual.Spec.ClusterIPs = []string{"fd00:96::50", "10.96.0.50"}
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	dual.Spec.IPFamilyPolicy = &policy
+	dual.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	c.createService(t, dual)
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, echoPort)}
+	var v4, v6 []discoveryv1.Endpoint
+	for i := range topo.BackendIPs {
+		v4 = append(v4, readyEP(topo.BackendIPs[i].String()))
+		v6 = append(v6, readyEP(topo.BackendIPs6[i].String()))
+	}
+	s6 := endpointSlice("dual", "dual-6", ports, v6...)
+	s6.AddressType = discoveryv1.AddressTypeIPv6
+	c.putSlice(t, s6)
+	c.putSlice(t, endpointSlice("dual", "dual-4", ports, v4...))
+
+	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, lb.Apply)
+	a.awaitWith(t, settings+"nodeAddresses: [198.18.0.1, \"fd00:18::1\"]\n", `
+  - name: ns/dual
+    clusterIP: "fd00:96::50"
+    clusterIPs: ["fd00:96::50", 10.96.0.50]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30050}]
+    endpoints: [{address: 10.244.2.2}, {address: 10.244.3.2}, {address: 10.244.4.2}, {address: "fd00:244:2::2"}, {address: "fd00:244:3::2"}, {address: "fd00:244:4::2"}]
+`)
+	for _, tc := range []struct {
+		addr string
+		from labnet.NS
+		sees netip.Addr
+	}{
+		{"[fd00:96::50]:80", topo.Client, topo.ClientIP6},
+		{"10.96.0.50:80", topo.Client, topo.ClientIP},
+		{"[fd00:18::1]:30050", topo.External, topo.NodeIP6},
+		{"198.18.0.1:30050", topo.External, topo.NodeIP},
+	} {
+		seen := map[string]bool{}
+		for range 30 {
+			name, peer, err := askOnce(tc.from, "tcp", tc.addr)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.addr, err)
+			}
+			if ap, err := netip.ParseAddrPort(peer); err != nil || ap.Addr() != tc.sees {
+				t.Fatalf("%s: backend saw %s, want %v", tc.addr, peer, tc.sees)
+			}
+			seen[name] = true
+		}
+		if len(seen) != 3 {
+			t.Errorf("%s: 30 connections reached %v, want all 3 backends", tc.addr, seen)
+		}
 	}
 }

@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// NodeAddresses reads the Node's IPv4 InternalIP and ExternalIP addresses,
-// where NodePorts answer. It is read once (RBAC: get on nodes, nothing
-// more): node addresses change only with a node's restart in practice, and
-// the load balancer restarts with it.
-func NodeAddresses(ctx context.Context, client kubernetes.Interface, name string) ([]netip.Addr, error) {
+// NodeAddresses reads the Node's InternalIP and ExternalIP addresses, IPv4
+// and (with ipv6) IPv6, where NodePorts answer. It is read once (RBAC: get
+// on nodes, nothing more): node addresses change only with a node's restart
+// in practice, and the load balancer restarts with it.
+func NodeAddresses(ctx context.Context, client kubernetes.Interface, name string, ipv6 bool) ([]netip.Addr, error) {
 	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("--node %s: %w", name, err)
@@ -29,13 +29,13 @@ func NodeAddresses(ctx context.Context, client kubernetes.Interface, name string
 				continue
 			}
 			ip, err := netip.ParseAddr(a.Address)
-			if err == nil && ip.Is4() {
+			if err == nil && (ip.Is4() || ipv6 && ip.Is6() && !ip.Is4In6()) {
 				out = AppendUnique(out, ip)
 			}
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("--node %s: the Node has no IPv4 InternalIP or ExternalIP address; set nodeAddresses in --config", name)
+		return nil, fmt.Errorf("--node %s: the Node has no InternalIP or ExternalIP address of a served family; set nodeAddresses in --config", name)
 	}
 	return out, nil
 }

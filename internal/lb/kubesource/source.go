@@ -67,6 +67,7 @@ type Source struct {
 	// Owned by Run's goroutine.
 	translated map[string][]services.Service
 	notes      map[string][]Note
+	conflicts  []Note // between Services (external IPs), logged when they change
 }
 
 // New checks the options. Nothing is watched until Run.
@@ -311,5 +312,12 @@ func (s *Source) flush() *services.Config {
 			s.notes[key] = notes
 		}
 	}
-	return assemble(s.o.Node, s.translated)
+	cfg, conflicts := assemble(s.o.Node, s.translated)
+	if !slices.Equal(conflicts, s.conflicts) {
+		for _, n := range conflicts {
+			s.o.Log.Log(context.Background(), n.Level, n.Reason, "service", n.Service)
+		}
+		s.conflicts = conflicts
+	}
+	return cfg
 }

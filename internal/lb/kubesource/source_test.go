@@ -30,7 +30,7 @@ type cluster struct {
 	ns  string
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T, opts ...kubetest.Option) *cluster {
 	t.Helper()
 	// kubetest starts etcd and kube-apiserver with Pdeathsig, which the
 	// kernel sends when the forking *thread* exits; labnet's NS.Do ends
@@ -39,7 +39,7 @@ func startCluster(t *testing.T) *cluster {
 	// first), so no NS.Do can inherit and end the forking thread.
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-	env := kubetest.Start(t)
+	env := kubetest.Start(t, opts...)
 	c := &cluster{env: env, cs: kubernetes.NewForConfigOrDie(env.RESTConfig()), ns: "ns"}
 	if _, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -159,7 +159,13 @@ func servicesYAML(c *services.Config) string {
 // services list, as in a services.yaml) and returns it.
 func (a *applied) await(t *testing.T, want string) appliedConfig {
 	t.Helper()
-	w := nodeConfig(t, nodeYAML+"services: "+want)
+	return a.awaitWith(t, nodeYAML, want)
+}
+
+// awaitWith is await with node settings node (e.g. with a nodeName).
+func (a *applied) awaitWith(t *testing.T, node, want string) appliedConfig {
+	t.Helper()
+	w := nodeConfig(t, node+"services: "+want)
 	ws := servicesYAML(w)
 	timeout := time.After(30 * time.Second)
 	var last *services.Config

@@ -9,12 +9,15 @@
 // kube-proxy does with the same objects:
 //
 //   - ClusterIP, NodePort and LoadBalancer Services are served on their IPv4
-//     cluster IP and, for the latter two, on their NodePorts; headless and
-//     ExternalName Services have nothing to translate.
+//     cluster IP (and IPv6 one with ipv6: true in the node settings) and, for
+//     the latter two, on their NodePorts; headless and ExternalName Services
+//     have nothing to translate.
+//
 //   - EndpointSlices join their Service through the kubernetes.io/service-name
 //     label; a Service port takes the endpoints of every IPv4 slice that
 //     carries a port of the same name and protocol, at that slice's port
 //     number (a named targetPort can resolve differently per pod).
+//
 //   - Ready endpoints take new connections. Serving endpoints that are
 //     terminating keep their existing connections but get no new ones
 //     (services.Endpoint.Terminating: they stay in the backends map and out
@@ -22,19 +25,25 @@
 //     as kube-proxy does, they take new connections too rather than none.
 //     Anything else (not ready and not serving) is no backend.
 //
-// What the datapath cannot do (IPv6, SCTP, session affinity, Local traffic
-// policies, external and load-balancer IPs) is reported as a Note instead of
-// being served half right silently.
+//   - sessionAffinity ClientIP (with its timeout), the Local traffic
+//     policies (endpoints whose nodeName is this node's, Config.NodeName),
+//     externalIPs and IPv4 load-balancer ingress IPs (except ipMode Proxy)
+//     are served as kube-proxy serves them.
+//
+// What the datapath cannot do (SCTP; IPv6 when off) is reported as a Note
+// instead of being served half right silently.
 package kubesource
 
 import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -76,22 +85,63 @@ func Translate(node *services.Config, svcs []*corev1.Service, eps []*discoveryv1
 		per[k] = out
 		notes = append(notes, n...)
 	}
-	return assemble(node, per), notes
+	cfg, conflicts := assemble(node, per)
+	return cfg, append(notes, conflicts...)
 }
 
-// assemble puts node settings and the translated Services together.
-func assemble(node *services.Config, per map[string][]services.Service) *services.Config {
+// assemble puts node settings and the translated Services together. The
+// apiserver keeps cluster IPs and NodePorts unique, but not external IPs: an
+// external IP whose address and port another Service (or a NodePort on that
+// address) already uses is dropped from the later Service, in name order,
+// and reported.
+func assemble(node *services.Config, per map[string][]services.Service) (*services.Config, []Note) {
 	c := *node
 	c.Services = nil
-	keys := make([]string, 0, len(per))
-	for k := range per {
-		keys = append(keys, k)
+	keys := slices.Sorted(maps.Keys(per))
+	type fe struct {
+		addr  netip.Addr
+		port  uint16
+		proto string
 	}
-	slices.Sort(keys)
+	used := map[fe]string{}
 	for _, k := range keys {
-		c.Services = append(c.Services, per[k]...)
+		for _, s := range per[k] {
+			for _, p := range s.Ports {
+				used[fe{s.ClusterIP, p.Port, p.Protocol}] = s.Name
+				if p.NodePort != 0 {
+					for _, a := range node.NodeAddresses {
+						used[fe{a, p.NodePort, p.Protocol}] = s.Name
+					}
+				}
+			}
+		}
 	}
-	return &c
+	var notes []Note
+	for _, k := range keys {
+		for _, s := range per[k] {
+			var ips []netip.Addr
+			for _, a := range s.ExternalIPs {
+				clash := ""
+				for _, p := range s.Ports {
+					if owner, ok := used[fe{a, p.Port, p.Protocol}]; ok {
+						clash = fmt.Sprintf("%v:%d/%s is already %s's", a, p.Port, p.Protocol, owner)
+						break
+					}
+				}
+				if clash != "" {
+					notes = append(notes, Note{Service: k, Level: slog.LevelWarn, Reason: "external IP " + a.String() + " not served: " + clash})
+					continue
+				}
+				for _, p := range s.Ports {
+					used[fe{a, p.Port, p.Protocol}] = s.Name
+				}
+				ips = append(ips, a)
+			}
+			s.ExternalIPs = ips
+			c.Services = append(c.Services, s)
+		}
+	}
+	return &c, notes
 }
 
 // candidate is one endpoint at one port number.
@@ -99,6 +149,7 @@ type candidate struct {
 	ap                 netip.AddrPort
 	ready, terminating bool
 	servingTerminating bool
+	nodeName           string
 }
 
 // translateService turns one Service and its slices into services.Services:
@@ -124,46 +175,106 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	var vip netip.Addr
+	// The primary family first, one address per family; IPv6 only when the
+	// node settings enable it.
+	var vips []netip.Addr
 	var v6 []string
 	for _, s := range ips {
 		a, err := netip.ParseAddr(s)
 		switch {
 		case err != nil:
 			note(slog.LevelWarn, "cluster IP %q is not an IP address; ignored", s)
-		case a.Is4() && !vip.IsValid():
-			vip = a
-		case !a.Is4():
+		case !a.Is4() && !node.IPv6:
 			v6 = append(v6, s)
+		case !slices.ContainsFunc(vips, func(v netip.Addr) bool { return v.Is4() == a.Is4() }):
+			vips = append(vips, a)
 		}
 	}
-	if !vip.IsValid() {
+	if len(vips) == 0 {
 		if len(v6) > 0 {
-			note(slog.LevelWarn, "not served: no IPv4 cluster IP (%s); the load balancer is IPv4 only", strings.Join(v6, ", "))
+			note(slog.LevelWarn, "not served: no IPv4 cluster IP (%s) and IPv6 is off (set ipv6: true in the node settings)", strings.Join(v6, ", "))
 		} else {
 			note(slog.LevelDebug, "not served: no cluster IP allocated yet")
 		}
 		return nil, notes
 	}
 	if len(v6) > 0 {
-		note(slog.LevelInfo, "IPv6 cluster IP %s not served (IPv4 only); %v is", strings.Join(v6, ", "), vip)
+		note(slog.LevelInfo, "IPv6 cluster IP %s not served (IPv6 is off: set ipv6: true in the node settings); %v is", strings.Join(v6, ", "), vips[0])
 	}
+	vip := vips[0]
 
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		note(slog.LevelWarn, "sessionAffinity ClientIP is not implemented: connections are balanced at random")
+	out := services.Service{Name: key, ClusterIP: vip, SessionAffinity: services.AffinityNone,
+		ExternalTrafficPolicy: services.PolicyCluster, InternalTrafficPolicy: services.PolicyCluster}
+	if len(vips) > 1 {
+		out.ClusterIPs = vips
 	}
-	if nodePorts && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		note(slog.LevelWarn, "externalTrafficPolicy Local is not implemented: NodePorts use every endpoint and SNAT as with Cluster")
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		out.SessionAffinity = services.AffinityClientIP
+		out.SessionAffinityTimeout = services.DefaultAffinityTimeout
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			sec := *c.ClientIP.TimeoutSeconds
+			if d := time.Duration(sec) * time.Second; sec >= 1 && d <= services.MaxAffinityTimeout {
+				out.SessionAffinityTimeout = d
+			} else {
+				note(slog.LevelWarn, "sessionAffinityConfig.clientIP.timeoutSeconds %d: outside 1-86400; using %v", sec, services.DefaultAffinityTimeout)
+			}
+		}
+	}
+	local := func(field string) string {
+		if node.NodeName == "" {
+			note(slog.LevelWarn, "%s Local served as Cluster: this node's name is unknown (run with --node)", field)
+			return services.PolicyCluster
+		}
+		return services.PolicyLocal
+	}
+	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		out.ExternalTrafficPolicy = local("externalTrafficPolicy")
 	}
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		note(slog.LevelWarn, "internalTrafficPolicy Local is not implemented: the cluster IP uses every endpoint")
+		out.InternalTrafficPolicy = local("internalTrafficPolicy")
 	}
-	if len(svc.Spec.ExternalIPs) > 0 {
-		note(slog.LevelWarn, "externalIPs %s are not served (only the cluster IP and NodePorts)", strings.Join(svc.Spec.ExternalIPs, ", "))
+	addExternal := func(what, s string) {
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil:
+			note(slog.LevelWarn, "%s %q is not an IP address; ignored", what, s)
+		case !a.Is4() && !node.IPv6:
+			note(slog.LevelInfo, "%s %s not served (IPv6 is off: set ipv6: true in the node settings)", what, s)
+		case !slices.Contains(out.ExternalIPs, a):
+			out.ExternalIPs = append(out.ExternalIPs, a)
+		}
 	}
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && len(svc.Status.LoadBalancer.Ingress) > 0 {
-		note(slog.LevelInfo, "load-balancer ingress addresses are not served (only the cluster IP and NodePorts)")
+	for _, s := range svc.Spec.ExternalIPs {
+		addExternal("externalIP", s)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			switch {
+			case in.IP == "":
+				note(slog.LevelInfo, "load-balancer ingress %q has no IP; nothing to serve", in.Hostname)
+			case in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy:
+				// The load balancer proxies to the NodePorts itself; traffic
+				// to the IP must not be captured on the node (as kube-proxy).
+				note(slog.LevelDebug, "load-balancer ingress %s has ipMode Proxy; served through the NodePorts only", in.IP)
+			default:
+				addExternal("load-balancer ingress IP", in.IP)
+			}
+		}
+	}
+	if out.ExternalTrafficPolicy == services.PolicyCluster {
+		var kept, dropped []netip.Addr
+		for _, a := range out.ExternalIPs {
+			if node.NodeAddress(a.Is4()).IsValid() {
+				kept = append(kept, a)
+			} else {
+				dropped = append(dropped, a)
+			}
+		}
+		if len(dropped) > 0 {
+			note(slog.LevelWarn, "external IPs %v not served: no node address of their family to give their traffic as source (run with --node or set nodeAddresses)", dropped)
+		}
+		out.ExternalIPs = kept
 	}
 
 	// Endpoints per Service port, keyed by (port name, protocol) as the
@@ -177,10 +288,14 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	for _, s := range eps {
 		switch s.AddressType {
 		case discoveryv1.AddressTypeIPv4:
+		case discoveryv1.AddressTypeIPv6:
+			if !node.IPv6 {
+				continue // the Service's IPv6 side, already noted
+			}
 		case discoveryv1.AddressTypeFQDN:
 			fqdn = true
 			continue
-		default: // IPv6: the Service's IPv6 side, already noted
+		default:
 			continue
 		}
 		for _, sp := range s.Ports {
@@ -199,7 +314,7 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 				}
 				// Consumers use the first address only (API contract).
 				a, err := netip.ParseAddr(e.Addresses[0])
-				if err != nil || !a.Is4() {
+				if err != nil || (!a.Is4() && !node.IPv6) {
 					continue
 				}
 				ready := ptrOr(e.Conditions.Ready, true)
@@ -207,6 +322,7 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 					ap:          netip.AddrPortFrom(a, uint16(*sp.Port)),
 					ready:       ready,
 					terminating: ptrOr(e.Conditions.Terminating, false),
+					nodeName:    ptrOr(e.NodeName, ""),
 				}
 				// serving unset means "same as ready" (API contract).
 				c.servingTerminating = ptrOr(e.Conditions.Serving, ready) && c.terminating
@@ -273,7 +389,7 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 
 		var sig strings.Builder
 		for _, e := range eps {
-			fmt.Fprintf(&sig, "%v/%t;", e.Address, e.Terminating)
+			fmt.Fprintf(&sig, "%v/%t/%s;", e.Address, e.Terminating, e.NodeName)
 		}
 		g := bySig[sig.String()]
 		if g == nil {
@@ -294,15 +410,17 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 		note(slog.LevelWarn, "annotation %s=%q: use %s or %s; selecting at random", SelectionAnnotation, v,
 			services.SelectionRandom, services.SelectionMaglev)
 	}
-	out := make([]services.Service, 0, len(groups))
+	out.Selection = selection
+	res := make([]services.Service, 0, len(groups))
 	for _, g := range groups {
-		name := key
+		sv := out
 		if len(groups) > 1 {
-			name = key + ":" + strings.Join(g.names, ",")
+			sv.Name = key + ":" + strings.Join(g.names, ",")
 		}
-		out = append(out, services.Service{Name: name, ClusterIP: vip, Selection: selection, Ports: g.ports, Endpoints: g.eps})
+		sv.Ports, sv.Endpoints = g.ports, g.eps
+		res = append(res, sv)
 	}
-	return out, notes
+	return res, notes
 }
 
 // selectEndpoints picks the endpoints of one Service port and the target
@@ -356,7 +474,7 @@ func selectEndpoints(m map[netip.AddrPort]candidate) (eps []services.Endpoint, t
 		if c.ap.Port() != target {
 			continue
 		}
-		eps = append(eps, services.Endpoint{Address: c.ap.Addr(), Terminating: anyReady && !c.ready})
+		eps = append(eps, services.Endpoint{Address: c.ap.Addr(), Terminating: anyReady && !c.ready, NodeName: c.nodeName})
 	}
 	slices.SortFunc(eps, func(a, b services.Endpoint) int { return a.Address.Compare(b.Address) })
 	return eps, target, dropped

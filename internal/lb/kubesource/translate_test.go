@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
@@ -338,27 +339,28 @@ func TestTranslateUnsupported(t *testing.T) {
 services:
   - name: ns/dual
     clusterIP: 10.96.0.11
+    sessionAffinity: ClientIP
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
     endpoints: [{address: 10.244.1.2}]
   - name: ns/lb
     clusterIP: 10.96.0.13
+    externalIPs: [192.0.2.60]
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30081}]
     endpoints: []
   - name: ns/mixed
     clusterIP: 10.96.0.12
+    externalIPs: [192.0.2.50]
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
     endpoints: []
 `)
 	for _, want := range []struct{ svc, substr string }{
 		{"ns/v6", "no IPv4 cluster IP (fd00::10)"},
 		{"ns/dual", "IPv6 cluster IP fd00::11 not served"},
-		{"ns/dual", "externalTrafficPolicy Local"},
-		{"ns/dual", "sessionAffinity ClientIP"},
+		// This node's name is unknown here (no --node): nothing is local.
+		{"ns/dual", "externalTrafficPolicy Local served as Cluster: this node's name is unknown"},
 		{"ns/mixed", "nodePort 8080 not served: outside nodePortRange 30000-32767"},
 		{"ns/mixed", "protocol SCTP is not supported"},
-		{"ns/mixed", "externalIPs 192.0.2.50"},
-		{"ns/mixed", "internalTrafficPolicy Local"},
-		{"ns/lb", "load-balancer ingress"},
+		{"ns/mixed", "internalTrafficPolicy Local served as Cluster"},
 		{"ns/lb", "FQDN"},
 	} {
 		if !noteMatching(notes, want.svc, want.substr) {
@@ -366,7 +368,8 @@ services:
 		}
 	}
 
-	// Without node addresses NodePorts cannot be served; the cluster IP is.
+	// Without node addresses NodePorts cannot be served, nor external IPs
+	// with externalTrafficPolicy Cluster (no SNAT source); the cluster IP is.
 	bare := nodeConfig(t, "interfaces: [eth0]\n")
 	got, notes = Translate(bare, []*corev1.Service{lb}, nil)
 	checkConfig(t, got, "interfaces: [eth0]\n", `
@@ -376,8 +379,8 @@ services:
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
     endpoints: []
 `)
-	if !noteMatching(notes, "ns/lb", "no node addresses") {
-		t.Fatalf("notes %v: want why the NodePort is not served", notes)
+	if !noteMatching(notes, "ns/lb", "no node addresses") || !noteMatching(notes, "ns/lb", "external IPs [192.0.2.60] not served: no node address") {
+		t.Fatalf("notes %v: want why the NodePort and the ingress IP are not served", notes)
 	}
 }
 
@@ -405,6 +408,19 @@ func TestTranslateAlwaysValidates(t *testing.T) {
 				sp = append(sp, slicePort(pn, proto, int32(8000+r.IntN(3))))
 			}
 			svc := nodePortService(name, "10.96.0."+string(rune('1'+s)), ports...)
+			// External IPs from a small pool (so Services clash), and
+			// every affinity and policy setting.
+			for range r.IntN(3) {
+				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, []string{"203.0.113.1", "203.0.113.2", "198.18.0.1", "2001:db8::1"}[r.IntN(4)])
+			}
+			if r.IntN(2) == 0 {
+				svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+				svc.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(r.IntN(90000)))}}
+			}
+			if r.IntN(2) == 0 {
+				svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				svc.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal)
+			}
 			svcs = append(svcs, svc)
 			for k := range r.IntN(3) {
 				var list []discoveryv1.Endpoint
@@ -415,7 +431,14 @@ func TestTranslateAlwaysValidates(t *testing.T) {
 				eps = append(eps, endpointSlice(name, name+string(rune('0'+k)), keep, list...))
 			}
 		}
-		got, _ := Translate(node, svcs, eps)
+		n := node
+		switch i % 3 {
+		case 1: // Local policies need this node's name to apply
+			n = nodeConfig(t, nodeYAML+"nodeName: node-a\n")
+		case 2: // IPv6 external IPs without an IPv6 node address
+			n = nodeConfig(t, nodeYAML+"nodeName: node-a\nipv6: true\n")
+		}
+		got, _ := Translate(n, svcs, eps)
 		if err := got.Validate(); err != nil {
 			y, _ := yaml.Marshal(got)
 			t.Fatalf("case %d: %v\n%s", i, err, y)
@@ -444,5 +467,93 @@ services:
 	}
 	if noteMatching(notes, "ns/hashed", "selection") {
 		t.Fatalf("notes %v: a valid annotation is not worth a note", notes)
+	}
+}
+
+// sessionAffinity, the Local traffic policies, externalIPs and load-balancer
+// ingress IPs, translated as kube-proxy serves them.
+func TestTranslateKubeProxyFeatures(t *testing.T) {
+	const node = "nodeAddresses: [198.18.0.1]\nnodeName: node-a\ninterfaces: [eth0]\n"
+	nc := nodeConfig(t, node)
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}
+	on := func(e discoveryv1.Endpoint, n string) discoveryv1.Endpoint { e.NodeName = &n; return e }
+
+	web := nodePortService("web", "10.96.0.10", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 30080))
+	web.Spec.Type = corev1.ServiceTypeLoadBalancer
+	web.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	web.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
+	web.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	web.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal)
+	web.Spec.ExternalIPs = []string{"203.0.113.1", "2001:db8::1"}
+	proxy := corev1.LoadBalancerIPModeProxy
+	web.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
+		{IP: "203.0.113.2"}, {IP: "203.0.113.1"}, {IP: "203.0.113.3", IPMode: &proxy}, {Hostname: "lb.example.com"},
+	}
+	webEPs := endpointSlice("web", "web-a", ports, on(readyEP("10.244.1.2"), "node-a"), on(readyEP("10.244.2.2"), "node-b"))
+
+	// Its external IP clashes with web's: web keeps it (name order).
+	other := service("zz-other", "10.96.0.11", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 0))
+	other.Spec.ExternalIPs = []string{"203.0.113.1", "203.0.113.9"}
+
+	got, notes := Translate(nc, []*corev1.Service{other, web}, []*discoveryv1.EndpointSlice{webEPs})
+	checkConfig(t, got, node, `
+services:
+  - name: ns/web
+    clusterIP: 10.96.0.10
+    sessionAffinity: ClientIP
+    sessionAffinityTimeout: 1m
+    externalTrafficPolicy: Local
+    internalTrafficPolicy: Local
+    externalIPs: [203.0.113.1, 203.0.113.2]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
+    endpoints: [{address: 10.244.1.2, nodeName: node-a}, {address: 10.244.2.2, nodeName: node-b}]
+  - name: ns/zz-other
+    clusterIP: 10.96.0.11
+    externalIPs: [203.0.113.9]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+    endpoints: []
+`)
+	for _, want := range []struct{ svc, substr string }{
+		{"ns/web", "externalIP 2001:db8::1 not served (IPv6 is off"},
+		{"ns/web", "203.0.113.3 has ipMode Proxy"},
+		{"ns/web", `ingress "lb.example.com" has no IP`},
+		{"ns/zz-other", "external IP 203.0.113.1 not served: 203.0.113.1:80/TCP is already ns/web's"},
+	} {
+		if !noteMatching(notes, want.svc, want.substr) {
+			t.Errorf("no note for %s containing %q in:\n%v", want.svc, want.substr, notes)
+		}
+	}
+	// No timeout given: Kubernetes' default.
+	web.Spec.SessionAffinityConfig = nil
+	got, _ = Translate(nc, []*corev1.Service{web}, nil)
+	if d := got.Services[0].SessionAffinityTimeout; d != 3*time.Hour {
+		t.Fatalf("default affinity timeout %v, want 3h (10800 s)", d)
+	}
+}
+
+// With ipv6: true in the node settings a dual-stack Service is served on
+// both cluster IPs, primary family first, with both families' endpoints.
+func TestTranslateDualStack(t *testing.T) {
+	const node = "ipv6: true\nnodeAddresses: [198.18.0.1, \"fd00:18::1\"]\ninterfaces: [eth0]\n"
+	nc := nodeConfig(t, node)
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}
+	dual := nodePortService("dual", "fd00:96::11", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 30080))
+	dual.Spec.ClusterIPs = []string{"fd00:96::11", "10.96.0.11"} // IPv6 primary
+	dual.Spec.ExternalIPs = []string{"2001:db8::7"}
+	v6 := endpointSlice("dual", "dual-6", ports, readyEP("fd00:244:2::2"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	v4 := endpointSlice("dual", "dual-4", ports, readyEP("10.244.2.2"))
+	got, notes := Translate(nc, []*corev1.Service{dual}, []*discoveryv1.EndpointSlice{v6, v4})
+	checkConfig(t, got, node, `
+services:
+  - name: ns/dual
+    clusterIP: "fd00:96::11"
+    clusterIPs: ["fd00:96::11", 10.96.0.11]
+    externalIPs: ["2001:db8::7"]
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
+    endpoints: [{address: 10.244.2.2}, {address: "fd00:244:2::2"}]
+`)
+	if len(notes) != 0 {
+		t.Fatalf("notes %v: a dual-stack Service with IPv6 on is served whole", notes)
 	}
 }

@@ -99,7 +99,9 @@ func (n NS) ConntrackCount() (int, error) {
 //	backend i   10.244.(2+i).2 --- vb<i> (.1)     node (forwarding, the LB)
 //	external    198.18.0.2 --- ext0 (198.18.0.1) /
 //
-// Each pod's default route points at its veth peer in the node, as with
+// and the same in IPv6 (dual-stack): fd00:244:<n>::2 for the pod whose IPv4
+// subnet is 10.244.<n>.0/24, fd00:18::2 / fd00:18::1 for the external host.
+// Each pod's default routes point at its veth peer in the node, as with
 // the usual CNI plugins.
 type Topology struct {
 	Node, Client, External NS
@@ -107,7 +109,11 @@ type Topology struct {
 	NodeIP, ExternalIP     netip.Addr
 	ClientIP               netip.Addr
 	BackendIPs             []netip.Addr
-	all                    []NS
+	// The IPv6 side.
+	NodeIP6, ExternalIP6 netip.Addr
+	ClientIP6            netip.Addr
+	BackendIPs6          []netip.Addr
+	all                  []NS
 }
 
 var seq atomic.Int32
@@ -120,11 +126,14 @@ func New(n int) (t *Topology, err error) {
 		Node: NS{prefix + "-node"}, Client: NS{prefix + "-cli"}, External: NS{prefix + "-ext"},
 		NodeIP: netip.MustParseAddr("198.18.0.1"), ExternalIP: netip.MustParseAddr("198.18.0.2"),
 		ClientIP: netip.MustParseAddr("10.244.1.2"),
+		NodeIP6:  netip.MustParseAddr("fd00:18::1"), ExternalIP6: netip.MustParseAddr("fd00:18::2"),
+		ClientIP6: netip.MustParseAddr("fd00:244:1::2"),
 	}
 	t.all = []NS{t.Node, t.Client, t.External}
 	for i := range n {
 		t.Backends = append(t.Backends, NS{fmt.Sprintf("%s-b%d", prefix, i)})
 		t.BackendIPs = append(t.BackendIPs, netip.AddrFrom4([4]byte{10, 244, byte(2 + i), 2}))
+		t.BackendIPs6 = append(t.BackendIPs6, netip.MustParseAddr(fmt.Sprintf("fd00:244:%d::2", 2+i)))
 	}
 	t.all = append(t.all, t.Backends...)
 	defer func() {
@@ -139,20 +148,24 @@ func New(n int) (t *Topology, err error) {
 		if _, err := ns.Run("ip", "link", "set", "lo", "up"); err != nil {
 			return t, err
 		}
+		// Addresses usable at once: no duplicate address detection.
+		if _, err := ns.Run("sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"); err != nil {
+			return t, err
+		}
 	}
-	if _, err := t.Node.Run("sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+	if _, err := t.Node.Run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
 		return t, err
 	}
-	if err := t.pod(t.Client, "vc", "10.244.1.1/24", "10.244.1.2/24", "10.244.1.1"); err != nil {
+	if err := t.pod(t.Client, "vc", "10.244.1.1/24", "10.244.1.2/24", "10.244.1.1", "fd00:244:1::1"); err != nil {
 		return t, err
 	}
 	for i, b := range t.Backends {
 		gw := fmt.Sprintf("10.244.%d.1", 2+i)
-		if err := t.pod(b, fmt.Sprintf("vb%d", i), gw+"/24", fmt.Sprintf("10.244.%d.2/24", 2+i), gw); err != nil {
+		if err := t.pod(b, fmt.Sprintf("vb%d", i), gw+"/24", fmt.Sprintf("10.244.%d.2/24", 2+i), gw, fmt.Sprintf("fd00:244:%d::1", 2+i)); err != nil {
 			return t, err
 		}
 	}
-	if err := t.pod(t.External, "ext0", "198.18.0.1/24", "198.18.0.2/24", "198.18.0.1"); err != nil {
+	if err := t.pod(t.External, "ext0", "198.18.0.1/24", "198.18.0.2/24", "198.18.0.1", "fd00:18::1"); err != nil {
 		return t, err
 	}
 	return t, nil
@@ -160,7 +173,9 @@ func New(n int) (t *Topology, err error) {
 
 // pod links ns to the node with a veth pair created inside the node
 // namespace, so nothing ever appears in the caller's namespace.
-func (t *Topology) pod(ns NS, nodeIf, nodeAddr, podAddr, gw string) error {
+func (t *Topology) pod(ns NS, nodeIf, nodeAddr, podAddr, gw, gw6 string) error {
+	// The pod's IPv6 address is the gateway's with ::2 for ::1.
+	pod6 := strings.TrimSuffix(gw6, "1") + "2"
 	steps := []struct {
 		in   NS
 		argv []string
@@ -171,6 +186,9 @@ func (t *Topology) pod(ns NS, nodeIf, nodeAddr, podAddr, gw string) error {
 		{ns, []string{"ip", "addr", "add", podAddr, "dev", "eth0"}},
 		{ns, []string{"ip", "link", "set", "eth0", "up"}},
 		{ns, []string{"ip", "route", "add", "default", "via", gw}},
+		{t.Node, []string{"ip", "-6", "addr", "add", gw6 + "/64", "dev", nodeIf, "nodad"}},
+		{ns, []string{"ip", "-6", "addr", "add", pod6 + "/64", "dev", "eth0", "nodad"}},
+		{ns, []string{"ip", "-6", "route", "add", "default", "via", gw6}},
 	}
 	for _, s := range steps {
 		if _, err := s.in.Run(s.argv...); err != nil {

@@ -29,6 +29,8 @@ var (
 	allocDesc      = prometheus.NewDesc(ns+"snat_allocations_total", "Source ports allocated for SNAT (NodePort, hairpin, reply-tuple clashes).", nil, nil)
 	triesDesc      = prometheus.NewDesc(ns+"snat_port_tries", "Tries per SNAT port allocation that succeeded (at most 5 per allocation); failures are in drops_total{reason=\"no_port\"}.", nil, nil)
 	staleDesc      = prometheus.NewDesc(ns+"stale_backend_sessions_total", "Sessions moved to another backend because theirs was removed.", nil, nil)
+	neighDesc      = prometheus.NewDesc(ns+"neighbour_misses_total", "Translated packets forwarded with bpf_redirect_neigh because the node had no neighbour entry yet (backends' are resolved ahead).", nil, nil)
+	affinityDesc   = prometheus.NewDesc(ns+"affinity_hits_total", "New connections sent to the backend the client's ClientIP affinity remembers.", nil, nil)
 	passedDesc     = prometheus.NewDesc(ns+"passed_to_stack_total", "Translated packets handed to the kernel stack instead of redirected (local destination, TTL expiry).", nil, nil)
 	dropsDesc      = prometheus.NewDesc(ns+"drops_total", "Packets dropped, by reason.", []string{"reason"}, nil)
 	attachedDesc   = prometheus.NewDesc(ns+"attached_interfaces", "Interfaces the tc program is attached to.", nil, nil)
@@ -42,7 +44,7 @@ func NewCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{packetsDesc, icmpDesc, fragDesc, sessionsDesc, createdDesc, allocDesc,
-		triesDesc, staleDesc, passedDesc, dropsDesc, attachedDesc, scrapeErrsDesc} {
+		triesDesc, staleDesc, affinityDesc, neighDesc, passedDesc, dropsDesc, attachedDesc, scrapeErrsDesc} {
 		ch <- d
 	}
 }
@@ -69,6 +71,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(createdDesc, st.SessionsCreated)
 	counter(allocDesc, st.SNATAllocation)
 	counter(staleDesc, st.StaleBackend)
+	counter(affinityDesc, st.AffinityHits)
+	counter(neighDesc, st.NeighRedirects)
 	counter(passedDesc, st.PassedToStack)
 	for _, r := range bpf.DropReasons {
 		counter(dropsDesc, st.Drops[r], r)

@@ -16,7 +16,7 @@ type fake struct{}
 
 func (fake) Stats() (bpf.Stats, error) {
 	return bpf.Stats{FwdPackets: 10, ReplyPackets: 9, Drops: map[string]uint64{"no_port": 2},
-		PortTries: [bpf.SNATTries]uint64{3, 1}}, nil
+		PortTries: [bpf.SNATTries]uint64{3, 1}, AffinityHits: 5, NeighRedirects: 1}, nil
 }
 func (fake) LiveSessions() int { return 4 }
 func (fake) Attached() int     { return 2 }
@@ -37,6 +37,17 @@ swiftlane_lb_drops_total{reason="session_map"} 0
 swiftlane_lb_sessions 4
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "swiftlane_lb_drops_total", "swiftlane_lb_sessions"); err != nil {
+		t.Fatal(err)
+	}
+	more := `
+# HELP swiftlane_lb_affinity_hits_total New connections sent to the backend the client's ClientIP affinity remembers.
+# TYPE swiftlane_lb_affinity_hits_total counter
+swiftlane_lb_affinity_hits_total 5
+# HELP swiftlane_lb_neighbour_misses_total Translated packets forwarded with bpf_redirect_neigh because the node had no neighbour entry yet (backends' are resolved ahead).
+# TYPE swiftlane_lb_neighbour_misses_total counter
+swiftlane_lb_neighbour_misses_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(more), "swiftlane_lb_affinity_hits_total", "swiftlane_lb_neighbour_misses_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "swiftlane_lb_snat_port_tries"); err != nil || n != 1 {

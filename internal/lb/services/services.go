@@ -19,8 +19,19 @@ import (
 
 // Config is one snapshot of everything the load balancer serves.
 type Config struct {
-	// NodeAddresses are the addresses NodePorts answer on (IPv4).
+	// NodeAddresses are the addresses NodePorts answer on (IPv4). The first
+	// is also the source given to external-IP traffic (externalTrafficPolicy
+	// Cluster), so the backend's reply comes back through this node.
 	NodeAddresses []netip.Addr `yaml:"nodeAddresses"`
+	// NodeName is this node's name: endpoints with the same nodeName are
+	// local, for the Local traffic policies.
+	NodeName string `yaml:"nodeName"`
+	// IPv6 serves IPv6 (and dual-stack) Services too. Off, the IPv6 maps
+	// take no memory and IPv6 addresses are refused.
+	IPv6 bool `yaml:"ipv6"`
+	// HairpinAddress6 is the IPv6 hairpin source (unset: an IPv6 backend
+	// reaching its own service is dropped).
+	HairpinAddress6 netip.Addr `yaml:"hairpinAddress6"`
 	// HairpinAddress is the source given to a backend that reaches its own
 	// service; it must not be used anywhere else on the node.
 	HairpinAddress netip.Addr `yaml:"hairpinAddress"`
@@ -47,12 +58,46 @@ type Sessions struct {
 type Service struct {
 	Name      string     `yaml:"name"`
 	ClusterIP netip.Addr `yaml:"clusterIP"`
+	// ClusterIPs are a dual-stack Service's addresses, one per family, the
+	// first equal to ClusterIP (which may then be left out).
+	ClusterIPs []netip.Addr `yaml:"clusterIPs,omitempty"`
 	// Selection is how new connections pick a backend: SelectionRandom
 	// (default) or SelectionMaglev.
-	Selection string     `yaml:"selection"`
-	Ports     []Port     `yaml:"ports"`
-	Endpoints []Endpoint `yaml:"endpoints"`
+	Selection string `yaml:"selection"`
+	// SessionAffinity ClientIP sends a client's new connections to the
+	// backend its previous one went to, if that was less than
+	// SessionAffinityTimeout ago (default 3h, at most 24h) and the backend
+	// still takes new connections. None (default): no affinity.
+	SessionAffinity        string        `yaml:"sessionAffinity"`
+	SessionAffinityTimeout time.Duration `yaml:"sessionAffinityTimeout"`
+	// ExternalTrafficPolicy applies to NodePorts and external IPs. Cluster
+	// (default): every endpoint, the source rewritten to a node address.
+	// Local: only this node's endpoints, the client's address kept; no
+	// local endpoint means the traffic is dropped.
+	ExternalTrafficPolicy string `yaml:"externalTrafficPolicy"`
+	// InternalTrafficPolicy applies to the cluster IP: Cluster (default)
+	// or Local (only this node's endpoints; none: dropped).
+	InternalTrafficPolicy string `yaml:"internalTrafficPolicy"`
+	// ExternalIPs answer on every port like the cluster IP but count as
+	// external traffic (Kubernetes externalIPs and load-balancer ingress
+	// IPs). The network must route them to this node.
+	ExternalIPs []netip.Addr `yaml:"externalIPs"`
+	Ports       []Port       `yaml:"ports"`
+	Endpoints   []Endpoint   `yaml:"endpoints"`
 }
+
+// Values of Service.SessionAffinity and the traffic policies, spelled as
+// in Kubernetes.
+const (
+	AffinityNone     = "None"
+	AffinityClientIP = "ClientIP"
+	PolicyCluster    = "Cluster"
+	PolicyLocal      = "Local"
+	// DefaultAffinityTimeout is Kubernetes' default (10800 s).
+	DefaultAffinityTimeout = 3 * time.Hour
+	// MaxAffinityTimeout is Kubernetes' limit (86400 s).
+	MaxAffinityTimeout = 24 * time.Hour
+)
 
 const (
 	// SelectionRandom picks a ready backend uniformly at random.
@@ -75,7 +120,31 @@ type Endpoint struct {
 	Address netip.Addr `yaml:"address"`
 	// Terminating endpoints keep their existing connections but get no new ones.
 	Terminating bool `yaml:"terminating"`
+	// NodeName is the node the endpoint runs on (Config.NodeName: local).
+	NodeName string `yaml:"nodeName"`
 }
+
+// Addresses are the service's cluster IPs: one, or one per family.
+func (s Service) Addresses() []netip.Addr {
+	if len(s.ClusterIPs) > 0 {
+		return s.ClusterIPs
+	}
+	return []netip.Addr{s.ClusterIP}
+}
+
+// NodeAddress is the first node address of the family (IPv4 when v4),
+// the source external traffic of that family is given; invalid if none.
+func (c *Config) NodeAddress(v4 bool) netip.Addr {
+	for _, a := range c.NodeAddresses {
+		if a.Is4() == v4 {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// Local reports whether e runs on the node c describes.
+func (c *Config) Local(e Endpoint) bool { return c.NodeName != "" && e.NodeName == c.NodeName }
 
 // Defaults fills what the file left out.
 func (c *Config) Defaults() {
@@ -101,8 +170,24 @@ func (c *Config) Defaults() {
 		c.Sessions.ClosingIdle = 10 * time.Second
 	}
 	for i := range c.Services {
-		if c.Services[i].Selection == "" {
-			c.Services[i].Selection = SelectionRandom
+		sv := &c.Services[i]
+		if !sv.ClusterIP.IsValid() && len(sv.ClusterIPs) > 0 {
+			sv.ClusterIP = sv.ClusterIPs[0]
+		}
+		if sv.Selection == "" {
+			sv.Selection = SelectionRandom
+		}
+		if sv.SessionAffinity == "" {
+			sv.SessionAffinity = AffinityNone
+		}
+		if sv.SessionAffinity == AffinityClientIP && sv.SessionAffinityTimeout == 0 {
+			sv.SessionAffinityTimeout = DefaultAffinityTimeout
+		}
+		if sv.ExternalTrafficPolicy == "" {
+			sv.ExternalTrafficPolicy = PolicyCluster
+		}
+		if sv.InternalTrafficPolicy == "" {
+			sv.InternalTrafficPolicy = PolicyCluster
 		}
 		for j := range c.Services[i].Ports {
 			p := &c.Services[i].Ports[j]
@@ -120,10 +205,25 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	for i, a := range c.NodeAddresses {
-		if !a.Is4() {
-			bad("nodeAddresses[%d] %v: only IPv4 addresses are supported", i, a)
+	// family is "" for an address this configuration can serve, else why not.
+	family := func(a netip.Addr) string {
+		switch {
+		case a.Is4():
+			return ""
+		case a.Is6() && !a.Is4In6() && c.IPv6:
+			return ""
+		case a.Is6() && !a.Is4In6():
+			return "an IPv6 address needs ipv6: true"
 		}
+		return "not an IP address"
+	}
+	for i, a := range c.NodeAddresses {
+		if why := family(a); why != "" {
+			bad("nodeAddresses[%d] %v: %s", i, a, why)
+		}
+	}
+	if a := c.HairpinAddress6; a.IsValid() && (!a.Is6() || a.Is4In6()) {
+		bad("hairpinAddress6 %v: set an IPv6 address reserved for hairpin SNAT, e.g. fd00:5c:1::1", a)
 	}
 	if !c.HairpinAddress.Is4() {
 		bad("hairpinAddress %v: set an IPv4 address reserved for hairpin SNAT, e.g. 169.254.42.1", c.HairpinAddress)
@@ -157,11 +257,54 @@ func (c *Config) Validate() error {
 			bad("%s.name: duplicate service name", where)
 		}
 		names[s.Name] = true
-		if !s.ClusterIP.Is4() {
-			bad("%s.clusterIP %v: set an IPv4 service address", where, s.ClusterIP)
+		if why := family(s.ClusterIP); why != "" {
+			bad("%s.clusterIP %v: set the service address (%s)", where, s.ClusterIP, why)
+		}
+		if len(s.ClusterIPs) > 0 {
+			fams := map[bool]bool{}
+			for j, a := range s.ClusterIPs {
+				if why := family(a); why != "" {
+					bad("%s.clusterIPs[%d] %v: %s", where, j, a, why)
+				} else if fams[a.Is4()] {
+					bad("%s.clusterIPs[%d] %v: at most one address per family", where, j, a)
+				}
+				fams[a.Is4()] = true
+			}
+			if s.ClusterIPs[0] != s.ClusterIP {
+				bad("%s.clusterIPs: the first (%v) must be clusterIP (%v)", where, s.ClusterIPs[0], s.ClusterIP)
+			}
 		}
 		if s.Selection != SelectionRandom && s.Selection != SelectionMaglev {
 			bad("%s.selection %q: use %s or %s", where, s.Selection, SelectionRandom, SelectionMaglev)
+		}
+		switch s.SessionAffinity {
+		case AffinityNone:
+		case AffinityClientIP:
+			if t := s.SessionAffinityTimeout; t < time.Second || t > MaxAffinityTimeout || t%time.Second != 0 {
+				bad("%s.sessionAffinityTimeout %v: use whole seconds from 1s to %v", where, t, MaxAffinityTimeout)
+			}
+		default:
+			bad("%s.sessionAffinity %q: use %s or %s", where, s.SessionAffinity, AffinityNone, AffinityClientIP)
+		}
+		for _, pol := range []struct{ field, v string }{
+			{"externalTrafficPolicy", s.ExternalTrafficPolicy}, {"internalTrafficPolicy", s.InternalTrafficPolicy},
+		} {
+			switch pol.v {
+			case PolicyCluster:
+			case PolicyLocal:
+				if c.NodeName == "" {
+					bad("%s.%s Local: set nodeName (this node) and the endpoints' nodeName, so local endpoints can be told apart", where, pol.field)
+				}
+			default:
+				bad("%s.%s %q: use %s or %s", where, pol.field, pol.v, PolicyCluster, PolicyLocal)
+			}
+		}
+		for j, a := range s.ExternalIPs {
+			if why := family(a); why != "" {
+				bad("%s.externalIPs[%d] %v: %s", where, j, a, why)
+			} else if s.ExternalTrafficPolicy == PolicyCluster && !c.NodeAddress(a.Is4()).IsValid() {
+				bad("%s.externalIPs[%d] %v: set a node address of its family in nodeAddresses; external traffic (externalTrafficPolicy Cluster) is given it as its source", where, j, a)
+			}
 		}
 		if len(s.Ports) == 0 {
 			bad("%s.ports: list at least one port", where)
@@ -183,11 +326,16 @@ func (c *Config) Validate() error {
 				}
 				claim(fmt.Sprintf("node:%d/%s", p.NodePort, p.Protocol), pw)
 			}
-			claim(fmt.Sprintf("%v:%d/%s", s.ClusterIP, p.Port, p.Protocol), pw)
+			for _, a := range s.Addresses() {
+				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
+			}
+			for _, a := range s.ExternalIPs {
+				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
+			}
 		}
 		for j, e := range s.Endpoints {
-			if !e.Address.Is4() {
-				bad("%s.endpoints[%d].address %v: set the backend's IPv4 address", where, j, e.Address)
+			if why := family(e.Address); why != "" {
+				bad("%s.endpoints[%d].address %v: set the backend's address (%s)", where, j, e.Address, why)
 			}
 		}
 	}

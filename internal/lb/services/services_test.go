@@ -33,6 +33,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 	if c.Services[0].Selection != SelectionRandom {
 		t.Fatalf("selection %q, want the default %q", c.Services[0].Selection, SelectionRandom)
 	}
+	if s := c.Services[0]; s.SessionAffinity != AffinityNone || s.ExternalTrafficPolicy != PolicyCluster || s.InternalTrafficPolicy != PolicyCluster {
+		t.Fatalf("affinity/policy defaults: %q %q %q", s.SessionAffinity, s.ExternalTrafficPolicy, s.InternalTrafficPolicy)
+	}
 	if !c.Services[0].Endpoints[1].Terminating {
 		t.Fatal("terminating lost")
 	}
@@ -45,6 +48,16 @@ func TestValidateNamesFieldAndFix(t *testing.T) {
 		"protocol":  {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, protocol: SCTP}]}]\n", "services[0] (a).ports[0].protocol \"SCTP\": use TCP or UDP"},
 		"selection": {"services: [{name: a, clusterIP: 10.0.0.1, selection: ring, ports: [{port: 1}]}]\n", "services[0] (a).selection \"ring\": use random or maglev"},
 		"nodeport":  {"services: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 80}]}]\n", "nodePort 80: outside nodePortRange"},
+		"affinity":  {"services: [{name: a, clusterIP: 10.0.0.1, sessionAffinity: clientip, ports: [{port: 1}]}]\n", "services[0] (a).sessionAffinity \"clientip\": use None or ClientIP"},
+		"timeout":   {"services: [{name: a, clusterIP: 10.0.0.1, sessionAffinity: ClientIP, sessionAffinityTimeout: 48h, ports: [{port: 1}]}]\n", "sessionAffinityTimeout 48h0m0s: use whole seconds from 1s to 24h0m0s"},
+		"policy":    {"services: [{name: a, clusterIP: 10.0.0.1, externalTrafficPolicy: local, ports: [{port: 1}]}]\n", "externalTrafficPolicy \"local\": use Cluster or Local"},
+		"nodename":  {"services: [{name: a, clusterIP: 10.0.0.1, internalTrafficPolicy: Local, ports: [{port: 1}]}]\n", "internalTrafficPolicy Local: set nodeName"},
+		"extip":     {"services: [{name: a, clusterIP: 10.0.0.1, externalIPs: [203.0.113.1], ports: [{port: 1}]}]\n", "externalIPs[0] 203.0.113.1: set a node address of its family"},
+		"extip6":    {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, externalIPs: [\"2001:db8::1\"], ports: [{port: 1}]}]\n", "externalIPs[0] 2001:db8::1: an IPv6 address needs ipv6: true"},
+		"extipdup":  {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, externalIPs: [10.0.0.2], ports: [{port: 1}]}, {name: b, clusterIP: 10.0.0.2, ports: [{port: 1}]}]\n", "also used by"},
+		"dualfam":   {"ipv6: true\nservices: [{name: a, clusterIPs: [10.0.0.1, 10.0.0.2], ports: [{port: 1}]}]\n", "clusterIPs[1] 10.0.0.2: at most one address per family"},
+		"dualfirst": {"ipv6: true\nservices: [{name: a, clusterIP: \"fd00::1\", clusterIPs: [10.0.0.1, \"fd00::1\"], ports: [{port: 1}]}]\n", "clusterIPs: the first (10.0.0.1) must be clusterIP (fd00::1)"},
+		"hairpin6":  {"hairpinAddress6: 10.0.0.9\n", "hairpinAddress6 10.0.0.9: set an IPv6 address"},
 		"dup":       {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 30001}]}, {name: b, clusterIP: 10.0.0.2, ports: [{port: 1, nodePort: 30001}]}]\n", "also used by"},
 	} {
 		_, err := Parse([]byte("interfaces: [eth0]\n" + tc.yaml))

@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+)
+
+// summary is one variant on one path over all rounds. cps and p99_us keep
+// the names earlier results used; every number is the mean over rounds with
+// its 95 % interval (Student's t; null with one round).
+type summary struct {
+	CPS              float64          `json:"cps"`
+	CPSci            *[2]float64      `json:"cps_ci95"`
+	P50us            float64          `json:"p50_us"`
+	P50ci            *[2]float64      `json:"p50_us_ci95"`
+	P99us            float64          `json:"p99_us"`
+	P99ci            *[2]float64      `json:"p99_us_ci95"`
+	P999us           float64          `json:"p99_9_us"`
+	P999ci           *[2]float64      `json:"p99_9_us_ci95"`
+	MaxUs            float64          `json:"max_us"`
+	MaxCi            *[2]float64      `json:"max_us_ci95"`
+	Gbps             float64          `json:"throughput_gbps"`
+	GbpsCi           *[2]float64      `json:"throughput_gbps_ci95"`
+	CPUusPerConn     float64          `json:"cpu_us_per_conn"`
+	CPUci            *[2]float64      `json:"cpu_us_per_conn_ci95"`
+	DpCPUusPerConn   float64          `json:"dp_cpu_us_per_conn"`
+	DpCPUci          *[2]float64      `json:"dp_cpu_us_per_conn_ci95"`
+	InstrPerReq      *float64         `json:"instr_per_req"` // null: no PMU here
+	ConntrackEntries int              `json:"conntrack_entries"`
+	Errors           int64            `json:"errors"`
+	Nstat            map[string]int64 `json:"nstat"` // summed over rounds
+	Rounds           []phase          `json:"rounds"`
+}
+
+type report struct {
+	Generated  string                        `json:"generated"`
+	Kernel     string                        `json:"kernel"`
+	Scenario   string                        `json:"scenario"`
+	Method     []string                      `json:"method"`
+	Settings   map[string]any                `json:"settings"`
+	Order      [][]string                    `json:"order"`    // variant order of each round
+	Variants   map[string]summary            `json:"variants"` // ClusterIP path
+	NodePort   map[string]summary            `json:"nodeport"` // NodePort path
+	Ratios     map[string]map[string]float64 `json:"ratios"`   // swiftlane's mean over each other variant's
+	Findings   []string                      `json:"findings"` // differences whose intervals do not overlap
+	Skipped    map[string]string             `json:"skipped"`
+	Histograms []string                      `json:"histograms"`
+	PerfStatus string                        `json:"perf_status"`
+}
+
+func newReport(o options) *report {
+	kernel, _ := exec.Command("uname", "-r").Output()
+	ipt, _ := exec.Command("iptables", "-V").Output()
+	return &report{
+		Generated: time.Now().UTC().Format(time.RFC3339),
+		Kernel:    strings.TrimSpace(string(kernel)),
+		Scenario:  "client pod -> ClusterIP 10.96.0.10 (external host -> NodePort 30080) -> 3 backend pods; network namespaces on one machine; one topology, only the NAT setup changes between variants",
+		Method: []string{
+			"cps: wrk (Debian), 1 thread, -c connections, Connection: close (a new TCP connection per request), closed loop, pinned to client_cpu",
+			"latency: bench/lb/loadgen, open loop at rate_rps new connections/s, each measured from its scheduled start (no coordinated omission), pinned to client_cpu",
+			"throughput: one TCP stream from loadgen for half a phase",
+			"cpu_us_per_conn: /proc/stat busy time of all CPUs during the cps phase / requests (includes wrk and the backends); dp_cpu_us_per_conn: the data-path CPU only (RPS steers the node's receive processing there; backends run there too)",
+			"nstat: deltas over the three phases, summed over client, node and backend namespaces; wrk resets the connections it has open when a phase ends, so TcpEstabResets/TcpOutRsts of up to `connections` per phase are expected",
+			"swiftlane: the balancer runs in the harness process on dp_cpu and sweeps sessions every 5 s, as `swiftlane lb` does by default",
+			"none: the client connects straight to one backend, no translation (the limit)",
+			"each round runs every variant once in a new random order (seed in settings); intervals are 95 % Student's t over rounds",
+		},
+		Settings: map[string]any{
+			"duration_s": o.duration.Seconds(), "rate_rps": o.rate, "connections": o.connections, "repeats": o.repeats,
+			"client_cpu": o.clientCPU, "dp_cpu": o.dpCPU, "seed": o.seed, "iptables": strings.TrimSpace(string(ipt)),
+		},
+		Variants: map[string]summary{}, NodePort: map[string]summary{},
+		Ratios:     map[string]map[string]float64{},
+		Skipped:    map[string]string{},
+		PerfStatus: "no hardware PMU on this machine: instructions per request are not counted (null)",
+	}
+}
+
+// tCrit is Student's t for a two-sided 95 % interval with df degrees of freedom.
+func tCrit(df int) float64 {
+	table := []float64{0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228}
+	switch {
+	case df < 1:
+		return math.NaN()
+	case df < len(table):
+		return table[df]
+	case df <= 20:
+		return 2.086
+	case df <= 30:
+		return 2.042
+	}
+	return 1.96
+}
+
+// meanCI is the mean and, with two or more values, its 95 % interval.
+func meanCI(xs []float64) (float64, *[2]float64) {
+	if len(xs) == 0 {
+		return 0, nil
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	m := sum / float64(len(xs))
+	if len(xs) < 2 {
+		return m, nil
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	h := tCrit(len(xs)-1) * math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
+	return m, &[2]float64{max(0, m-h), m + h} // every metric here is non-negative
+}
+
+func sortedCopy(xs []float64) []float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s
+}
+
+// quantile of sorted samples (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(len(sorted)-1, i))]
+}
+
+func summarise(rounds []phase) summary {
+	col := func(f func(phase) float64) []float64 {
+		out := make([]float64, len(rounds))
+		for i, r := range rounds {
+			out[i] = f(r)
+		}
+		return out
+	}
+	var s summary
+	s.CPS, s.CPSci = meanCI(col(func(p phase) float64 { return p.CPS }))
+	s.P50us, s.P50ci = meanCI(col(func(p phase) float64 { return p.P50us }))
+	s.P99us, s.P99ci = meanCI(col(func(p phase) float64 { return p.P99us }))
+	s.P999us, s.P999ci = meanCI(col(func(p phase) float64 { return p.P999us }))
+	s.MaxUs, s.MaxCi = meanCI(col(func(p phase) float64 { return p.MaxUs }))
+	s.Gbps, s.GbpsCi = meanCI(col(func(p phase) float64 { return p.Gbps }))
+	s.CPUusPerConn, s.CPUci = meanCI(col(func(p phase) float64 { return p.CPUusPerConn }))
+	s.DpCPUusPerConn, s.DpCPUci = meanCI(col(func(p phase) float64 { return p.DpCPUusPerConn }))
+	ct, _ := meanCI(col(func(p phase) float64 { return float64(p.ConntrackEntries) }))
+	s.ConntrackEntries = int(math.Round(ct))
+	s.Nstat = map[string]int64{}
+	for _, r := range rounds {
+		s.Errors += r.WrkErrors + r.LatencyErrors
+		for k, v := range r.Nstat {
+			s.Nstat[k] += v
+		}
+	}
+	s.Rounds = rounds
+	return s
+}
+
+// metric names a summary column for ratios and findings.
+type metric struct {
+	name       string
+	higherGood bool
+	get        func(summary) (float64, *[2]float64)
+}
+
+var metrics = []metric{
+	{"cps", true, func(s summary) (float64, *[2]float64) { return s.CPS, s.CPSci }},
+	{"p50_us", false, func(s summary) (float64, *[2]float64) { return s.P50us, s.P50ci }},
+	{"p99_us", false, func(s summary) (float64, *[2]float64) { return s.P99us, s.P99ci }},
+	{"p99_9_us", false, func(s summary) (float64, *[2]float64) { return s.P999us, s.P999ci }},
+	{"throughput_gbps", true, func(s summary) (float64, *[2]float64) { return s.Gbps, s.GbpsCi }},
+	{"cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.CPUusPerConn, s.CPUci }},
+	{"dp_cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.DpCPUusPerConn, s.DpCPUci }},
+}
+
+func (r *report) summarise(raw map[string]map[string][]phase) {
+	for path, byVariant := range raw {
+		dst := r.Variants
+		if path == "nodeport" {
+			dst = r.NodePort
+		}
+		for v, rounds := range byVariant {
+			dst[v] = summarise(rounds)
+		}
+		sl, ok := dst["swiftlane"]
+		if !ok {
+			continue
+		}
+		for _, v := range slices.Sorted(maps.Keys(dst)) {
+			if v == "swiftlane" {
+				continue
+			}
+			o := dst[v]
+			ratios := map[string]float64{}
+			for _, m := range metrics {
+				a, aci := m.get(sl)
+				b, bci := m.get(o)
+				if b != 0 {
+					ratios[m.name] = a / b
+				}
+				// Only differences whose intervals do not overlap are findings.
+				if aci == nil || bci == nil || (aci[0] <= bci[1] && bci[0] <= aci[1]) {
+					continue
+				}
+				better := (a > b) == m.higherGood
+				word := map[bool]string{true: "better", false: "worse"}[better]
+				r.Findings = append(r.Findings, fmt.Sprintf("%s %s: swiftlane %.4g vs %s %.4g (%+.0f %%, %s; 95 %% intervals %.4g-%.4g and %.4g-%.4g do not overlap)",
+					path, m.name, a, v, b, 100*(a/b-1), word, aci[0], aci[1], bci[0], bci[1]))
+			}
+			r.Ratios[path+"_swiftlane_over_"+v] = ratios
+		}
+	}
+	slices.Sort(r.Findings)
+}
+
+func ci(c *[2]float64) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%.0f–%.0f)", c[0], c[1])
+}
+
+// printTable writes a Markdown table (means, intervals in parentheses) and
+// the findings.
+func (r *report) printTable(w io.Writer) {
+	fmt.Fprintln(w, "| path | variant | conn/s | p50 µs | p99 µs | p99.9 µs | Gbit/s | CPU µs/conn | conntrack | errors |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, p := range []struct {
+		name string
+		m    map[string]summary
+	}{{"ClusterIP", r.Variants}, {"NodePort", r.NodePort}} {
+		for _, v := range allVariants {
+			s, ok := p.m[v]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %s | %.0f%s | %.0f%s | %.0f%s | %.0f%s | %.2f | %.1f | %d | %d |\n", p.name, v,
+				s.CPS, ci(s.CPSci), s.P50us, ci(s.P50ci), s.P99us, ci(s.P99ci), s.P999us, ci(s.P999ci),
+				s.Gbps, s.CPUusPerConn, s.ConntrackEntries, s.Errors)
+		}
+	}
+	for v, why := range r.Skipped {
+		fmt.Fprintf(w, "\n%s skipped: %s\n", v, why)
+	}
+	if len(r.Findings) == 0 {
+		why := ""
+		if rounds, _ := r.Settings["repeats"].(int); rounds < 2 {
+			why = " (one round gives no interval)"
+		}
+		fmt.Fprintf(w, "\nNo difference between swiftlane and another variant has non-overlapping 95 %% intervals%s.\n", why)
+		return
+	}
+	fmt.Fprintln(w, "\nDifferences whose 95 % intervals do not overlap:")
+	for _, f := range r.Findings {
+		fmt.Fprintln(w, "- "+f)
+	}
+}
