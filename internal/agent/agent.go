@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -63,6 +64,9 @@ type Options struct {
 	OnApplied func(rev uint64)
 	// OnHeartbeat runs after each accepted heartbeat (tests).
 	OnHeartbeat func()
+	// ProcRoot is where the processes' cgroup files are read for the pod a
+	// workload runs in (default /proc; tests use a fake tree).
+	ProcRoot string
 }
 
 // Agent is one node's agent. Run it once.
@@ -101,6 +105,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
 	}
 	a := &Agent{o: o, strategies: map[string]store.Strategy{}, warned: map[string]bool{}}
 	if o.StateFile != "" {
@@ -322,7 +329,13 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		hb.Counters = c
 	}
 	for _, p := range a.o.Applier.Applied() {
-		hb.Workloads = append(hb.Workloads, store.Workload{PID: p.PID, Strategy: p.Strategy, Class: p.Class.String(), Inherited: p.Inherited, Cmdline: p.Cmdline})
+		w := store.Workload{PID: p.PID, Strategy: p.Strategy, Class: p.Class.String(), Inherited: p.Inherited, Cmdline: p.Cmdline}
+		// Without the Kubernetes API the pod's name is unknown, but its UID
+		// and the container id are in the process's cgroup path.
+		if pp, ok, err := podcgroup.PodOfProcess(a.o.ProcRoot, p.PID); err == nil && ok && !pp.Conmon {
+			w.PodUID, w.ContainerID = pp.UID, pp.ContainerID
+		}
+		hb.Workloads = append(hb.Workloads, w)
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strings"
 
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -36,22 +37,35 @@ func (s *Server) gen1List(w http.ResponseWriter, r *http.Request, c *auth.Claims
 	return nil
 }
 
-func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+// gen1Replace replaces the caller's own set: the strategies earlier POSTs
+// with the same token subject made. Admin-made strategies and other
+// clients' sets are untouched, and all of them apply together, oldest
+// first, so a generation-1 operator re-posting its list every second cannot
+// erase what an admin made.
+func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
 	var body Gen1Strategies
 	if err := s.decode(r, &body); err != nil {
 		return err
 	}
 	if body.Strategies == nil {
-		return errorf(http.StatusBadRequest, "strategies", `send {"strategies": [...]} (an empty list deletes every strategy)`, "strategies: missing")
+		return errorf(http.StatusBadRequest, "strategies", `send {"strategies": [...]} (an empty list deletes the strategies your earlier posts made)`, "strategies: missing")
 	}
+	owner := c.Subject
+	warnings := []string{}
 	seen := map[string]int{}
 	for i := range body.Strategies {
 		st := &body.Strategies[i]
 		if st.Name == "" {
-			st.Name = fmt.Sprintf("strategy-%d", i)
+			st.Name = gen1Name(owner, i)
 		}
-		st.Revision, st.CreatedRevision = 0, 0
+		st.Revision, st.CreatedRevision, st.Owner = 0, 0, owner
 		prefix := fmt.Sprintf("strategies[%d].", i)
+		// The reference's own example asks for 20 µs; below the scheduler's
+		// floor the slice is raised, not refused, so such clients keep working.
+		if t := st.ExecutionTime; t > 0 && t < strategy.MinSliceNs {
+			st.ExecutionTime = strategy.MinSliceNs
+			warnings = append(warnings, fmt.Sprintf("%sexecution_time: %d ns is below the scheduler's minimum slice; clamped to %d ns", prefix, t, strategy.MinSliceNs))
+		}
 		if err := st.Validate(); err != nil {
 			return fieldError(prefix, err)
 		}
@@ -60,13 +74,46 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 		}
 		seen[st.Name] = i
 	}
-	list, _, err := s.o.Store.ReplaceStrategies(r.Context(), body.Strategies)
+	list, _, err := s.o.Store.ReplaceStrategies(r.Context(), owner, body.Strategies)
+	var owned *store.OwnedError
+	if errors.As(err, &owned) {
+		return errorf(http.StatusConflict, fmt.Sprintf("strategies[%d].name", owned.Index),
+			"give the entry another name (or none: unnamed entries are named "+gen1Name(owner, owned.Index)+"); a list POST replaces only the strategies earlier POSTs with your token made",
+			"%v", owned)
+	}
 	if err != nil {
 		return storeError("strategies", err)
 	}
 	s.hub.notify()
-	writeJSON(w, http.StatusOK, Gen1Strategies{Strategies: gen1Form(nonNil(list))})
+	for _, w := range warnings {
+		s.o.Log.Warn("generation-1 strategy adjusted", "owner", owner, "warning", w)
+	}
+	writeJSON(w, http.StatusOK, Gen1Replaced{Strategies: gen1Form(nonNil(list)), Warnings: warnings})
 	return nil
+}
+
+// gen1Name names an unnamed entry after its position and the client, so
+// two clients posting unnamed lists do not claim the same names.
+func gen1Name(owner string, i int) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(owner) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	slug := strings.Trim(b.String(), "-")
+	if slug == "" {
+		slug = "strategy"
+	}
+	return fmt.Sprintf("%s-%d", slug, i)
 }
 
 func (s *Server) gen1PostMetrics(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {

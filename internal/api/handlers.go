@@ -55,6 +55,14 @@ const (
 func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	var req LoginRequest
 	if err := s.decode(r, &req); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Field == "public_key" {
+			// The reference gave a token to anyone presenting the server's
+			// public key, which ships with it: that proves nothing.
+			return errorf(http.StatusBadRequest, "public_key",
+				`send {"username":"admin","password":"<the credential in <data-dir>/admin.credential>"} here, or mint a token on the server with `+"`swiftlane token create --role admin`",
+				"the public-key token flow is not supported: a public key is no secret, so it cannot authenticate anyone")
+		}
 		return err
 	}
 	if !s.o.Auth.CheckAdmin(req.Username, req.Password) {
@@ -155,7 +163,7 @@ func (s *Server) readStrategy(r *http.Request, name string) (store.Strategy, err
 			return st, errorf(http.StatusBadRequest, "name", "leave name out of the body or make it "+name, "name %q in the body differs from %q in the URL", st.Name, name)
 		}
 	}
-	st.Revision, st.CreatedRevision = 0, 0 // assigned by the store
+	st.Revision, st.CreatedRevision, st.Owner = 0, 0, "" // assigned by the store
 	if err := st.Validate(); err != nil {
 		return st, fieldError("", err)
 	}

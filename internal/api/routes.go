@@ -83,8 +83,9 @@ func routes() []route {
 		// Generation 1 (the reference API), kept for existing clients.
 		{method: "GET", path: "/api/v1/scheduling/strategies", op: "gen1ListStrategies", summary: "Generation 1: list strategies as {strategies: [...]} with priority: bool",
 			roles: anyRole, out: Gen1Strategies{}, handle: (*Server).gen1List},
-		{method: "POST", path: "/api/v1/scheduling/strategies", op: "gen1ReplaceStrategies", summary: "Generation 1: replace the whole list; unnamed entries are named strategy-<index>",
-			roles: adminOnly, in: Gen1Strategies{}, out: Gen1Strategies{}, handle: (*Server).gen1Replace},
+		{method: "POST", path: "/api/v1/scheduling/strategies", op: "gen1ReplaceStrategies",
+			summary: "Generation 1: replace the strategies earlier posts with the same token subject made (others are kept); unnamed entries are named <subject>-<index>; slices below 50 µs are raised to it with a warning",
+			roles:   adminOnly, in: Gen1Strategies{}, out: Gen1Replaced{}, handle: (*Server).gen1Replace},
 		{method: "POST", path: "/api/v1/metrics", op: "gen1PostMetrics", summary: "Generation 1: a node's scheduler pushes named numbers",
 			roles: nodeWriter, in: Gen1Metrics{}, out: HeartbeatReply{}, handle: (*Server).gen1PostMetrics},
 		{method: "GET", path: "/api/v1/metrics", op: "gen1GetMetrics", summary: "Generation 1: metrics by node (pushed numbers and heartbeat counters)",

@@ -382,7 +382,7 @@ func testGeneration1(t *testing.T, bk backend) {
 	}
 	// The same strategies through the current API: named, with classes.
 	l, err := ts.client(tok.Token).ListStrategies(bg())
-	if err != nil || l.Strategies[0].Name != "strategy-0" || l.Strategies[0].EffectiveClass().String() != "critical" ||
+	if err != nil || l.Strategies[0].Name != "admin-0" || l.Strategies[0].Owner != "admin" || l.Strategies[0].EffectiveClass().String() != "critical" ||
 		l.Strategies[1].EffectiveClass().String() != "normal" {
 		t.Fatalf("v2 view: %+v %v", l, err)
 	}
@@ -404,8 +404,41 @@ func testGeneration1(t *testing.T, bk backend) {
 	if code != 200 || !strings.Contains(string(body), `"pods":[]`) {
 		t.Fatalf("pods/pids: %d %s", code, body)
 	}
-	// Deleting everything the generation-1 way.
-	if code, body := ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, `{"strategies":[]}`); code != 200 || !strings.Contains(string(body), `"strategies":[]`) {
+	// The public-key flow is refused with the one that works.
+	code, body = ts.raw("POST", "/api/v1/auth/token", "", `{"public_key":"-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----"}`)
+	var e Error
+	if code != 400 || json.Unmarshal(body, &e) != nil || e.Field != "public_key" || !strings.Contains(e.Hint, `"username":"admin"`) {
+		t.Fatalf("public-key flow: %d %s", code, body)
+	}
+	// A second generation-1 client and an admin strategy: each list POST
+	// replaces only its poster's set.
+	admin := ts.client(tok.Token)
+	if _, err := admin.CreateStrategy(bg(), critical("by-hand", "upf")); err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := ts.auth.Issue("operator-b", auth.Admin, "", time.Hour)
+	if code, body := ts.raw("POST", "/api/v1/scheduling/strategies", other, `{"strategies":[{"priority":true,"command_regex":"iperf"}]}`); code != 200 {
+		t.Fatalf("second client: %d %s", code, body)
+	}
+	// A name another owner has is a 409 naming the entry; nothing changes.
+	before, _ := admin.ListStrategies(bg())
+	code, body = ts.raw("POST", "/api/v1/scheduling/strategies", other, `{"strategies":[{"priority":true,"command_regex":"iperf"},{"name":"by-hand","priority":true,"command_regex":"x"}]}`)
+	if code != 409 || json.Unmarshal(body, &e) != nil || e.Field != "strategies[1].name" {
+		t.Fatalf("taking another owner's name: %d %s", code, body)
+	}
+	if after, _ := admin.ListStrategies(bg()); after.Revision != before.Revision || len(after.Strategies) != 4 {
+		t.Fatalf("refused post changed the store: %+v", after)
+	}
+	// A gen-2 update of a client's strategy keeps it in that client's set.
+	upd := critical("operator-b-0", "iperf3")
+	if _, err := admin.PutStrategy(bg(), upd); err != nil {
+		t.Fatal(err)
+	}
+	// Deleting the first client's set the generation-1 way leaves the rest.
+	code, body = ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, `{"strategies":[]}`)
+	var rep Gen1Replaced
+	if code != 200 || json.Unmarshal(body, &rep) != nil || len(rep.Strategies) != 2 ||
+		rep.Strategies[0].Name != "by-hand" || rep.Strategies[1].Name != "operator-b-0" || rep.Strategies[1].Owner != "operator-b" {
 		t.Fatalf("gen1 empty post: %d %s", code, body)
 	}
 }

@@ -95,6 +95,16 @@ type Gen1Strategies struct {
 	Strategies []store.Strategy `json:"strategies"`
 }
 
+// Gen1Replaced answers a generation-1 list POST: every strategy (the
+// caller's set merged with the others, in precedence order) and what was
+// adjusted rather than refused.
+type Gen1Replaced struct {
+	Strategies []store.Strategy `json:"strategies"`
+	// Warnings name each adjusted field, e.g. a slice below the minimum
+	// raised to it.
+	Warnings []string `json:"warnings"`
+}
+
 // Gen1Metrics is what a generation-1 scheduler posts: named numbers.
 type Gen1Metrics map[string]float64
 

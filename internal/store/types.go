@@ -25,6 +25,11 @@ type Strategy struct {
 	// CreatedRevision orders strategies: the first one that matches a process
 	// wins, so older strategies take precedence. Set by the store.
 	CreatedRevision uint64 `json:"created_revision,omitempty"`
+	// Owner is the token subject of the generation-1 client whose list POST
+	// made the strategy: that client's next POST replaces every strategy it
+	// owns and nothing else. Empty for strategies made any other way (the
+	// admin's). Set by the server; updates keep it.
+	Owner string `json:"owner,omitempty"`
 }
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -119,6 +124,14 @@ type Workload struct {
 	Class     string `json:"class"`
 	Inherited bool   `json:"inherited,omitempty"`
 	Cmdline   string `json:"cmdline"`
+	// The pod and container the process runs in, where the agent knows them:
+	// the Kubernetes agent knows all four; an agent on a plain host reads the
+	// pod UID and container id from the process's cgroup, if it is in a pod.
+	PodName     string `json:"pod_name,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Container   string `json:"container,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
 }
 
 // Counters are a node's scheduler counters (totals since the scheduler loaded).
