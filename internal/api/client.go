@@ -133,19 +133,19 @@ func (c *Client) ListStrategies(ctx context.Context) (StrategyList, error) {
 	return l, c.Do(ctx, "GET", "/api/v1/strategies", nil, &l)
 }
 
-func (c *Client) GetStrategy(ctx context.Context, name string) (store.Strategy, error) {
-	var s store.Strategy
+func (c *Client) GetStrategy(ctx context.Context, name string) (StrategyView, error) {
+	var s StrategyView
 	return s, c.Do(ctx, "GET", "/api/v1/strategies/"+esc(name), nil, &s)
 }
 
-func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (store.Strategy, error) {
-	var s store.Strategy
+func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
+	var s StrategyView
 	return s, c.Do(ctx, "POST", "/api/v1/strategies", st, &s)
 }
 
 // PutStrategy creates or replaces a strategy by name.
-func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (store.Strategy, error) {
-	var s store.Strategy
+func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
+	var s StrategyView
 	return s, c.Do(ctx, "PUT", "/api/v1/strategies/"+esc(st.Name), st, &s)
 }
 

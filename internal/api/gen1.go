@@ -85,6 +85,11 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		return storeError("strategies", err)
 	}
 	s.hub.notify()
+	for i, st := range body.Strategies {
+		for _, w := range s.view(st).Warnings {
+			warnings = append(warnings, fmt.Sprintf("strategies[%d].%s", i, w))
+		}
+	}
 	for _, w := range warnings {
 		s.o.Log.Warn("generation-1 strategy adjusted", "owner", owner, "warning", w)
 	}

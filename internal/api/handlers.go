@@ -125,8 +125,35 @@ func (s *Server) listStrategies(w http.ResponseWriter, r *http.Request, c *auth.
 	if err != nil {
 		return storeError("strategies", err)
 	}
-	writeJSON(w, http.StatusOK, StrategyList{Strategies: nonNil(s.forClaims(r.Context(), c, list)), Revision: rev})
+	writeJSON(w, http.StatusOK, StrategyList{Strategies: s.views(s.forClaims(r.Context(), c, list)), Revision: rev})
 	return nil
+}
+
+// view adds the server's warnings to a strategy. Pod selectors and
+// namespaces need pod labels, which only agents on Kubernetes have: with
+// any other store they are accepted (so generation-1 clients, whose
+// strategies all carry selectors, keep working) but flagged, here and in
+// the UI, rather than silently matching nothing.
+func (s *Server) view(st store.Strategy) StrategyView {
+	v := StrategyView{Strategy: st}
+	if s.podLabels {
+		return v
+	}
+	if len(st.Selectors) > 0 {
+		v.Warnings = append(v.Warnings, "selectors: this server's store has no pod information, so agents cannot match pod labels and the strategy matches no process: match with command_regex, pid or cgroup_path instead, or run `swiftlane api --store kubernetes` with the Kubernetes agents")
+	}
+	if len(st.Namespaces) > 0 {
+		v.Warnings = append(v.Warnings, "namespaces: this server's store has no pod information, so namespaces restrict nothing here; they apply with `swiftlane api --store kubernetes`")
+	}
+	return v
+}
+
+func (s *Server) views(list []store.Strategy) []StrategyView {
+	out := make([]StrategyView, len(list))
+	for i, st := range list {
+		out[i] = s.view(st)
+	}
+	return out
 }
 
 func nonNil[T any](s []T) []T {
@@ -145,7 +172,7 @@ func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if len(s.forClaims(r.Context(), c, []store.Strategy{st})) == 0 {
 		return storeError("strategy "+name, store.ErrNotFound) // not for this agent's node
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, s.view(st))
 	return nil
 }
 
@@ -181,7 +208,7 @@ func (s *Server) createStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 	}
 	s.hub.notify()
 	w.Header().Set("Location", "/api/v1/strategies/"+st.Name)
-	writeJSON(w, http.StatusCreated, st)
+	writeJSON(w, http.StatusCreated, s.view(st))
 	return nil
 }
 
@@ -200,7 +227,7 @@ func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 		return storeError("strategy "+st.Name, err)
 	}
 	s.hub.notify()
-	writeJSON(w, status, out)
+	writeJSON(w, status, s.view(out))
 	return nil
 }
 

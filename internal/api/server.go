@@ -52,6 +52,10 @@ type Server struct {
 	reg     *prometheus.Registry
 	met     serverMetrics
 
+	// podLabels: the store's agents know pods (Kubernetes), so pod
+	// selectors can match.
+	podLabels bool
+
 	mu   sync.Mutex
 	gen1 map[string]Gen1Metrics // pushed generation-1 metrics by node (not persisted)
 }
@@ -76,6 +80,9 @@ func New(o Options) (*Server, error) {
 	// reports their changes, so watch streams see them at once.
 	if n, ok := o.Store.(interface{ OnChange(func()) }); ok {
 		n.OnChange(s.hub.notify)
+	}
+	if p, ok := o.Store.(interface{ ResolvesPodLabels() bool }); ok {
+		s.podLabels = p.ResolvesPodLabels()
 	}
 	s.initMetrics()
 	doc, err := openAPIDocument(routes(), o.Version)

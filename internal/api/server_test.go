@@ -466,3 +466,59 @@ func testPrometheusMetrics(t *testing.T, bk backend) {
 		}
 	}
 }
+
+// TestSelectorsWithoutPodsWarn: a strategy with pod selectors is stored
+// either way; where agents know no pods (the bolt store) every response
+// that shows it says it matches nothing, naming the field; on Kubernetes
+// there is no warning.
+func TestSelectorsWithoutPodsWarn(t *testing.T) { eachStore(t, testSelectorsWithoutPodsWarn) }
+
+func testSelectorsWithoutPodsWarn(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
+	tok := ts.token(auth.Admin, "")
+	admin := ts.client(tok)
+	wantWarn := bk.name == "bolt"
+	check := func(what string, warnings []string) {
+		t.Helper()
+		got := len(warnings) > 0 && strings.HasPrefix(warnings[0], "selectors: ") && strings.Contains(warnings[0], "matches no process")
+		if got != wantWarn || (!wantWarn && len(warnings) > 0) {
+			t.Errorf("%s: warnings %q (want a selectors warning: %v)", what, warnings, wantWarn)
+		}
+	}
+	st := critical("by-label", "nr-gnb")
+	st.Selectors = []strategy.Selector{{Key: "app", Value: "ueransim"}}
+	created, err := admin.CreateStrategy(bg(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("create", created.Warnings)
+	put, err := admin.PutStrategy(bg(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("put", put.Warnings)
+	got, err := admin.GetStrategy(bg(), "by-label")
+	if err != nil || len(got.Selectors) != 1 {
+		t.Fatalf("stored: %+v %v", got, err)
+	}
+	check("get", got.Warnings)
+	l, err := admin.ListStrategies(bg())
+	if err != nil || len(l.Strategies) != 1 {
+		t.Fatal(err)
+	}
+	check("list", l.Strategies[0].Warnings)
+	// Without selectors, no warning anywhere.
+	plain, err := admin.CreateStrategy(bg(), critical("plain", "upf"))
+	if err != nil || len(plain.Warnings) != 0 {
+		t.Fatalf("plain strategy: %+v %v", plain, err)
+	}
+	// Generation 1: the warning names the entry.
+	code, body := ts.raw("POST", "/api/v1/scheduling/strategies", tok, `{"strategies":[{"priority":true,"command_regex":"x","selectors":[{"key":"app","value":"ueransim-macvlan"}]}]}`)
+	var rep Gen1Replaced
+	if code != 200 || json.Unmarshal(body, &rep) != nil {
+		t.Fatalf("gen1 post: %d %s", code, body)
+	}
+	if has := len(rep.Warnings) == 1 && strings.HasPrefix(rep.Warnings[0], "strategies[0].selectors: "); has != wantWarn {
+		t.Errorf("gen1 warnings %q (want one: %v)", rep.Warnings, wantWarn)
+	}
+}

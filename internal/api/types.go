@@ -46,10 +46,20 @@ type TokenResponse struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// StrategyView is a strategy as the API shows it: what is stored, plus
+// what the server warns about it.
+type StrategyView struct {
+	store.Strategy
+	// Warnings say why (part of) the strategy cannot apply where it is
+	// stored, e.g. pod selectors on a server without Kubernetes. Computed
+	// on every response, never stored.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
 // StrategyList is every strategy (for an agent: those for its node).
 type StrategyList struct {
-	Strategies []store.Strategy `json:"strategies"`
-	Revision   uint64           `json:"revision"`
+	Strategies []StrategyView `json:"strategies"`
+	Revision   uint64         `json:"revision"`
 }
 
 // Deleted answers a DELETE.
@@ -100,8 +110,9 @@ type Gen1Strategies struct {
 // adjusted rather than refused.
 type Gen1Replaced struct {
 	Strategies []store.Strategy `json:"strategies"`
-	// Warnings name each adjusted field, e.g. a slice below the minimum
-	// raised to it.
+	// Warnings name each adjusted field (a slice below the minimum raised
+	// to it) and each matcher that cannot apply here (pod selectors on a
+	// server without Kubernetes).
 	Warnings []string `json:"warnings"`
 }
 

@@ -150,7 +150,7 @@ func TestWatchAfterCompactionResyncs(t *testing.T) { eachStore(t, testWatchAfter
 func testWatchAfterCompactionResyncs(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk, logSize: 3})
 	admin := ts.client(ts.token(auth.Admin, ""))
-	var first, last store.Strategy
+	var first, last StrategyView
 	for i := range 8 {
 		s, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x"))
 		if err != nil {
