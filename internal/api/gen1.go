@@ -5,7 +5,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -33,7 +32,7 @@ func (s *Server) gen1List(w http.ResponseWriter, r *http.Request, c *auth.Claims
 	if err != nil {
 		return storeError("strategies", err)
 	}
-	writeJSON(w, http.StatusOK, Gen1Strategies{Strategies: gen1Form(s.forClaims(r.Context(), c, list))})
+	writeJSON(w, http.StatusOK, Gen1StrategyList{Strategies: gen1Form(s.forClaims(r.Context(), c, list))})
 	return nil
 }
 
@@ -53,8 +52,11 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	owner := c.Subject
 	warnings := []string{}
 	seen := map[string]int{}
-	for i := range body.Strategies {
-		st := &body.Strategies[i]
+	list := make([]store.Strategy, len(body.Strategies))
+	for i, g := range body.Strategies {
+		st := &list[i]
+		*st = g.Strategy
+		st.ExecutionTime = g.ExecutionTime
 		if st.Name == "" {
 			st.Name = gen1Name(owner, i)
 		}
@@ -70,11 +72,13 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 			return fieldError(prefix, err)
 		}
 		if j, dup := seen[st.Name]; dup {
-			return errorf(http.StatusBadRequest, prefix+"name", "names must be unique in the list", "%q is already used by strategies[%d]", st.Name, j)
+			// 409: JSON Schema cannot say "names unique"; the list is
+			// well-formed but cannot become one set.
+			return errorf(http.StatusConflict, prefix+"name", "names must be unique in the list", "%q is already used by strategies[%d]", st.Name, j)
 		}
 		seen[st.Name] = i
 	}
-	list, _, err := s.o.Store.ReplaceStrategies(r.Context(), owner, body.Strategies)
+	all, _, err := s.o.Store.ReplaceStrategies(r.Context(), owner, list)
 	var owned *store.OwnedError
 	if errors.As(err, &owned) {
 		return errorf(http.StatusConflict, fmt.Sprintf("strategies[%d].name", owned.Index),
@@ -85,7 +89,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		return storeError("strategies", err)
 	}
 	s.hub.notify()
-	for i, st := range body.Strategies {
+	for i, st := range list {
 		for _, w := range s.view(st).Warnings {
 			warnings = append(warnings, fmt.Sprintf("strategies[%d].%s", i, w))
 		}
@@ -93,7 +97,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	for _, w := range warnings {
 		s.o.Log.Warn("generation-1 strategy adjusted", "owner", owner, "warning", w)
 	}
-	writeJSON(w, http.StatusOK, Gen1Replaced{Strategies: gen1Form(nonNil(list)), Warnings: warnings})
+	writeJSON(w, http.StatusOK, Gen1Replaced{Strategies: gen1Form(nonNil(all)), Warnings: warnings})
 	return nil
 }
 
@@ -126,17 +130,12 @@ func (s *Server) gen1PostMetrics(w http.ResponseWriter, r *http.Request, c *auth
 	if err := s.decode(r, &m); err != nil {
 		return err
 	}
-	for k, v := range m {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return errorf(http.StatusBadRequest, k, "send finite numbers", "%s is not finite", k)
-		}
-	}
 	node := c.Node
 	if c.Role != auth.Agent {
 		node = "_" + c.Subject // admins pushing by hand
 	}
 	s.mu.Lock()
-	s.gen1[node] = m
+	s.gen1[node] = &m
 	s.mu.Unlock()
 	_, rev, err := s.o.Store.Changes(r.Context(), 0, 1)
 	if err != nil && !errors.Is(err, store.ErrCompacted) {

@@ -3,31 +3,48 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
 
-// decode reads one JSON value strictly: unknown fields and trailing data
-// are refused. The body size is already bounded by wrap.
+// decode reads one JSON object strictly and checks it against the rules
+// /openapi.json documents (package schema): null, unknown fields (compared
+// exactly) and trailing data are refused, then every declared constraint.
+// The body size is already bounded by wrap.
 func (s *Server) decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return decodeError(err, s.o.MaxBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
 		return decodeError(err, s.o.MaxBody)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var big *http.MaxBytesError
-		if errors.As(err, &big) {
-			return decodeError(err, s.o.MaxBody)
-		}
 		return errorf(http.StatusBadRequest, "", "send exactly one JSON object", "unexpected data after the JSON body")
+	}
+	if err := schema.Strict(doc, reflect.TypeOf(v).Elem()); err != nil {
+		return fieldError("", err)
+	}
+	typed := json.NewDecoder(bytes.NewReader(data))
+	typed.DisallowUnknownFields()
+	if err := typed.Decode(v); err != nil {
+		return decodeError(err, s.o.MaxBody)
+	}
+	if err := schema.Check(v); err != nil {
+		return fieldError("", err)
 	}
 	return nil
 }
@@ -278,15 +295,9 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 	if !auth.ValidNodeName(name) {
 		return errorf(http.StatusBadRequest, "name", "use lower-case letters, digits, '.', '_' or '-'", "%q is not a node name", name)
 	}
-	var reg store.Registration
+	var reg store.Registration // mode and heartbeat_seconds: checked by decode (their rules)
 	if err := s.decode(r, &reg); err != nil {
 		return err
-	}
-	if reg.Mode != "schedule" && reg.Mode != "observe" {
-		return errorf(http.StatusBadRequest, "mode", "use schedule or observe", "mode %q is unknown", reg.Mode)
-	}
-	if reg.HeartbeatSeconds < 1 || reg.HeartbeatSeconds > 3600 {
-		return errorf(http.StatusBadRequest, "heartbeat_seconds", "use 1..3600", "heartbeat_seconds %d is out of range", reg.HeartbeatSeconds)
 	}
 	n, err := s.o.Store.RegisterNode(r.Context(), name, reg, time.Now())
 	if err != nil {
@@ -298,16 +309,9 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	name := r.PathValue("name")
-	var hb store.Heartbeat
+	var hb store.Heartbeat // at most 64 buckets per histogram: checked by decode
 	if err := s.decode(r, &hb); err != nil {
 		return err
-	}
-	if hb.Counters != nil {
-		for class, h := range hb.Counters.RunqueueWait {
-			if len(h.Buckets) > 64 {
-				return errorf(http.StatusBadRequest, "counters.runqueue_wait."+class+".buckets", "send at most 64 log2 buckets", "%d buckets", len(h.Buckets))
-			}
-		}
 	}
 	if _, err := s.o.Store.Heartbeat(r.Context(), name, hb, time.Now()); err != nil {
 		if errors.Is(err, store.ErrNotFound) {

@@ -57,7 +57,7 @@ type Server struct {
 	podLabels bool
 
 	mu   sync.Mutex
-	gen1 map[string]Gen1Metrics // pushed generation-1 metrics by node (not persisted)
+	gen1 map[string]*Gen1Metrics // pushed generation-1 metrics by node (not persisted)
 }
 
 // New builds a server over a store and an authority.
@@ -74,7 +74,7 @@ func New(o Options) (*Server, error) {
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = 15 * time.Second
 	}
-	s := &Server{o: o, gen1: map[string]Gen1Metrics{}}
+	s := &Server{o: o, gen1: map[string]*Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
 	// A store that others write too (Kubernetes: kubectl, other replicas)
 	// reports their changes, so watch streams see them at once.

@@ -5,7 +5,10 @@ package api
 import (
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // Request and response bodies. The OpenAPI document is generated from these
@@ -26,6 +29,15 @@ type LoginRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
+// ttlRule bounds ttl_seconds: 0 (the default) or auth.MinTTL..auth.MaxTTL.
+var ttlRule = schema.Rule{Min: schema.Int64(0), Max: schema.Int64(int64(auth.MaxTTL / time.Second)),
+	Exclude: &[2]int64{1, int64(auth.MinTTL/time.Second) - 1}, Doc: "seconds; 0: the default"}
+
+// JSONRules are the login's constraints.
+func (LoginRequest) JSONRules() schema.Rules {
+	return schema.Rules{"ttl_seconds": ttlRule}
+}
+
 // TokenRequest asks for a token (admin only).
 type TokenRequest struct {
 	Role string `json:"role"`
@@ -34,6 +46,23 @@ type TokenRequest struct {
 	// TTLSeconds is the lifetime (default: 1 year for agents, 12 h otherwise).
 	TTLSeconds int64  `json:"ttl_seconds,omitempty"`
 	Subject    string `json:"subject,omitempty"`
+}
+
+// JSONRules are a token request's constraints.
+func (TokenRequest) JSONRules() schema.Rules {
+	return schema.Rules{
+		"role":        {Required: true, Enum: []string{string(auth.Admin), string(auth.Viewer), string(auth.Agent)}, Doc: "admin, viewer or agent"},
+		"node":        {Pattern: auth.NodePattern, Doc: "the node an agent token is bound to (lower-case letters, digits, '.', '_', '-'); only for role agent"},
+		"ttl_seconds": ttlRule,
+	}
+}
+
+// JSONAllOf: agent tokens need a node, the others none.
+func (TokenRequest) JSONAllOf() []map[string]any {
+	return []map[string]any{{"anyOf": []any{
+		map[string]any{"required": []string{"node"}, "properties": map[string]any{"role": map[string]any{"enum": []string{string(auth.Agent)}}, "node": map[string]any{"minLength": 1}}},
+		map[string]any{"properties": map[string]any{"role": map[string]any{"enum": []string{string(auth.Admin), string(auth.Viewer)}}, "node": map[string]any{"maxLength": 0}}},
+	}}}
 }
 
 // TokenResponse carries a signed token.
@@ -100,8 +129,33 @@ type WorkloadList struct {
 	Workloads       []store.Workload `json:"workloads"`
 }
 
-// Gen1Strategies is the generation-1 body of /api/v1/scheduling/strategies.
+// Gen1Strategies is the generation-1 body of POST /api/v1/scheduling/strategies.
 type Gen1Strategies struct {
+	Strategies []Gen1Strategy `json:"strategies"`
+}
+
+// JSONRules: the list is required (an empty one removes the poster's set).
+func (Gen1Strategies) JSONRules() schema.Rules {
+	return schema.Rules{"strategies": {Required: true, Doc: "the poster's whole set"}}
+}
+
+// Gen1Strategy is a strategy in a generation-1 list: execution_time below
+// the minimum slice is raised to it rather than refused.
+type Gen1Strategy struct {
+	store.Strategy
+	ExecutionTime uint64 `json:"execution_time,omitempty"`
+}
+
+// JSONRules: execution_time may be below the minimum (it is clamped).
+func (Gen1Strategy) JSONRules() schema.Rules {
+	return schema.Rules{"execution_time": {Min: schema.Int64(0), Max: schema.Int64(strategy.MaxSliceNs), Doc: "ns; below 50000 is raised to 50000 (with a warning); 0 keeps the scheduler's slice"}}
+}
+
+// JSONAllOf: the strategy's cross-field rules.
+func (g Gen1Strategy) JSONAllOf() []map[string]any { return g.Strategy.JSONAllOf() }
+
+// Gen1StrategyList is GET /api/v1/scheduling/strategies.
+type Gen1StrategyList struct {
 	Strategies []store.Strategy `json:"strategies"`
 }
 
@@ -116,13 +170,25 @@ type Gen1Replaced struct {
 	Warnings []string `json:"warnings"`
 }
 
-// Gen1Metrics is what a generation-1 scheduler posts: named numbers.
-type Gen1Metrics map[string]float64
+// Gen1Metrics is what a generation-1 scheduler posts: its BPF counters.
+type Gen1Metrics struct {
+	UserschedLastRunAt uint64 `json:"usersched_last_run_at"`
+	NrQueued           uint64 `json:"nr_queued"`
+	NrScheduled        uint64 `json:"nr_scheduled"`
+	NrRunning          uint64 `json:"nr_running"`
+	NrOnlineCPUs       uint64 `json:"nr_online_cpus"`
+	NrUserDispatches   uint64 `json:"nr_user_dispatches"`
+	NrKernelDispatches uint64 `json:"nr_kernel_dispatches"`
+	NrCancelDispatches uint64 `json:"nr_cancel_dispatches"`
+	NrBounceDispatches uint64 `json:"nr_bounce_dispatches"`
+	NrFailedDispatches uint64 `json:"nr_failed_dispatches"`
+	NrSchedCongested   uint64 `json:"nr_sched_congested"`
+}
 
 // NodeMetrics is one node's metrics in GET /api/v1/metrics.
 type NodeMetrics struct {
 	Node     string          `json:"node"`
-	Metrics  Gen1Metrics     `json:"metrics,omitempty"`
+	Metrics  *Gen1Metrics    `json:"metrics,omitempty"`
 	Counters *store.Counters `json:"counters,omitempty"`
 }
 

@@ -58,10 +58,14 @@ const (
 	MaxTTL = 5 * 365 * 24 * time.Hour
 )
 
-var nodeRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$`)
+// NodePattern is a node name (or "", for no node): what ValidNodeName
+// accepts, as documented in /openapi.json.
+const NodePattern = `^([a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?)?$`
+
+var nodeRE = regexp.MustCompile(NodePattern)
 
 // ValidNodeName reports whether name can name a node (a DNS subdomain-ish name).
-func ValidNodeName(name string) bool { return nodeRE.MatchString(name) }
+func ValidNodeName(name string) bool { return name != "" && nodeRE.MatchString(name) }
 
 // Claims are the token's payload.
 type Claims struct {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -32,7 +33,41 @@ type Strategy struct {
 	Owner string `json:"owner,omitempty"`
 }
 
-var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// NamespacePattern is a namespace name (a DNS label).
+const NamespacePattern = `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+
+var labelRE = regexp.MustCompile(NamespacePattern)
+
+// JSONRules are the field constraints the API enforces and documents.
+func (Strategy) JSONRules() schema.Rules {
+	ignored := schema.Rule{Ignored: true, Doc: "set by the server; ignored in requests"}
+	return schema.Rules{
+		"namespaces":       {Items: &schema.Rule{Pattern: NamespacePattern, Doc: "a namespace name (lower-case letters, digits, '-')"}, Doc: "pod namespaces the selectors apply in"},
+		"node_selector":    {NoEmptyKey: true, Doc: "node labels that must all match, e.g. {\"zone\": \"a\"}"},
+		"revision":         ignored,
+		"created_revision": ignored,
+		"owner":            ignored,
+	}
+}
+
+// JSONAllOf: the scheduler-core fields' cross-field rules.
+func (s Strategy) JSONAllOf() []map[string]any { return s.Strategy.JSONAllOf() }
+
+// Modes an agent registers with.
+var modes = []string{"schedule", "observe"}
+
+// JSONRules are the constraints of a registration.
+func (Registration) JSONRules() schema.Rules {
+	return schema.Rules{
+		"mode":              {Required: true, Enum: modes, Doc: "schedule (sched_ext attached) or observe"},
+		"heartbeat_seconds": {Required: true, Min: schema.Int64(1), Max: schema.Int64(3600), Doc: "seconds"},
+	}
+}
+
+// JSONRules bound a histogram to the 64 log2 buckets a uint64 has.
+func (WaitHistogram) JSONRules() schema.Rules {
+	return schema.Rules{"buckets": {MaxItems: 64, Doc: "log2 buckets of µs"}}
+}
 
 // Validate checks a strategy for the API (a name is required there); the
 // error is a *strategy.FieldError naming the field.
