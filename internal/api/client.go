@@ -128,6 +128,12 @@ func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (TokenRespon
 	return t, c.Do(ctx, "POST", "/api/v1/tokens", req, &t)
 }
 
+// RevokeToken puts a token (by id, or the token itself) on the deny list.
+func (c *Client) RevokeToken(ctx context.Context, req RevokeRequest) (Revoked, error) {
+	var out Revoked
+	return out, c.Do(ctx, "POST", "/api/v1/tokens/revoke", req, &out)
+}
+
 func (c *Client) ListStrategies(ctx context.Context) (StrategyList, error) {
 	var l StrategyList
 	return l, c.Do(ctx, "GET", "/api/v1/strategies", nil, &l)

@@ -114,7 +114,34 @@ func (s *Server) issue(w http.ResponseWriter, status int, subject string, role a
 	if err != nil {
 		return fieldFromAuth(err)
 	}
-	writeJSON(w, status, TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC()})
+	id, _, _ := s.o.Auth.TokenID(tok)
+	writeJSON(w, status, TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC(), ID: id})
+	return nil
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	var req RevokeRequest
+	if err := s.decode(r, &req); err != nil {
+		return err
+	}
+	id, exp := req.ID, time.Time{}
+	switch {
+	case (req.ID == "") == (req.Token == ""):
+		return errorf(http.StatusBadRequest, "id", `send {"id": "<jti>"} or {"token": "<the token>"}`, "give exactly one of id and token")
+	case req.Token != "":
+		var err error
+		if id, exp, err = s.o.Auth.TokenID(req.Token); err != nil {
+			return errorf(http.StatusBadRequest, "token", "send a token this server signed, or its id", "%v", err)
+		}
+	}
+	if err := s.o.Auth.Revoke(id, exp); err != nil {
+		return errorf(http.StatusInternalServerError, "", "see the server log", "revoke: %v", err)
+	}
+	s.o.Log.Info("token revoked", "id", id)
+	if exp.IsZero() {
+		exp = time.Now().Add(auth.MaxTTL)
+	}
+	writeJSON(w, http.StatusOK, Revoked{ID: id, Until: exp.UTC()})
 	return nil
 }
 

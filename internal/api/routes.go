@@ -57,6 +57,8 @@ func routes() []route {
 			in: LoginRequest{}, out: TokenResponse{}, handle: (*Server).login},
 		{method: "POST", path: "/api/v1/tokens", op: "createToken", summary: "Mint a token for a role (agent tokens are bound to a node)",
 			roles: adminOnly, in: TokenRequest{}, out: TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
+		{method: "POST", path: "/api/v1/tokens/revoke", op: "revokeToken", summary: "Put a token on the deny list (by id or the token itself) until it expires; it is refused from the next request on",
+			roles: adminOnly, in: RevokeRequest{}, out: Revoked{}, handle: (*Server).revokeToken},
 
 		{method: "GET", path: "/api/v1/strategies", op: "listStrategies", summary: "List strategies in precedence order (agents: those for their node)",
 			roles: anyRole, out: StrategyList{}, handle: (*Server).listStrategies},

@@ -187,6 +187,9 @@ func (s *Server) authenticate(r *http.Request) (*auth.Claims, error) {
 		return nil, errorf(http.StatusUnauthorized, "Authorization", "send 'Authorization: Bearer <token>'; get one with POST /api/v1/auth/token or `swiftlane token create`", "missing bearer token")
 	}
 	c, err := s.o.Auth.Verify(strings.TrimSpace(tok))
+	if errors.Is(err, auth.ErrRevoked) {
+		return nil, errorf(http.StatusUnauthorized, "Authorization", "this token was revoked (swiftlane token revoke): ask an admin for a new one", "invalid token: %v", err)
+	}
 	if err != nil {
 		return nil, errorf(http.StatusUnauthorized, "Authorization", "get a new token: it may have expired or be signed by another server", "invalid token: %v", err)
 	}

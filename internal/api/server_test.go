@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -520,5 +521,64 @@ func testSelectorsWithoutPodsWarn(t *testing.T, bk backend) {
 	}
 	if has := len(rep.Warnings) == 1 && strings.HasPrefix(rep.Warnings[0], "strategies[0].selectors: "); has != wantWarn {
 		t.Errorf("gen1 warnings %q (want one: %v)", rep.Warnings, wantWarn)
+	}
+}
+
+// TestTokenRevocation: a revoked token is refused from the next request on,
+// revoked through the API (by id or by the token) or by another process
+// writing the deny list (`swiftlane token revoke --data-dir`), without a
+// restart; other tokens keep working.
+func TestTokenRevocation(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	mint := func(role auth.Role, node string) TokenResponse {
+		t.Helper()
+		tr, err := admin.CreateToken(bg(), TokenRequest{Role: string(role), Node: node})
+		if err != nil || tr.ID == "" {
+			t.Fatalf("mint: %+v %v", tr, err)
+		}
+		return tr
+	}
+	works := func(tok string) error {
+		_, err := ts.client(tok).ListStrategies(bg())
+		return err
+	}
+	byID, byToken, byFile, other := mint(auth.Viewer, ""), mint(auth.Agent, "n1"), mint(auth.Viewer, ""), mint(auth.Viewer, "")
+	for _, tr := range []TokenResponse{byID, byToken, byFile, other} {
+		if err := works(tr.Token); err != nil {
+			t.Fatalf("fresh token refused: %v", err)
+		}
+	}
+	if _, err := admin.RevokeToken(bg(), RevokeRequest{ID: byID.ID}); err != nil {
+		t.Fatal(err)
+	}
+	rv, err := admin.RevokeToken(bg(), RevokeRequest{Token: byToken.Token})
+	if err != nil || rv.ID != byToken.ID || !rv.Until.Equal(byToken.ExpiresAt) {
+		t.Fatalf("revoke by token: %+v %v", rv, err)
+	}
+	// Another process with the data dir (the CLI) revokes through the file.
+	cli, err := auth.LoadSigner(ts.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, exp, err := cli.TokenID(byFile.Token)
+	if err != nil || id != byFile.ID {
+		t.Fatalf("token id: %s %v", id, err)
+	}
+	if err := cli.Revoke(id, exp); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []TokenResponse{byID, byToken, byFile} {
+		err := works(tr.Token)
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 401 || !strings.Contains(e.Hint, "revoked") {
+			t.Errorf("revoked token %s: %v", tr.ID, err)
+		}
+	}
+	if err := works(other.Token); err != nil {
+		t.Errorf("a token that was not revoked is refused: %v", err)
+	}
+	if _, err := admin.RevokeToken(bg(), RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 400) {
+		t.Errorf("revoking a token this server did not sign: %v", err)
 	}
 }

@@ -73,6 +73,38 @@ type TokenResponse struct {
 	Role      string    `json:"role"`
 	Node      string    `json:"node,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// ID is the token's id (jti): what POST /api/v1/tokens/revoke takes.
+	ID string `json:"id,omitempty"`
+}
+
+// RevokeRequest puts a token on the deny list: by its id, or the token
+// itself (its signature is checked, not its expiry).
+type RevokeRequest struct {
+	ID    string `json:"id,omitempty"`
+	Token string `json:"token,omitempty"`
+}
+
+// JSONRules: an id is base64url; a token is a JWT.
+func (RevokeRequest) JSONRules() schema.Rules {
+	return schema.Rules{
+		"id":    {Pattern: `^[A-Za-z0-9_-]*$`, MaxLength: 64, Doc: "the token's id (jti), as printed by `swiftlane token create`"},
+		"token": {Pattern: `^([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)?$`, MaxLength: 4096, Doc: "the token itself"},
+	}
+}
+
+// JSONAllOf: exactly one of id and token.
+func (RevokeRequest) JSONAllOf() []map[string]any {
+	one := func(f, other string) map[string]any {
+		return map[string]any{"required": []string{f}, "properties": map[string]any{f: map[string]any{"minLength": 1}, other: map[string]any{"maxLength": 0}}}
+	}
+	return []map[string]any{{"anyOf": []any{one("id", "token"), one("token", "id")}}}
+}
+
+// Revoked answers a revocation.
+type Revoked struct {
+	ID string `json:"id"`
+	// Until is when the entry leaves the deny list (the token's expiry).
+	Until time.Time `json:"until"`
 }
 
 // StrategyView is a strategy as the API shows it: what is stored, plus

@@ -98,6 +98,7 @@ type Authority struct {
 	pub       ed25519.PublicKey
 	adminHash [sha256.Size]byte // of the bootstrap credential; zero when unknown
 	now       func() time.Time
+	deny      *denyList // nil: no revocations
 }
 
 // LoadOrCreate opens the authority kept in dir, creating the signing key and
@@ -134,6 +135,9 @@ func LoadOrCreate(dir string) (a *Authority, bootstrap string, err error) {
 		return nil, "", fmt.Errorf("read %s: %w", credPath, err)
 	}
 	a.adminHash = sha256.Sum256([]byte(strings.TrimSpace(string(cred))))
+	if err := a.UseDenyList(filepath.Join(dir, DenyFile)); err != nil {
+		return nil, "", err
+	}
 	return a, bootstrap, nil
 }
 
@@ -147,7 +151,11 @@ func LoadSigner(dir string) (*Authority, error) {
 		}
 		return nil, err
 	}
-	return New(priv), nil
+	a := New(priv)
+	if err := a.UseDenyList(filepath.Join(dir, DenyFile)); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // New is an authority over a key (tests).
@@ -252,6 +260,13 @@ func (a *Authority) Verify(token string) (*Claims, error) {
 	}
 	if err := CheckRole(c.Role, c.Node); err != nil {
 		return nil, fmt.Errorf("token claims: %w", err)
+	}
+	if a.deny != nil {
+		if revoked, err := a.deny.revoked(c.ID); err != nil {
+			return nil, err
+		} else if revoked {
+			return nil, fmt.Errorf("%w (id %s)", ErrRevoked, c.ID)
+		}
 	}
 	return &c, nil
 }
