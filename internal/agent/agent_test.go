@@ -361,3 +361,50 @@ func TestGeneration1ClientKeepsAdminStrategies(t *testing.T) {
 		break
 	}
 }
+
+// TestAgentTokenRotation: the agent reads its token file again when it
+// changes, so a new token replaces one that is then revoked, with no
+// restart: heartbeats keep being accepted.
+func TestAgentTokenRotation(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	signer, err := auth.LoadSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTok, newTok := token(t, dir, auth.Agent, "n1"), token(t, dir, auth.Agent, "n1")
+	file := filepath.Join(t.TempDir(), "agent.token")
+	if err := os.WriteFile(file, []byte(oldTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
+	h := startAgentWith(t, url, "", proc, func(o *Options) { o.Client = o.Client.WithTokenSource(api.TokenFile(file)) })
+	h.waitBeat(t)
+	// Rotate (write a new file and rename it over the old, as an operator
+	// or a secret mount does), then revoke the old token.
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, []byte(newTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	oldID, exp, err := signer.TokenID(oldTok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := signer.Revoke(oldID, exp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.NewClient(url, oldTok, nil).ListStrategies(context.Background()); !api.IsStatus(err, http.StatusUnauthorized) {
+		t.Fatalf("the old token still works: %v", err)
+	}
+	// Two more accepted heartbeats (one may have been in flight): only
+	// the new token can have sent them.
+	for len(h.beats) > 0 {
+		<-h.beats
+	}
+	h.waitBeat(t)
+	h.waitBeat(t)
+}
