@@ -13,8 +13,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,8 +31,8 @@ type Client struct {
 	// source, when set, gives the token for each request (a token file
 	// that may be rotated); token is then unused.
 	source func() (string, error)
-	http  *http.Client // requests with a deadline
-	watch *http.Client // long-lived streams
+	http   *http.Client // requests with a deadline
+	watch  *http.Client // long-lived streams
 }
 
 // NewClient returns a client for base (e.g. https://127.0.0.1:8443) that
