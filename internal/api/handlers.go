@@ -4,8 +4,10 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -64,11 +66,6 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ *auth.Claims)
 	return err
 }
 
-const (
-	loginTTL = 12 * time.Hour
-	agentTTL = 365 * 24 * time.Hour
-)
-
 func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	var req LoginRequest
 	if err := s.decode(r, &req); err != nil {
@@ -86,7 +83,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) e
 		// One answer for unknown user and wrong password.
 		return errorf(http.StatusUnauthorized, "password", "use user admin and the credential printed on the server's first start (also in <data-dir>/admin.credential)", "wrong user name or password")
 	}
-	return s.issue(w, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, loginTTL)
+	return s.issue(w, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, s.o.LoginTTL)
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
@@ -94,9 +91,9 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if err := s.decode(r, &req); err != nil {
 		return err
 	}
-	def := loginTTL
+	def := s.o.TokenTTL
 	if auth.Role(req.Role) == auth.Agent {
-		def = agentTTL
+		def = s.o.AgentTTL
 	}
 	subject := req.Subject
 	if subject == "" {
@@ -198,6 +195,29 @@ func (s *Server) views(list []store.Strategy) []StrategyView {
 		out[i] = s.view(st)
 	}
 	return out
+}
+
+// EnsureStrategies creates each strategy no strategy is named like (the
+// config file's default_strategies) and returns the names it created;
+// existing strategies, edited or not, are left alone.
+func EnsureStrategies(ctx context.Context, st store.Store, list []store.Strategy) ([]string, error) {
+	var created []string
+	for i, s := range list {
+		if err := s.Validate(); err != nil {
+			return created, fieldError(fmt.Sprintf("default_strategies[%d].", i), err)
+		}
+		if _, err := st.GetStrategy(ctx, s.Name); err == nil {
+			continue
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return created, err
+		}
+		if _, err := st.CreateStrategy(ctx, s); err != nil && !errors.Is(err, store.ErrExists) {
+			return created, fmt.Errorf("default strategy %s: %w", s.Name, err)
+		} else if err == nil {
+			created = append(created, s.Name)
+		}
+	}
+	return created, nil
 }
 
 func nonNil[T any](s []T) []T {

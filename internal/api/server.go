@@ -41,6 +41,19 @@ type Options struct {
 	UI http.Handler
 	// KeepAlive is the watch stream's idle comment period (default 15 s).
 	KeepAlive time.Duration
+	// LoginTTL, AgentTTL and TokenTTL are the default lifetimes of tokens
+	// from the login, of agent tokens and of other tokens minted through
+	// the API (12 h, 1 year, 12 h).
+	LoginTTL, AgentTTL, TokenTTL time.Duration
+	// Timeouts of the HTTP server (zero fields: Go's defaults, except
+	// ReadHeader 10 s, Idle 2 min, Shutdown 5 s).
+	Timeouts Timeouts
+}
+
+// Timeouts bound the server's connections; Write does not apply to watch
+// streams.
+type Timeouts struct {
+	ReadHeader, Read, Write, Idle, Shutdown time.Duration
 }
 
 // Server serves the API. It is safe for concurrent use.
@@ -73,6 +86,17 @@ func New(o Options) (*Server, error) {
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = 15 * time.Second
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&o.LoginTTL, 12 * time.Hour}, {&o.AgentTTL, 365 * 24 * time.Hour}, {&o.TokenTTL, 12 * time.Hour},
+		{&o.Timeouts.ReadHeader, 10 * time.Second}, {&o.Timeouts.Idle, 2 * time.Minute}, {&o.Timeouts.Shutdown, 5 * time.Second},
+	} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
 	}
 	s := &Server{o: o, gen1: map[string]*Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
@@ -253,8 +277,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, cert *tls.Certifica
 	defer cancel()
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: s.o.Timeouts.ReadHeader,
+		ReadTimeout:       s.o.Timeouts.Read,
+		WriteTimeout:      s.o.Timeouts.Write,
+		IdleTimeout:       s.o.Timeouts.Idle,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.o.Log.Handler(), slog.LevelDebug),
 	}
@@ -270,7 +296,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, cert *tls.Certifica
 	case <-ctx.Done():
 	}
 	cancel() // ends watch streams so Shutdown does not wait for them
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, scancel := context.WithTimeout(context.Background(), s.o.Timeouts.Shutdown)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()

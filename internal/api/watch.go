@@ -31,6 +31,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 	if !ok {
 		return errorf(http.StatusInternalServerError, "", "", "streaming unsupported")
 	}
+	// A stream outlives the server's write timeout by design: lift it for
+	// this response (read deadlines are already over once a handler runs).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	sub := s.hub.subscribe()
 	defer s.hub.unsubscribe(sub)
 

@@ -3,8 +3,11 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,5 +200,45 @@ func testWatchTurnsUnselectedIntoDelete(t *testing.T, bk backend) {
 	}
 	if ev := next(t, ch); ev.Type != "delete" || ev.Name != "moving" || ev.Strategy != nil {
 		t.Fatalf("moved away: %+v", ev)
+	}
+}
+
+// TestWatchOutlivesWriteTimeout: the server's write timeout (config
+// timeouts.write) bounds ordinary responses, not watch streams: a stream
+// open for longer still delivers the next change.
+func TestWatchOutlivesWriteTimeout(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{timeouts: Timeouts{Write: 100 * time.Millisecond}, keepAlive: 20 * time.Millisecond})
+	admin := ts.token(auth.Admin, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.url+"/api/v1/watch/strategies", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	// Ten keep-alive comments (20 ms apart): past the 100 ms write timeout.
+	for n := 0; n < 10; {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended after %d keep-alives: %v", n, err)
+		}
+		if strings.HasPrefix(line, ":") {
+			n++
+		}
+	}
+	if _, err := ts.client(admin).CreateStrategy(bg(), critical("late", "x")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before the put: %v", err)
+		}
+		if strings.HasPrefix(line, "event: put") {
+			return
+		}
 	}
 }

@@ -105,14 +105,23 @@ type Authority struct {
 // the bootstrap admin credential on first use. bootstrap is the new
 // credential when it was just created (print it once), else "".
 func LoadOrCreate(dir string) (a *Authority, bootstrap string, err error) {
+	return LoadOrCreateKey(dir, "")
+}
+
+// LoadOrCreateKey is LoadOrCreate with the signing key at keyPath (created
+// there if missing) instead of dir/signing.key; "" means the latter.
+func LoadOrCreateKey(dir, keyPath string) (a *Authority, bootstrap string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("data dir: %w", err)
 	}
-	priv, err := readKey(filepath.Join(dir, KeyFile))
+	if keyPath == "" {
+		keyPath = filepath.Join(dir, KeyFile)
+	}
+	priv, err := readKey(keyPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		_, priv, err = ed25519.GenerateKey(rand.Reader)
 		if err == nil {
-			err = writeKey(filepath.Join(dir, KeyFile), priv)
+			err = writeKey(keyPath, priv)
 		}
 	}
 	if err != nil {
