@@ -155,6 +155,9 @@ func userMode(cfg config.Config, policy string, log *slog.Logger) schedMode[*use
 			// Process events feed the applier on their own goroutine; the
 			// dispatch loop runs on this one.
 			events := make(chan struct{})
+			if err := a.TrackProcesses(); err != nil { // events keep the index from here on
+				log.Warn("process index: strategy changes re-read /proc", "err", err)
+			}
 			go func() {
 				defer close(events)
 				for {

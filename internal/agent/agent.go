@@ -64,6 +64,9 @@ type Options struct {
 	OnApplied func(rev uint64)
 	// OnHeartbeat runs after each accepted heartbeat (tests).
 	OnHeartbeat func()
+	// OnReceived runs when a watch event arrives, before it is applied
+	// (the benchmark's stage timing).
+	OnReceived func(rev uint64)
 	// ProcRoot is where the processes' cgroup files are read for the pod a
 	// workload runs in (default /proc; tests use a fake tree).
 	ProcRoot string
@@ -205,6 +208,9 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 
 // handle folds one watch event into the strategy set and applies it.
 func (a *Agent) handle(ev api.WatchEvent) error {
+	if a.o.OnReceived != nil {
+		a.o.OnReceived(ev.Revision)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch ev.Type {

@@ -128,7 +128,8 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 	case req.Token != "":
 		var err error
 		if id, exp, err = s.o.Auth.TokenID(req.Token); err != nil {
-			return errorf(http.StatusBadRequest, "token", "send a token this server signed, or its id", "%v", err)
+			// Well-formed, but no token of ours: there is nothing to revoke.
+			return errorf(http.StatusNotFound, "token", "send a token this server signed, or its id", "%v", err)
 		}
 	}
 	if err := s.o.Auth.Revoke(id, exp); err != nil {
@@ -266,10 +267,12 @@ func (s *Server) createStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 	if err != nil {
 		return err
 	}
+	t0 := time.Now()
 	st, err = s.o.Store.CreateStrategy(r.Context(), st)
 	if err != nil {
 		return storeError("strategy "+st.Name, err)
 	}
+	serverTiming(w, "store", time.Since(t0))
 	s.hub.notify()
 	w.Header().Set("Location", "/api/v1/strategies/"+st.Name)
 	writeJSON(w, http.StatusCreated, s.view(st))
@@ -282,6 +285,7 @@ func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 		return err
 	}
 	status := http.StatusOK
+	t0 := time.Now()
 	out, err := s.o.Store.UpdateStrategy(r.Context(), st)
 	if errors.Is(err, store.ErrNotFound) {
 		status = http.StatusCreated
@@ -290,9 +294,17 @@ func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 	if err != nil {
 		return storeError("strategy "+st.Name, err)
 	}
+	serverTiming(w, "store", time.Since(t0))
 	s.hub.notify()
 	writeJSON(w, status, s.view(out))
 	return nil
+}
+
+// serverTiming reports a stage's duration in the standard Server-Timing
+// header (browsers' dev tools show it; bench/control splits propagation
+// with it).
+func serverTiming(w http.ResponseWriter, stage string, d time.Duration) {
+	w.Header().Add("Server-Timing", fmt.Sprintf("%s;dur=%.3f", stage, float64(d.Microseconds())/1000))
 }
 
 func (s *Server) deleteStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {

@@ -5,6 +5,8 @@ package strategy
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -180,5 +182,61 @@ func TestCgroupV1StrategyMatchesPerProcess(t *testing.T) {
 	}
 	if _, ok := set.Match(Process{PID: 2, Cgroup: "/kubepods/burstable/podu/c1"}); ok {
 		t.Error("a v1 strategy must not match on the v2 path")
+	}
+}
+
+// TestTrackedProcessesMatchFromTheIndex: once tracking, a strategy change
+// matches what exec/fork/exit events recorded, not a fresh read of every
+// process (here: a command line rewritten in the fake procfs without an
+// exec event is not seen until its exec event); a process whose fork event
+// was lost is still read, and one whose exit was lost is dropped.
+func TestTrackedProcessesMatchFromTheIndex(t *testing.T) {
+	root := t.TempDir()
+	write := func(pid int, cmd string) {
+		d := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "cmdline"), []byte(cmd+"\x00"), 0o644)
+		os.WriteFile(filepath.Join(d, "comm"), []byte(cmd), 0o644)
+	}
+	write(100, "nr-gnb")
+	write(200, "idle")
+	rec := newRecorder()
+	a := NewApplier(rec, root, t.TempDir(), nil)
+	if err := a.TrackProcesses(); err != nil {
+		t.Fatal(err)
+	}
+	write(200, "upf") // an exec whose event is still queued
+	set, _ := Compile([]Strategy{{Name: "gnb", Class: class(Critical), CommandRegex: "nr-gnb"}, {Name: "upf", Class: class(High), CommandRegex: "^upf"}})
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(100); !ok {
+		t.Fatal("pid 100 not matched from the index")
+	}
+	if _, ok := rec.Process(200); ok {
+		t.Fatal("pid 200 was re-read from procfs on a strategy change: the index was not used")
+	}
+	if err := a.HandleExec(200); err != nil { // the exec event arrives
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(200); !ok || e.Class != High {
+		t.Fatalf("pid 200 after its exec event: %+v %v", e, ok)
+	}
+	// Lost events: a new process without its fork event, an exited one
+	// without its exit event. The next change reads the one, drops the other.
+	write(300, "upf --n3")
+	os.RemoveAll(filepath.Join(root, "100"))
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(300); !ok {
+		t.Fatal("a process missing from the index was not read")
+	}
+	for _, ap := range a.Applied() {
+		if ap.PID == 100 {
+			t.Fatal("an exited process is still applied")
+		}
 	}
 }
