@@ -147,23 +147,24 @@ func (c *APIServer) Validate() error {
 		key      string
 		v        time.Duration
 		min, max time.Duration
+		example  string
 	}{
-		{"timeouts.read_header", c.Timeouts.ReadHeader, time.Second, time.Hour},
-		{"timeouts.read", c.Timeouts.Read, 0, time.Hour},
-		{"timeouts.write", c.Timeouts.Write, 0, time.Hour},
-		{"timeouts.idle", c.Timeouts.Idle, 0, 24 * time.Hour},
-		{"timeouts.shutdown", c.Timeouts.Shutdown, 0, 10 * time.Minute},
-		{"timeouts.watch_keepalive", c.Timeouts.WatchKeepalive, time.Second, 10 * time.Minute},
-		{"tokens.login_ttl", c.Tokens.LoginTTL, minTokenTTL, maxTokenTTL},
-		{"tokens.agent_ttl", c.Tokens.AgentTTL, minTokenTTL, maxTokenTTL},
-		{"tokens.ttl", c.Tokens.TTL, minTokenTTL, maxTokenTTL},
+		{"timeouts.read_header", c.Timeouts.ReadHeader, time.Second, time.Hour, "10s"},
+		{"timeouts.read", c.Timeouts.Read, 0, time.Hour, "30s"},
+		{"timeouts.write", c.Timeouts.Write, 0, time.Hour, "30s"},
+		{"timeouts.idle", c.Timeouts.Idle, 0, 24 * time.Hour, "2m"},
+		{"timeouts.shutdown", c.Timeouts.Shutdown, 0, 10 * time.Minute, "5s"},
+		{"timeouts.watch_keepalive", c.Timeouts.WatchKeepalive, time.Second, 10 * time.Minute, "15s"},
+		{"tokens.login_ttl", c.Tokens.LoginTTL, minTokenTTL, maxTokenTTL, "12h"},
+		{"tokens.agent_ttl", c.Tokens.AgentTTL, minTokenTTL, maxTokenTTL, "8760h"},
+		{"tokens.ttl", c.Tokens.TTL, minTokenTTL, maxTokenTTL, "12h"},
 	} {
 		if d.v < d.min || d.v > d.max {
 			zero := ""
 			if d.min == 0 {
 				zero = " (0: no limit)"
 			}
-			return &FieldError{Key: d.key, Msg: fmt.Sprintf("%s is out of range: use %s..%s%s, e.g. 30s", d.v, d.min, d.max, zero)}
+			return &FieldError{Key: d.key, Msg: fmt.Sprintf("%s is out of range: use %s..%s%s, e.g. %s", d.v, d.min, d.max, zero, d.example)}
 		}
 	}
 	switch c.Log.Level {

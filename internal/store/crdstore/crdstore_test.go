@@ -233,13 +233,16 @@ func TestFinalizerHeldDeletion(t *testing.T) {
 	ctx := ctxT(t)
 	ns := c.namespace(t)
 	s := c.open(t, ns, 0)
-	wake := changed(s)
 	st, err := s.CreateStrategy(ctx, strat("held", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.kubectl(t, "", "-n", ns, "patch", "schedulingstrategy", "held", "--type=merge", "-p", `{"metadata":{"finalizers":["example.com/hold"]}}`)
-	await(t, wake, "the finalizer", func() bool { return s.current("held") != nil && len(s.current("held").Finalizers) == 1 })
+	// A finalizer is no change for the API (no OnChange): wait for the
+	// watch to deliver it instead.
+	if err := s.waitUntil(ctx, "the finalizer", func() bool { e := s.objs["held"]; return e != nil && len(e.obj.Finalizers) == 1 }); err != nil {
+		t.Fatal(err)
+	}
 	rev, err := s.DeleteStrategy(ctx, "held")
 	if err != nil || rev <= st.Revision {
 		t.Fatalf("delete: %d %v", rev, err)
@@ -248,11 +251,9 @@ func TestFinalizerHeldDeletion(t *testing.T) {
 		t.Fatalf("held object still shown: %v", err)
 	}
 	c.kubectl(t, "", "-n", ns, "patch", "schedulingstrategy", "held", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
-	await(t, wake, "the object gone", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.objs["held"] == nil
-	})
+	if err := s.waitUntil(ctx, "the object gone", func() bool { return s.objs["held"] == nil }); err != nil {
+		t.Fatal(err)
+	}
 	ch, _, err := s.Changes(ctx, st.Revision, 0)
 	if err != nil || len(ch) != 1 || ch[0].Type != store.Delete || ch[0].Revision != rev {
 		t.Fatalf("changes: %+v %v", ch, err)
