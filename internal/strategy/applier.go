@@ -116,6 +116,10 @@ func strategyName(s *Set, idx int) string {
 func (a *Applier) SetStrategies(set *Set) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Strategies before the first that changed still match what they
+	// matched and nothing else: only the rest is matched again (a new
+	// strategy, the newest, is tried on the unmatched processes only).
+	keep := samePrefix(a.set, set)
 	a.set = set
 
 	var errs []error
@@ -156,7 +160,13 @@ func (a *Applier) SetStrategies(set *Set) error {
 		tgid := uint32(pid)
 		seen[tgid] = true
 		if p, ok := a.index[tgid]; ok && a.tracking {
-			errs = append(errs, a.matchLocked(tgid, p))
+			from := keep
+			if ps, had := a.procs[tgid]; had && ps.inherited {
+				from = 0 // its own match, if any, replaces what it inherited
+			} else if had && ps.idx < keep {
+				continue // matched by a strategy that did not change
+			}
+			errs = append(errs, a.matchFromLocked(tgid, p, from))
 			continue
 		}
 		// Not tracking, or a process whose fork event was lost (the ring
@@ -191,13 +201,19 @@ func (a *Applier) TrackProcesses() error {
 		return fmt.Errorf("list processes: %w", err)
 	}
 	a.index = make(map[uint32]Process, len(pids))
+	var errs []error
 	for _, pid := range pids {
 		if p, err := ReadProcess(a.procRoot, pid); err == nil {
 			a.index[uint32(pid)] = p
+			// Every indexed process has been matched against the current
+			// strategies: SetStrategies relies on it to match only what a
+			// change can affect.
+			errs = append(errs, a.matchLocked(uint32(pid), p))
 		}
 	}
 	a.tracking = true
-	return nil
+	errs = append(errs, a.target.Commit())
+	return errors.Join(errs...)
 }
 
 // rematchLocked matches one process and updates the target (without Commit).
@@ -218,9 +234,13 @@ func (a *Applier) rematchLocked(tgid uint32) error {
 
 // matchLocked matches a process as read and updates the target (without
 // Commit).
-func (a *Applier) matchLocked(tgid uint32, p Process) error {
+func (a *Applier) matchLocked(tgid uint32, p Process) error { return a.matchFromLocked(tgid, p, 0) }
+
+// matchFromLocked is matchLocked for a process that none of the first from
+// strategies matches (they are unchanged and did not match it before).
+func (a *Applier) matchFromLocked(tgid uint32, p Process, from int) error {
 	old, had := a.procs[tgid]
-	idx, ok := a.set.Match(p)
+	idx, ok := a.set.MatchFrom(p, from)
 	switch {
 	case ok:
 		if had && old.idx == idx && !old.inherited {

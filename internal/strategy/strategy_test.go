@@ -240,3 +240,55 @@ func TestTrackedProcessesMatchFromTheIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackedChangeMatchesOnlyWhatItCanAffect: after a strategy change,
+// processes matched by a strategy before the first changed one are not
+// matched again (seen here through a process whose index entry no longer
+// fits its strategy: it keeps it), while unmatched processes are tried on
+// the new strategy, and a process that appeared before tracking started is
+// matched against the strategies already set.
+func TestTrackedChangeMatchesOnlyWhatItCanAffect(t *testing.T) {
+	root := t.TempDir()
+	write := func(pid int, cmd string) {
+		d := filepath.Join(root, strconv.Itoa(pid))
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, "cmdline"), []byte(cmd+"\x00"), 0o644)
+	}
+	write(100, "nr-gnb")
+	rec := newRecorder()
+	a := NewApplier(rec, root, t.TempDir(), nil)
+	gnb := Strategy{Name: "gnb", Class: class(Critical), CommandRegex: "nr-gnb"}
+	set1, _ := Compile([]Strategy{gnb})
+	if err := a.SetStrategies(set1); err != nil {
+		t.Fatal(err)
+	}
+	write(200, "nr-gnb --cell 2") // started before the event feed
+	write(300, "upf")
+	if err := a.TrackProcesses(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(200); !ok {
+		t.Fatal("a process found when tracking started was not matched against the current strategies")
+	}
+	a.mu.Lock()
+	a.index[100] = Process{PID: 100, Cmdline: "changed-without-an-event"}
+	a.mu.Unlock()
+	set2, _ := Compile([]Strategy{gnb, {Name: "upf", Class: class(High), CommandRegex: "^upf"}})
+	if err := a.SetStrategies(set2); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(100); !ok || e.Class != Critical {
+		t.Fatalf("pid 100 (strategy gnb unchanged) was matched again: %+v %v", e, ok)
+	}
+	if e, ok := rec.Process(300); !ok || e.Class != High {
+		t.Fatalf("pid 300 not tried on the new strategy: %+v %v", e, ok)
+	}
+	// Changing gnb itself re-matches its processes.
+	set3, _ := Compile([]Strategy{{Name: "gnb", Class: class(Critical), CommandRegex: "nr-gnb$"}, {Name: "upf", Class: class(High), CommandRegex: "^upf"}})
+	if err := a.SetStrategies(set3); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(100); ok {
+		t.Fatal("pid 100 kept a changed strategy it no longer matches")
+	}
+}
