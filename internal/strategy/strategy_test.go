@@ -76,11 +76,18 @@ func newRecorder() *Recorder { return NewRecorder() }
 // Real processes and the real /proc: a marker in argv selects them.
 func TestApplierMatchesRealProcesses(t *testing.T) {
 	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
-	proc := exec.Command("sh", "-c", "sleep 30; : "+marker)
+	// read is a shell builtin: the shell waits on stdin without forking a
+	// child (a forked "sleep" carries the shell's argv until it execs, and
+	// a scan in that window matched it too).
+	proc := exec.Command("sh", "-c", "read _; : "+marker)
+	stdin, err := proc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
+	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
 
 	rec := newRecorder()
 	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
