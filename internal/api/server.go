@@ -62,6 +62,7 @@ type Server struct {
 	handler http.Handler
 	doc     []byte
 	hub     hub
+	feed    feed
 	reg     *prometheus.Registry
 	met     serverMetrics
 
@@ -237,6 +238,15 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type hub struct {
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
+	gen  uint64 // notifications so far
+}
+
+// generation counts notifications: a change committed before a notify is
+// in every store read started after the generation moved past it.
+func (h *hub) generation() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gen
 }
 
 func (h *hub) subscribe() chan struct{} {
@@ -262,6 +272,7 @@ func (h *hub) count() int {
 func (h *hub) notify() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.gen++
 	for ch := range h.subs {
 		select {
 		case ch <- struct{}{}:
