@@ -242,3 +242,66 @@ func TestWatchOutlivesWriteTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestManyWatchersShareTheFeed: streams that share the server's change feed
+// each get every change exactly once and in order, while writers race them,
+// whether they started before the writes, in the middle, or resume from a
+// revision the feed already moved past the start of.
+func TestManyWatchersShareTheFeed(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	const writers, perWriter = 4, 25
+	type stream struct {
+		ch    <-chan WatchEvent
+		since uint64
+	}
+	var streams []stream
+	for range 10 {
+		ch, _ := watcher(t, admin, 0)
+		streams = append(streams, stream{ch: ch})
+	}
+	done := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range perWriter {
+				_, err := admin.PutStrategy(bg(), critical(fmt.Sprintf("w%d-%d", w, i%5), fmt.Sprintf("x%d", i)))
+				if err != nil {
+					done <- err
+					return
+				}
+				if i == perWriter/2 && w == 0 {
+					done <- nil // signal the midpoint once below
+				}
+			}
+			done <- nil
+		}()
+	}
+	<-done // the midpoint (or a writer's end): start more streams now
+	for _, since := range []uint64{0, 3} {
+		ch, _ := watcher(t, admin, since)
+		streams = append(streams, stream{ch: ch, since: since})
+	}
+	for range writers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := admin.ListStrategies(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range streams {
+		last := s.since
+		for last < l.Revision {
+			ev := next(t, s.ch)
+			if ev.Type == "sync" {
+				last = ev.Revision
+				continue
+			}
+			if ev.Revision != last+1 {
+				t.Fatalf("stream %d: revision %d after %d (a gap or a duplicate)", i, ev.Revision, last)
+			}
+			last = ev.Revision
+		}
+	}
+}
