@@ -101,8 +101,14 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			}
 			log := newLogger(cfg.Debug)
 			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt nodeRuntime) (func(context.Context) error, error) {
+				client := api.NewClient(server, token, tlsCfg)
+				if tokenFile != "" {
+					// Re-read when it changes: a rotated token is used
+					// from the next request on, without a restart.
+					client = client.WithTokenSource(api.TokenFile(tokenFile))
+				}
 				a, err := agent.New(agent.Options{
-					Client: api.NewClient(server, token, tlsCfg), Node: node, Labels: lbl, Version: version,
+					Client: client, Node: node, Labels: lbl, Version: version,
 					Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
 					Log: log, Applier: rt.Applier, Mode: rt.Mode, Reason: rt.Reason, Stats: rt.Stats, SchedulerState: rt.SchedulerState,
 				}) // applies the state file's strategies before attach
@@ -118,7 +124,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 	f.StringVar(&server, "server", "https://127.0.0.1:8443", "control-plane URL (default: api.url from --config if given)")
 	f.StringVar(&node, "node", "", "node name (default: the host name)")
 	f.StringSliceVar(&labels, "labels", nil, "node labels, k=v,... (strategies' node_selector matches them)")
-	f.StringVar(&tokenFile, "token-file", "", "file holding this node's agent token")
+	f.StringVar(&tokenFile, "token-file", "", "file holding this node's agent token (re-read when it changes: rotate by replacing it)")
 	f.StringVar(&caFile, "ca-file", "", "PEM certificate(s) to trust for the server (its generated tls.crt)")
 	f.StringVar(&dataDir, "data-dir", "", "the server's data directory, when on the same machine (mints the token, trusts tls.crt)")
 	f.StringVar(&stateFile, "state-file", "/var/lib/swiftlane-agent/state.json", "last known strategies (empty: memory only)")

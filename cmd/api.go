@@ -20,6 +20,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore"
 	"github.com/swiftlane/swiftlane/internal/ui"
@@ -28,7 +29,7 @@ import (
 const defaultDataDir = "/var/lib/swiftlane"
 
 func newAPICmd() *cobra.Command {
-	var dataDir, listen, certFile, keyFile string
+	var cfgPath, dataDir, listen, certFile, keyFile string
 	var sans []string
 	var insecureHTTP, debug bool
 	var storeKind, kubeconfig, namespace string
@@ -47,68 +48,123 @@ as SchedulingStrategy objects in --namespace and cluster-scoped
 SchedulingNode objects (--store kubernetes: replicas share them, and
 strategies applied with kubectl show up in the API; install the CRDs from
 deploy/helm/swiftlane/crds first). The data directory still holds the
-signing key, the admin credential and the certificate.`,
+signing key, the admin credential and the certificate.
+
+--config FILE (YAML) sets all of that plus server timeouts, log level and
+format, token lifetimes, the signing key's path and default strategies
+(docs/control.md lists the keys); flags given override the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger(debug)
-			a, bootstrap, err := auth.LoadOrCreate(dataDir)
-			if err != nil {
-				return fmt.Errorf("--data-dir %s: %w", dataDir, err)
-			}
-			st, err := openStore(cmd.Context(), storeKind, dataDir, kubeconfig, namespace, log)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			srv, err := api.New(api.Options{Store: st, Auth: a, Log: log, Version: version, UI: ui.Handler()})
-			if err != nil {
-				return err
-			}
-			var cert *tls.Certificate
-			scheme := "http"
-			switch {
-			case insecureHTTP:
-				fmt.Fprintln(os.Stderr, "swiftlane: WARNING: plain HTTP (--insecure-http): tokens cross the network in clear text")
-			case certFile != "" || keyFile != "":
-				c, err := tls.LoadX509KeyPair(certFile, keyFile)
-				if err != nil {
-					return fmt.Errorf("--tls-cert/--tls-key: %w", err)
-				}
-				cert, scheme = &c, "https"
-			default:
-				c, err := auth.LoadOrCreateCert(dataDir, sans)
-				if err != nil {
+			cfg := config.DefaultAPIServer()
+			if cfgPath != "" {
+				var err error
+				if cfg, err = config.LoadAPIServer(cfgPath); err != nil {
 					return err
 				}
-				cert, scheme = &c, "https"
 			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("--listen %s: %w", listen, err)
+			// Flags given on the command line win over the file.
+			f := cmd.Flags()
+			set := func(name string, apply func()) {
+				if f.Changed(name) {
+					apply()
+				}
 			}
-			if bootstrap != "" {
-				fmt.Fprintf(os.Stderr, "swiftlane: first start: admin credential (user %q), shown only now and kept in %s (mode 0600):\n\n    %s\n\n",
-					auth.AdminUser, filepath.Join(dataDir, auth.CredentialFile), bootstrap)
+			set("data-dir", func() { cfg.DataDir = dataDir })
+			set("listen", func() { cfg.Listen = listen })
+			set("tls-cert", func() { cfg.TLS.Cert = certFile })
+			set("tls-key", func() { cfg.TLS.Key = keyFile })
+			set("tls-san", func() { cfg.TLS.SANs = sans })
+			set("insecure-http", func() { cfg.TLS.InsecureHTTP = insecureHTTP })
+			set("debug", func() {
+				if debug {
+					cfg.Log.Level = "debug"
+				}
+			})
+			set("store", func() { cfg.Store.Kind = storeKind })
+			set("kubeconfig", func() { cfg.Store.Kubeconfig = kubeconfig })
+			set("namespace", func() { cfg.Store.Namespace = namespace })
+			if err := cfg.Validate(); err != nil {
+				return fmt.Errorf("flags: %w", err)
 			}
-			fmt.Fprintf(os.Stderr, "swiftlane: control plane on %s://%s (UI /, API reference /openapi.json)\n", scheme, ln.Addr())
-			if cert != nil && certFile == "" {
-				fmt.Fprintf(os.Stderr, "swiftlane: clients trust it with --ca-file %s\n", filepath.Join(dataDir, auth.CertFile))
-			}
-			return srv.Serve(cmd.Context(), ln, cert)
+			return runAPI(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dataDir, "data-dir", defaultDataDir, "state: database, signing key, admin credential, TLS certificate")
+	f.StringVar(&cfgPath, "config", "", "YAML config file (docs/control.md); flags override it")
+	f.StringVar(&dataDir, "data-dir", defaultDataDir, "state: database, signing key, admin credential, TLS certificate, token deny list")
 	f.StringVar(&listen, "listen", "127.0.0.1:8443", "address to serve on")
 	f.StringVar(&certFile, "tls-cert", "", "TLS certificate (PEM) instead of the generated one")
 	f.StringVar(&keyFile, "tls-key", "", "TLS private key (PEM) for --tls-cert")
 	f.StringSliceVar(&sans, "tls-san", nil, "extra host names or IPs for the generated certificate")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve plain HTTP (only for tests or behind a TLS proxy)")
-	f.BoolVar(&debug, "debug", false, "verbose logging")
+	f.BoolVar(&debug, "debug", false, "verbose logging (log.level: debug)")
 	f.StringVar(&storeKind, "store", "bolt", "where strategies and nodes live: bolt (a file in --data-dir) or kubernetes (SchedulingStrategy and SchedulingNode objects)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --store kubernetes (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&namespace, "namespace", "", "namespace of the strategies for --store kubernetes (default: the pod's namespace, else "+defaultNamespace+")")
 	return cmd
+}
+
+// runAPI serves the control plane as cfg says until ctx ends.
+func runAPI(ctx context.Context, cfg config.APIServer) error {
+	log := newLoggerFormat(cfg.Log.Level, cfg.Log.Format)
+	a, bootstrap, err := auth.LoadOrCreateKey(cfg.DataDir, cfg.Tokens.SigningKey)
+	if err != nil {
+		return fmt.Errorf("data_dir %s: %w", cfg.DataDir, err)
+	}
+	st, err := openStore(ctx, cfg.Store.Kind, cfg.DataDir, cfg.Store.Kubeconfig, cfg.Store.Namespace, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	defaults := make([]store.Strategy, len(cfg.DefaultStrategies))
+	for i, s := range cfg.DefaultStrategies {
+		defaults[i] = store.Strategy{Strategy: s}
+	}
+	created, err := api.EnsureStrategies(ctx, st, defaults)
+	if err != nil {
+		return err
+	}
+	if len(created) > 0 {
+		log.Info("created default strategies", "names", created)
+	}
+	t := cfg.Timeouts
+	srv, err := api.New(api.Options{Store: st, Auth: a, Log: log, Version: version, UI: ui.Handler(),
+		KeepAlive: t.WatchKeepalive, LoginTTL: cfg.Tokens.LoginTTL, AgentTTL: cfg.Tokens.AgentTTL, TokenTTL: cfg.Tokens.TTL,
+		Timeouts: api.Timeouts{ReadHeader: t.ReadHeader, Read: t.Read, Write: t.Write, Idle: t.Idle, Shutdown: t.Shutdown}})
+	if err != nil {
+		return err
+	}
+	var cert *tls.Certificate
+	scheme := "http"
+	switch {
+	case cfg.TLS.InsecureHTTP:
+		fmt.Fprintln(os.Stderr, "swiftlane: WARNING: plain HTTP (insecure_http): tokens cross the network in clear text")
+	case cfg.TLS.Cert != "":
+		c, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return fmt.Errorf("tls.cert/tls.key (--tls-cert/--tls-key): %w", err)
+		}
+		cert, scheme = &c, "https"
+	default:
+		c, err := auth.LoadOrCreateCert(cfg.DataDir, cfg.TLS.SANs)
+		if err != nil {
+			return err
+		}
+		cert, scheme = &c, "https"
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if bootstrap != "" {
+		fmt.Fprintf(os.Stderr, "swiftlane: first start: admin credential (user %q), shown only now and kept in %s (mode 0600):\n\n    %s\n\n",
+			auth.AdminUser, filepath.Join(cfg.DataDir, auth.CredentialFile), bootstrap)
+	}
+	fmt.Fprintf(os.Stderr, "swiftlane: control plane on %s://%s (UI /, API reference /openapi.json)\n", scheme, ln.Addr())
+	if cert != nil && cfg.TLS.Cert == "" {
+		fmt.Fprintf(os.Stderr, "swiftlane: clients trust it with --ca-file %s\n", filepath.Join(cfg.DataDir, auth.CertFile))
+	}
+	return srv.Serve(ctx, ln, cert)
 }
 
 const (

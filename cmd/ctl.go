@@ -90,7 +90,10 @@ func newCtlCmd() *cobra.Command {
 						if s.ExecutionTime > 0 {
 							slice = time.Duration(s.ExecutionTime).String()
 						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", s.Name, s.EffectiveClass(), slice, matchers(s), selector(s.NodeSelector), s.Revision)
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", s.Name, s.EffectiveClass(), slice, matchers(s.Strategy), selector(s.NodeSelector), s.Revision)
+						for _, warn := range s.Warnings {
+							fmt.Fprintf(w, "  warning: %s\n", warn)
+						}
 					}
 				})
 			case "nodes", "node", "no":
@@ -143,6 +146,9 @@ func newCtlCmd() *cobra.Command {
 					return fmt.Errorf("%s: strategies[%d] (%s): %w", file, i, s.Name, err)
 				}
 				fmt.Printf("strategy/%s applied (revision %d)\n", out.Name, out.Revision)
+				for _, w := range out.Warnings {
+					fmt.Fprintf(os.Stderr, "warning: strategy/%s: %s\n", out.Name, w)
+				}
 			}
 			return nil
 		},

@@ -77,11 +77,22 @@ or fifo.`,
 }
 
 func newLogger(debug bool) *slog.Logger {
-	level := slog.LevelInfo
 	if debug {
-		level = slog.LevelDebug
+		return newLoggerFormat("debug", "text")
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return newLoggerFormat("info", "text")
+}
+
+// newLoggerFormat logs to stderr at level (debug, info, warn, error) as
+// text or JSON (one object a line, for log shippers).
+func newLoggerFormat(level, format string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // validated by the config
+	o := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, o))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, o))
 }
 
 // loadedScheduler is what both modes' schedulers (sched.Scheduler,
@@ -144,6 +155,9 @@ func userMode(cfg config.Config, policy string, log *slog.Logger) schedMode[*use
 			// Process events feed the applier on their own goroutine; the
 			// dispatch loop runs on this one.
 			events := make(chan struct{})
+			if err := a.TrackProcesses(); err != nil { // events keep the index from here on
+				log.Warn("process index: strategy changes re-read /proc", "err", err)
+			}
 			go func() {
 				defer close(events)
 				for {

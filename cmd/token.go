@@ -5,6 +5,8 @@ package cmd
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,7 +63,8 @@ an admin token (--token-file or SWIFTLANE_TOKEN) to mint through the API.
 				return fmt.Errorf("--%w", err)
 			}
 			fmt.Println(tok)
-			fmt.Fprintf(os.Stderr, "swiftlane: %s token, expires %s\n", role, exp.UTC().Format(time.RFC3339))
+			id, _, _ := a.TokenID(tok)
+			fmt.Fprintf(os.Stderr, "swiftlane: %s token %s, expires %s (revoke: swiftlane token revoke %s)\n", role, id, exp.UTC().Format(time.RFC3339), id)
 			return nil
 		},
 	}
@@ -72,6 +75,61 @@ an admin token (--token-file or SWIFTLANE_TOKEN) to mint through the API.
 	f.StringVar(&subject, "subject", "", "who the token is for (shows in logs)")
 	f.StringVar(&dataDir, "data-dir", defaultDataDir, "the server's data directory (holds the signing key)")
 	cf.add(create)
-	cmd.AddCommand(create)
+	cmd.AddCommand(create, newTokenRevokeCmd())
 	return cmd
+}
+
+func newTokenRevokeCmd() *cobra.Command {
+	var dataDir string
+	var cf clientFlags
+	revoke := &cobra.Command{
+		Use:   "revoke ID|TOKEN",
+		Short: "Put a token on the deny list: the server refuses it from the next request on",
+		Long: `Revokes a token by its id (printed by 'swiftlane token create', or the
+token's jti claim) or by the token itself. On the server's machine it writes
+the deny list in --data-dir (the running server picks it up at once);
+elsewhere pass --server with an admin token. The entry is kept until the
+token would have expired.
+
+  swiftlane token revoke 3q2-7wEVmK9xC1aB
+  swiftlane token revoke "$(cat leaked.token)" --server https://api.example:8443`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			arg := strings.TrimSpace(args[0])
+			req := api.RevokeRequest{ID: arg}
+			if strings.Count(arg, ".") == 2 {
+				req = api.RevokeRequest{Token: arg}
+			}
+			if cmd.Flags().Changed("server") {
+				c, err := cf.client()
+				if err != nil {
+					return err
+				}
+				r, err := c.RevokeToken(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("token %s revoked (deny list entry until %s)\n", r.ID, r.Until.Format(time.RFC3339))
+				return nil
+			}
+			a, err := auth.LoadSigner(dataDir)
+			if err != nil {
+				return err
+			}
+			id, exp := req.ID, time.Time{}
+			if req.Token != "" {
+				if id, exp, err = a.TokenID(req.Token); err != nil {
+					return err
+				}
+			}
+			if err := a.Revoke(id, exp); err != nil {
+				return err
+			}
+			fmt.Printf("token %s revoked in %s\n", id, filepath.Join(dataDir, auth.DenyFile))
+			return nil
+		},
+	}
+	revoke.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the server's data directory (holds the signing key and the deny list)")
+	cf.add(revoke)
+	return revoke
 }

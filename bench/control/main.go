@@ -24,8 +24,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,19 +124,24 @@ type result struct {
 	PropagationP99Ms   float64 `json:"propagation_p99_ms"`
 	PropagationMaxMs   float64 `json:"propagation_max_ms"`
 	// The PUT alone (validation + fsynced store write), to tell apart.
-	PutP50Ms         float64 `json:"propagation_put_p50_ms"`
-	PutP99Ms         float64 `json:"propagation_put_p99_ms"`
-	ProcsScanned     int     `json:"propagation_processes_on_host"`
-	FanoutAgents     int     `json:"fanout_agents"`
-	FanoutChanges    int     `json:"fanout_changes"`
-	FanoutHeartbeatS float64 `json:"fanout_heartbeat_s"`
-	FanoutP50Ms      float64 `json:"fanout_p50_ms"`
-	FanoutP99Ms      float64 `json:"fanout_p99_ms"`
-	FanoutMaxMs      float64 `json:"fanout_max_ms"`
-	FanoutMissed     int     `json:"fanout_missed"`
-	ServerCPUCores   float64 `json:"server_cpu_cores"`
-	ServerRSSMB      float64 `json:"server_rss_mb"`
-	ServerRSSPeakMB  float64 `json:"server_rss_peak_mb"`
+	PutP50Ms     float64 `json:"propagation_put_p50_ms"`
+	PutP99Ms     float64 `json:"propagation_put_p99_ms"`
+	ProcsScanned int     `json:"propagation_processes_on_host"`
+	// Where the propagation time goes, per stage, with the agent matching
+	// from its process index (schedule mode: exec/fork/exit events keep it)
+	// and, for comparison, re-reading /proc on every change (observe mode).
+	Breakdown        *breakdown `json:"propagation_breakdown"`
+	BreakdownRescan  *breakdown `json:"propagation_breakdown_rescan"`
+	FanoutAgents     int        `json:"fanout_agents"`
+	FanoutChanges    int        `json:"fanout_changes"`
+	FanoutHeartbeatS float64    `json:"fanout_heartbeat_s"`
+	FanoutP50Ms      float64    `json:"fanout_p50_ms"`
+	FanoutP99Ms      float64    `json:"fanout_p99_ms"`
+	FanoutMaxMs      float64    `json:"fanout_max_ms"`
+	FanoutMissed     int        `json:"fanout_missed"`
+	ServerCPUCores   float64    `json:"server_cpu_cores"`
+	ServerRSSMB      float64    `json:"server_rss_mb"`
+	ServerRSSPeakMB  float64    `json:"server_rss_peak_mb"`
 	// The machine is shared: its load during the run, for reading the tails.
 	LoadAvgStart string `json:"host_loadavg_start"`
 	LoadAvgEnd   string `json:"host_loadavg_end"`
@@ -188,8 +195,10 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 	res := &result{
 		Generated: time.Now().UTC().Format(time.RFC3339), Kernel: unix.ByteSliceToString(uts.Release[:]), CPUs: runtime.NumCPU(),
 		Transport: "HTTPS (TLS 1.3) on loopback, server in its own process, SSE watch streams",
-		Note: "propagation: PUT until a real agent applied it (full match against this host's /proc through strategy.Applier, recording target: " +
-			"no sched_ext here, so the BPF map write is not included); fan-out: simulated agents = watch stream + heartbeat each, in the benchmark process",
+		Note: "propagation: PUT until a real agent applied it (strategy.Applier matching every process of this host from its process index, " +
+			"as in schedule mode; recording target: no sched_ext here, so map_write times a map in memory, not a BPF map update); " +
+			"propagation_breakdown*: the same path timed per stage, with the index and with a /proc rescan per change; " +
+			"fan-out: simulated agents = watch stream + heartbeat each, in the benchmark process",
 	}
 
 	res.LoadAvgStart = loadavg()
@@ -207,6 +216,19 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 	res.PropagationP50Ms, res.PropagationP99Ms, res.PropagationMaxMs = pct(lat, 50), pct(lat, 99), pct(lat, 100)
 	log.Printf("propagation: %d changes, p50 %.2f ms, p99 %.2f ms", len(lat), res.PropagationP50Ms, res.PropagationP99Ms)
 
+	// Where the time goes: with the process index, and rescanning /proc.
+	adminTok := mint(auth.Admin, "")
+	if res.Breakdown, err = stages(ctx, url, tlsCfg, mint(auth.Agent, "bench-stages"), adminTok, changes, true); err != nil {
+		return nil, err
+	}
+	if res.BreakdownRescan, err = stages(ctx, url, tlsCfg, mint(auth.Agent, "bench-stages"), adminTok, changes, false); err != nil {
+		return nil, err
+	}
+	for _, b := range []*breakdown{res.Breakdown, res.BreakdownRescan} {
+		log.Printf("stages (%s): total p99 %.2f ms; shares store %.2f, fan-out %.2f, match %.2f, write %.2f",
+			b.Mode[:strings.Index(b.Mode, ":")], b.TotalP99Ms, b.ShareStore, b.ShareFanout, b.ShareMatch, b.ShareWrite)
+	}
+
 	// Fan-out.
 	res.FanoutAgents, res.FanoutChanges, res.FanoutHeartbeatS = agents, fanoutChanges, heartbeat.Seconds()
 	f, err := fanout(ctx, url, tlsCfg, mint, admin, agents, fanoutChanges, heartbeat, child.Process.Pid)
@@ -221,9 +243,16 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 
 func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string, admin *api.Client, n int) (lat, put []float64, err error) {
 	applied := make(chan uint64, 16)
+	// As in schedule mode: the process index, not a /proc rescan per change
+	// (no scheduler here to send exec/exit events, so nothing updates it
+	// during the run; the strategies match no process anyway).
+	applier := strategy.NewApplier(agent.NewRecordingTarget(), "/proc", "/sys/fs/cgroup", nil)
+	if err := applier.TrackProcesses(); err != nil {
+		return nil, nil, err
+	}
 	a, err := agent.New(agent.Options{
 		Client: api.NewClient(url, tok, tlsCfg), Node: "bench-agent", Version: "bench", Interval: time.Minute,
-		Applier: strategy.NewApplier(agent.NewRecordingTarget(), "/proc", "/sys/fs/cgroup", nil), Mode: agent.ModeObserve,
+		Applier: applier, Mode: agent.ModeObserve,
 		OnApplied: func(rev uint64) {
 			select {
 			case applied <- rev:
@@ -268,6 +297,188 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 		lat = append(lat, ms(time.Since(start)))
 	}
 	return lat, put, nil
+}
+
+// breakdown splits PUT -> applied into stages, timed where they happen:
+// the store commit in the server (its Server-Timing header), request and
+// fan-out (PUT sent until the agent has the watch event, less the commit),
+// the agent's match (applying, less the target writes) and the target
+// writes (BPF map updates in schedule mode; a recorder here).
+type breakdown struct {
+	Mode           string  `json:"mode"`
+	Changes        int     `json:"changes"`
+	TotalP50Ms     float64 `json:"total_p50_ms"`
+	TotalP99Ms     float64 `json:"total_p99_ms"`
+	StoreP50Ms     float64 `json:"store_commit_p50_ms"`
+	StoreP99Ms     float64 `json:"store_commit_p99_ms"`
+	FanoutP50Ms    float64 `json:"request_and_fanout_p50_ms"`
+	FanoutP99Ms    float64 `json:"request_and_fanout_p99_ms"`
+	MatchP50Ms     float64 `json:"agent_match_p50_ms"`
+	MatchP99Ms     float64 `json:"agent_match_p99_ms"`
+	WriteP50Ms     float64 `json:"map_write_p50_ms"`
+	WriteP99Ms     float64 `json:"map_write_p99_ms"`
+	ShareStore     float64 `json:"share_store_commit"`
+	ShareFanout    float64 `json:"share_request_and_fanout"`
+	ShareMatch     float64 `json:"share_agent_match"`
+	ShareWrite     float64 `json:"share_map_write"`
+	ProcsInIndex   int     `json:"processes_matched_per_change"`
+	ProcfsReadsPer string  `json:"procfs_reads_per_change"`
+}
+
+// timedTarget sums the time spent in the wrapped target's writes.
+type timedTarget struct {
+	strategy.Target
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (t *timedTarget) time(f func() error) error {
+	start := time.Now()
+	err := f()
+	t.mu.Lock()
+	t.d += time.Since(start)
+	t.mu.Unlock()
+	return err
+}
+
+func (t *timedTarget) take() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.d
+	t.d = 0
+	return d
+}
+
+func (t *timedTarget) SetProcess(tgid uint32, e strategy.Entry) error {
+	return t.time(func() error { return t.Target.SetProcess(tgid, e) })
+}
+func (t *timedTarget) DeleteProcess(tgid uint32) error {
+	return t.time(func() error { return t.Target.DeleteProcess(tgid) })
+}
+func (t *timedTarget) SetCgroup(id uint64, e strategy.Entry) error {
+	return t.time(func() error { return t.Target.SetCgroup(id, e) })
+}
+func (t *timedTarget) DeleteCgroup(id uint64) error {
+	return t.time(func() error { return t.Target.DeleteCgroup(id) })
+}
+func (t *timedTarget) Commit() error { return t.time(t.Target.Commit) }
+
+// stages runs n changes through one real agent and times each stage.
+func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, adminTok string, n int, track bool) (*breakdown, error) {
+	target := &timedTarget{Target: agent.NewRecordingTarget()}
+	applier := strategy.NewApplier(target, "/proc", "/sys/fs/cgroup", nil)
+	b := &breakdown{Mode: "rescan: every change re-reads each process in /proc (observe mode)", ProcfsReadsPer: "4 files per process"}
+	if track {
+		if err := applier.TrackProcesses(); err != nil {
+			return nil, err
+		}
+		b.Mode = "process index: exec/fork/exit events keep it, a change matches in memory (schedule mode)"
+		b.ProcfsReadsPer = "one directory listing"
+	}
+	type mark struct {
+		recv, applied time.Time
+		write         time.Duration
+	}
+	var mu sync.Mutex
+	marks := map[uint64]*mark{}
+	applied := make(chan uint64, 16)
+	a, err := agent.New(agent.Options{
+		Client: api.NewClient(url, agentTok, tlsCfg), Node: "bench-stages", Version: "bench", Interval: time.Hour,
+		Applier: applier, Mode: agent.ModeObserve,
+		OnReceived: func(rev uint64) {
+			target.take() // writes before this event are not its own
+			mu.Lock()
+			marks[rev] = &mark{recv: time.Now()}
+			mu.Unlock()
+		},
+		OnApplied: func(rev uint64) {
+			now, w := time.Now(), target.take()
+			mu.Lock()
+			if m := marks[rev]; m != nil {
+				m.applied, m.write = now, w
+			}
+			mu.Unlock()
+			select {
+			case applied <- rev:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go a.Run(actx)
+	wait := func(rev uint64) error {
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case got := <-applied:
+				if got >= rev {
+					return nil
+				}
+			case <-timeout:
+				return fmt.Errorf("agent did not apply revision %d within 30 s", rev)
+			}
+		}
+	}
+	if err := wait(0); err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 30 * time.Second}
+	var total, storeD, fan, match, write []float64
+	for i := range n {
+		body := fmt.Sprintf(`{"class":"critical","command_regex":"stage-%d-never"}`, i)
+		req, _ := http.NewRequestWithContext(ctx, "PUT", fmt.Sprintf("%s/api/v1/strategies/stage-%d", url, i%10), strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminTok)
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		var out store.Strategy
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode >= 300 {
+			return nil, fmt.Errorf("PUT: %d %v", resp.StatusCode, err)
+		}
+		var st float64
+		fmt.Sscanf(resp.Header.Get("Server-Timing"), "store;dur=%g", &st)
+		if err := wait(out.Revision); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		m := marks[out.Revision]
+		mu.Unlock()
+		if m == nil || m.applied.IsZero() {
+			return nil, fmt.Errorf("revision %d applied without its receipt", out.Revision)
+		}
+		total = append(total, ms(m.applied.Sub(start)))
+		storeD = append(storeD, st)
+		fan = append(fan, math.Round(max(ms(m.recv.Sub(start))-st, 0)*1000)/1000)
+		write = append(write, ms(m.write))
+		match = append(match, max(ms(m.applied.Sub(m.recv)-m.write), 0))
+	}
+	pids, _ := strategy.ListPIDs("/proc")
+	b.Changes, b.ProcsInIndex = n, len(pids)
+	b.TotalP50Ms, b.TotalP99Ms = pct(total, 50), pct(total, 99)
+	b.StoreP50Ms, b.StoreP99Ms = pct(storeD, 50), pct(storeD, 99)
+	b.FanoutP50Ms, b.FanoutP99Ms = pct(fan, 50), pct(fan, 99)
+	b.MatchP50Ms, b.MatchP99Ms = pct(match, 50), pct(match, 99)
+	b.WriteP50Ms, b.WriteP99Ms = pct(write, 50), pct(write, 99)
+	sum := func(v []float64) float64 {
+		t := 0.0
+		for _, x := range v {
+			t += x
+		}
+		return t
+	}
+	if all := sum(storeD) + sum(fan) + sum(match) + sum(write); all > 0 {
+		round := func(x float64) float64 { return float64(int(x/all*1000+0.5)) / 1000 }
+		b.ShareStore, b.ShareFanout, b.ShareMatch, b.ShareWrite = round(sum(storeD)), round(sum(fan)), round(sum(match)), round(sum(write))
+	}
+	return b, nil
 }
 
 type fanoutResult struct {

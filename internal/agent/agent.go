@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -63,6 +64,12 @@ type Options struct {
 	OnApplied func(rev uint64)
 	// OnHeartbeat runs after each accepted heartbeat (tests).
 	OnHeartbeat func()
+	// OnReceived runs when a watch event arrives, before it is applied
+	// (the benchmark's stage timing).
+	OnReceived func(rev uint64)
+	// ProcRoot is where the processes' cgroup files are read for the pod a
+	// workload runs in (default /proc; tests use a fake tree).
+	ProcRoot string
 }
 
 // Agent is one node's agent. Run it once.
@@ -101,6 +108,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
 	}
 	a := &Agent{o: o, strategies: map[string]store.Strategy{}, warned: map[string]bool{}}
 	if o.StateFile != "" {
@@ -198,6 +208,9 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 
 // handle folds one watch event into the strategy set and applies it.
 func (a *Agent) handle(ev api.WatchEvent) error {
+	if a.o.OnReceived != nil {
+		a.o.OnReceived(ev.Revision)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch ev.Type {
@@ -322,7 +335,13 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		hb.Counters = c
 	}
 	for _, p := range a.o.Applier.Applied() {
-		hb.Workloads = append(hb.Workloads, store.Workload{PID: p.PID, Strategy: p.Strategy, Class: p.Class.String(), Inherited: p.Inherited, Cmdline: p.Cmdline})
+		w := store.Workload{PID: p.PID, Strategy: p.Strategy, Class: p.Class.String(), Inherited: p.Inherited, Cmdline: p.Cmdline}
+		// Without the Kubernetes API the pod's name is unknown, but its UID
+		// and the container id are in the process's cgroup path.
+		if pp, ok, err := podcgroup.PodOfProcess(a.o.ProcRoot, p.PID); err == nil && ok && !pp.Conmon {
+			w.PodUID, w.ContainerID = pp.UID, pp.ContainerID
+		}
+		hb.Workloads = append(hb.Workloads, w)
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -4,10 +4,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,15 +100,22 @@ type harness struct {
 }
 
 func startAgent(t *testing.T, url, tok, procRoot, stateFile string, mode string) *harness {
+	return startAgentWith(t, url, tok, procRoot, func(o *Options) { o.StateFile, o.Mode = stateFile, mode })
+}
+
+// startAgentWith starts an agent in observe mode; opt adjusts its options.
+func startAgentWith(t *testing.T, url, tok, procRoot string, opt func(*Options)) *harness {
 	h := &harness{target: NewRecordingTarget(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
 	app := strategy.NewApplier(h.target, procRoot, t.TempDir(), nil)
-	a, err := New(Options{
+	o := Options{
 		Client: api.NewClient(url, tok, nil), Node: "n1", Labels: map[string]string{"zone": "a"},
-		Version: "test", Kernel: "k", Interval: time.Second, Applier: app, Mode: mode, Reason: "no sched_ext",
-		StateFile: stateFile, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Version: "test", Kernel: "k", Interval: time.Second, Applier: app, Mode: ModeObserve, Reason: "no sched_ext",
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		OnApplied:   func(rev uint64) { h.applied <- rev },
 		OnHeartbeat: func() { h.beats <- struct{}{} },
-	})
+	}
+	opt(&o)
+	a, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,4 +268,143 @@ func TestAgentStartsFromStateWhenServerIsDown(t *testing.T) {
 	if _, ok := target.Process(100); !ok || a.Revision() != s.Revision {
 		t.Fatalf("state file not applied at start (revision %d)", a.Revision())
 	}
+}
+
+// TestGeneration1ClientKeepsAdminStrategies: a generation-1 client that
+// re-posts its list (as the reference's operator does every second)
+// replaces only its own set; the admin's strategy and the client's latest
+// list both reach the agent, and the reported workloads carry the pod the
+// process runs in (read from its cgroup).
+func TestGeneration1ClientKeepsAdminStrategies(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	const uid = "0b7d5a2c-1f3e-4c5d-9a8b-7c6d5e4f3a2b"
+	const ctr = "4f3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c"
+	proc := fakeProc(t, map[int]string{100: "nr-gnb", 200: "ping 10.0.0.1", 300: "iperf3 -s"})
+	os.WriteFile(filepath.Join(proc, "100", "cgroup"), []byte("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+
+		strings.ReplaceAll(uid, "-", "_")+".slice/cri-containerd-"+ctr+".scope\n"), 0o644)
+	h := startAgentWith(t, url, token(t, dir, auth.Agent, "n1"), proc, func(o *Options) { o.ProcRoot = proc })
+	h.waitApplied(t, 0)
+
+	adminTok := token(t, dir, auth.Admin, "")
+	admin := api.NewClient(url, adminTok, nil)
+	if _, err := admin.CreateStrategy(context.Background(), crit("gnb", "nr-gnb")); err != nil {
+		t.Fatal(err)
+	}
+	post := func(tok, body string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+"/api/v1/scheduling/strategies", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("gen1 post: %d %v %v", resp.StatusCode, out, err)
+		}
+		return out
+	}
+	a, err := auth.LoadSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, _, err := a.Issue("operator", auth.Admin, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First post: ping, with the reference example's 20 µs slice.
+	out := post(op, `{"strategies":[{"priority":true,"execution_time":20000,"command_regex":"ping"}]}`)
+	if w, _ := out["warnings"].([]any); len(w) != 1 || !strings.Contains(w[0].(string), "strategies[0].execution_time: 20000 ns") {
+		t.Fatalf("no clamp warning: %v", out)
+	}
+	// Second post replaces the first: iperf3 instead of ping.
+	post(op, `{"strategies":[{"priority":false,"command_regex":"iperf3"}]}`)
+	l, err := admin.ListStrategies(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, l.Revision)
+	if e, ok := h.target.Process(100); !ok || e.Class != strategy.Critical {
+		t.Fatalf("admin strategy lost: pid 100 %+v %v", e, ok)
+	}
+	if _, ok := h.target.Process(200); ok {
+		t.Fatal("the client's first list still applies after its second post")
+	}
+	if e, ok := h.target.Process(300); !ok || e.Class != strategy.Normal {
+		t.Fatalf("the client's second list does not apply: pid 300 %+v %v", e, ok)
+	}
+	if len(l.Strategies) != 2 || l.Strategies[0].Name != "gnb" || l.Strategies[0].Owner != "" ||
+		l.Strategies[1].Name != "operator-0" || l.Strategies[1].Owner != "operator" {
+		t.Fatalf("strategies: %+v", l.Strategies)
+	}
+	for {
+		h.waitBeat(t)
+		n, err := admin.GetNode(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.AppliedRevision < l.Revision {
+			continue
+		}
+		var got *store.Workload
+		for i := range n.Workloads {
+			if n.Workloads[i].PID == 100 {
+				got = &n.Workloads[i]
+			}
+		}
+		if got == nil || got.PodUID != uid || got.ContainerID != ctr {
+			t.Fatalf("workload of pid 100 without its pod: %+v", n.Workloads)
+		}
+		break
+	}
+}
+
+// TestAgentTokenRotation: the agent reads its token file again when it
+// changes, so a new token replaces one that is then revoked, with no
+// restart: heartbeats keep being accepted.
+func TestAgentTokenRotation(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	signer, err := auth.LoadSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTok, newTok := token(t, dir, auth.Agent, "n1"), token(t, dir, auth.Agent, "n1")
+	file := filepath.Join(t.TempDir(), "agent.token")
+	if err := os.WriteFile(file, []byte(oldTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
+	h := startAgentWith(t, url, "", proc, func(o *Options) { o.Client = o.Client.WithTokenSource(api.TokenFile(file)) })
+	h.waitBeat(t)
+	// Rotate (write a new file and rename it over the old, as an operator
+	// or a secret mount does), then revoke the old token.
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, []byte(newTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	oldID, exp, err := signer.TokenID(oldTok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := signer.Revoke(oldID, exp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.NewClient(url, oldTok, nil).ListStrategies(context.Background()); !api.IsStatus(err, http.StatusUnauthorized) {
+		t.Fatalf("the old token still works: %v", err)
+	}
+	// Two more accepted heartbeats (one may have been in flight): only
+	// the new token can have sent them.
+	for len(h.beats) > 0 {
+		<-h.beats
+	}
+	h.waitBeat(t)
+	h.waitBeat(t)
 }

@@ -13,8 +13,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -25,8 +28,11 @@ import (
 type Client struct {
 	base  string
 	token string
-	http  *http.Client // requests with a deadline
-	watch *http.Client // long-lived streams
+	// source, when set, gives the token for each request (a token file
+	// that may be rotated); token is then unused.
+	source func() (string, error)
+	http   *http.Client // requests with a deadline
+	watch  *http.Client // long-lived streams
 }
 
 // NewClient returns a client for base (e.g. https://127.0.0.1:8443) that
@@ -50,6 +56,70 @@ func (c *Client) WithToken(token string) *Client {
 	return &cc
 }
 
+// WithTokenSource returns a client sharing connections that asks source for
+// the token before each request and each watch (re)connection, e.g.
+// TokenFile, so a rotated token is used without a restart.
+func (c *Client) WithTokenSource(source func() (string, error)) *Client {
+	cc := *c
+	cc.source = source
+	return &cc
+}
+
+func (c *Client) authorize(req *http.Request) error {
+	tok := c.token
+	if c.source != nil {
+		var err error
+		if tok, err = c.source(); err != nil {
+			return err
+		}
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return nil
+}
+
+// TokenFile is a token source that reads path again whenever the file
+// changed (another size, modification time or inode: an in-place write or
+// an atomic rename), and keeps the last token read if it cannot be read.
+func TokenFile(path string) func() (string, error) {
+	var mu sync.Mutex
+	var tok string
+	var stamp [3]int64
+	return func() (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fi, err := os.Stat(path)
+		if err != nil {
+			if tok != "" {
+				return tok, nil // mid-rotation (removed, not yet renamed in)
+			}
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		st := [3]int64{fi.Size(), fi.ModTime().UnixNano(), 0}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			st[2] = int64(sys.Ino)
+		}
+		if st == stamp && tok != "" {
+			return tok, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			if tok != "" {
+				return tok, nil
+			}
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			tok, stamp = t, st
+		}
+		if tok == "" {
+			return "", fmt.Errorf("token file %s is empty: write the token from `swiftlane token create --role agent --node NAME`", path)
+		}
+		return tok, nil
+	}
+}
+
 // CloseIdle drops idle connections.
 func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
 
@@ -71,8 +141,8 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if err := c.authorize(req); err != nil {
+		return err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -128,24 +198,30 @@ func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (TokenRespon
 	return t, c.Do(ctx, "POST", "/api/v1/tokens", req, &t)
 }
 
+// RevokeToken puts a token (by id, or the token itself) on the deny list.
+func (c *Client) RevokeToken(ctx context.Context, req RevokeRequest) (Revoked, error) {
+	var out Revoked
+	return out, c.Do(ctx, "POST", "/api/v1/tokens/revoke", req, &out)
+}
+
 func (c *Client) ListStrategies(ctx context.Context) (StrategyList, error) {
 	var l StrategyList
 	return l, c.Do(ctx, "GET", "/api/v1/strategies", nil, &l)
 }
 
-func (c *Client) GetStrategy(ctx context.Context, name string) (store.Strategy, error) {
-	var s store.Strategy
+func (c *Client) GetStrategy(ctx context.Context, name string) (StrategyView, error) {
+	var s StrategyView
 	return s, c.Do(ctx, "GET", "/api/v1/strategies/"+esc(name), nil, &s)
 }
 
-func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (store.Strategy, error) {
-	var s store.Strategy
+func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
+	var s StrategyView
 	return s, c.Do(ctx, "POST", "/api/v1/strategies", st, &s)
 }
 
 // PutStrategy creates or replaces a strategy by name.
-func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (store.Strategy, error) {
-	var s store.Strategy
+func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
+	var s StrategyView
 	return s, c.Do(ctx, "PUT", "/api/v1/strategies/"+esc(st.Name), st, &s)
 }
 
@@ -193,8 +269,8 @@ func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn f
 		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if err := c.authorize(req); err != nil {
+		return err
 	}
 	resp, err := c.watch.Do(req)
 	if err != nil {

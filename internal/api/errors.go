@@ -47,6 +47,9 @@ func fieldError(prefix string, err error) *Error {
 	if !errors.As(err, &fe) {
 		return errorf(http.StatusBadRequest, strings.TrimSuffix(prefix, "."), "fix the request; /openapi.json describes every field", "%v", err)
 	}
+	if fe.Field == "" && prefix == "" {
+		return errorf(http.StatusBadRequest, "", "send a JSON object; /openapi.json has the schema", "%s", fe.Msg)
+	}
 	field := prefix + fe.Field
 	msg, hint := fe.Msg, ""
 	for _, sep := range []string{": use ", ": set ", "; set "} {

@@ -5,9 +5,9 @@ package api
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"sort"
+	"strings"
 
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -32,41 +32,97 @@ func (s *Server) gen1List(w http.ResponseWriter, r *http.Request, c *auth.Claims
 	if err != nil {
 		return storeError("strategies", err)
 	}
-	writeJSON(w, http.StatusOK, Gen1Strategies{Strategies: gen1Form(s.forClaims(r.Context(), c, list))})
+	writeJSON(w, http.StatusOK, Gen1StrategyList{Strategies: gen1Form(s.forClaims(r.Context(), c, list))})
 	return nil
 }
 
-func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+// gen1Replace replaces the caller's own set: the strategies earlier POSTs
+// with the same token subject made. Admin-made strategies and other
+// clients' sets are untouched, and all of them apply together, oldest
+// first, so a generation-1 operator re-posting its list every second cannot
+// erase what an admin made.
+func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
 	var body Gen1Strategies
 	if err := s.decode(r, &body); err != nil {
 		return err
 	}
 	if body.Strategies == nil {
-		return errorf(http.StatusBadRequest, "strategies", `send {"strategies": [...]} (an empty list deletes every strategy)`, "strategies: missing")
+		return errorf(http.StatusBadRequest, "strategies", `send {"strategies": [...]} (an empty list deletes the strategies your earlier posts made)`, "strategies: missing")
 	}
+	owner := c.Subject
+	warnings := []string{}
 	seen := map[string]int{}
-	for i := range body.Strategies {
-		st := &body.Strategies[i]
+	list := make([]store.Strategy, len(body.Strategies))
+	for i, g := range body.Strategies {
+		st := &list[i]
+		*st = g.Strategy
+		st.ExecutionTime = g.ExecutionTime
 		if st.Name == "" {
-			st.Name = fmt.Sprintf("strategy-%d", i)
+			st.Name = gen1Name(owner, i)
 		}
-		st.Revision, st.CreatedRevision = 0, 0
+		st.Revision, st.CreatedRevision, st.Owner = 0, 0, owner
 		prefix := fmt.Sprintf("strategies[%d].", i)
+		// The reference's own example asks for 20 µs; below the scheduler's
+		// floor the slice is raised, not refused, so such clients keep working.
+		if t := st.ExecutionTime; t > 0 && t < strategy.MinSliceNs {
+			st.ExecutionTime = strategy.MinSliceNs
+			warnings = append(warnings, fmt.Sprintf("%sexecution_time: %d ns is below the scheduler's minimum slice; clamped to %d ns", prefix, t, strategy.MinSliceNs))
+		}
 		if err := st.Validate(); err != nil {
 			return fieldError(prefix, err)
 		}
 		if j, dup := seen[st.Name]; dup {
-			return errorf(http.StatusBadRequest, prefix+"name", "names must be unique in the list", "%q is already used by strategies[%d]", st.Name, j)
+			// 409: JSON Schema cannot say "names unique"; the list is
+			// well-formed but cannot become one set.
+			return errorf(http.StatusConflict, prefix+"name", "names must be unique in the list", "%q is already used by strategies[%d]", st.Name, j)
 		}
 		seen[st.Name] = i
 	}
-	list, _, err := s.o.Store.ReplaceStrategies(r.Context(), body.Strategies)
+	all, _, err := s.o.Store.ReplaceStrategies(r.Context(), owner, list)
+	var owned *store.OwnedError
+	if errors.As(err, &owned) {
+		return errorf(http.StatusConflict, fmt.Sprintf("strategies[%d].name", owned.Index),
+			"give the entry another name (or none: unnamed entries are named "+gen1Name(owner, owned.Index)+"); a list POST replaces only the strategies earlier POSTs with your token made",
+			"%v", owned)
+	}
 	if err != nil {
 		return storeError("strategies", err)
 	}
 	s.hub.notify()
-	writeJSON(w, http.StatusOK, Gen1Strategies{Strategies: gen1Form(nonNil(list))})
+	for i, st := range list {
+		for _, w := range s.view(st).Warnings {
+			warnings = append(warnings, fmt.Sprintf("strategies[%d].%s", i, w))
+		}
+	}
+	for _, w := range warnings {
+		s.o.Log.Warn("generation-1 strategy adjusted", "owner", owner, "warning", w)
+	}
+	writeJSON(w, http.StatusOK, Gen1Replaced{Strategies: gen1Form(nonNil(all)), Warnings: warnings})
 	return nil
+}
+
+// gen1Name names an unnamed entry after its position and the client, so
+// two clients posting unnamed lists do not claim the same names.
+func gen1Name(owner string, i int) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(owner) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	slug := strings.Trim(b.String(), "-")
+	if slug == "" {
+		slug = "strategy"
+	}
+	return fmt.Sprintf("%s-%d", slug, i)
 }
 
 func (s *Server) gen1PostMetrics(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
@@ -74,17 +130,12 @@ func (s *Server) gen1PostMetrics(w http.ResponseWriter, r *http.Request, c *auth
 	if err := s.decode(r, &m); err != nil {
 		return err
 	}
-	for k, v := range m {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return errorf(http.StatusBadRequest, k, "send finite numbers", "%s is not finite", k)
-		}
-	}
 	node := c.Node
 	if c.Role != auth.Agent {
 		node = "_" + c.Subject // admins pushing by hand
 	}
 	s.mu.Lock()
-	s.gen1[node] = m
+	s.gen1[node] = &m
 	s.mu.Unlock()
 	_, rev, err := s.o.Store.Changes(r.Context(), 0, 1)
 	if err != nil && !errors.Is(err, store.ErrCompacted) {

@@ -3,31 +3,50 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
 
-// decode reads one JSON value strictly: unknown fields and trailing data
-// are refused. The body size is already bounded by wrap.
+// decode reads one JSON object strictly and checks it against the rules
+// /openapi.json documents (package schema): null, unknown fields (compared
+// exactly) and trailing data are refused, then every declared constraint.
+// The body size is already bounded by wrap.
 func (s *Server) decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return decodeError(err, s.o.MaxBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
 		return decodeError(err, s.o.MaxBody)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var big *http.MaxBytesError
-		if errors.As(err, &big) {
-			return decodeError(err, s.o.MaxBody)
-		}
 		return errorf(http.StatusBadRequest, "", "send exactly one JSON object", "unexpected data after the JSON body")
+	}
+	if err := schema.Strict(doc, reflect.TypeOf(v).Elem()); err != nil {
+		return fieldError("", err)
+	}
+	typed := json.NewDecoder(bytes.NewReader(data))
+	typed.DisallowUnknownFields()
+	if err := typed.Decode(v); err != nil {
+		return decodeError(err, s.o.MaxBody)
+	}
+	if err := schema.Check(v); err != nil {
+		return fieldError("", err)
 	}
 	return nil
 }
@@ -47,21 +66,24 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ *auth.Claims)
 	return err
 }
 
-const (
-	loginTTL = 12 * time.Hour
-	agentTTL = 365 * 24 * time.Hour
-)
-
 func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	var req LoginRequest
 	if err := s.decode(r, &req); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Field == "public_key" {
+			// The reference gave a token to anyone presenting the server's
+			// public key, which ships with it: that proves nothing.
+			return errorf(http.StatusBadRequest, "public_key",
+				`send {"username":"admin","password":"<the credential in <data-dir>/admin.credential>"} here, or mint a token on the server with `+"`swiftlane token create --role admin`",
+				"the public-key token flow is not supported: a public key is no secret, so it cannot authenticate anyone")
+		}
 		return err
 	}
 	if !s.o.Auth.CheckAdmin(req.Username, req.Password) {
 		// One answer for unknown user and wrong password.
 		return errorf(http.StatusUnauthorized, "password", "use user admin and the credential printed on the server's first start (also in <data-dir>/admin.credential)", "wrong user name or password")
 	}
-	return s.issue(w, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, loginTTL)
+	return s.issue(w, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, s.o.LoginTTL)
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
@@ -69,9 +91,9 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if err := s.decode(r, &req); err != nil {
 		return err
 	}
-	def := loginTTL
+	def := s.o.TokenTTL
 	if auth.Role(req.Role) == auth.Agent {
-		def = agentTTL
+		def = s.o.AgentTTL
 	}
 	subject := req.Subject
 	if subject == "" {
@@ -89,7 +111,35 @@ func (s *Server) issue(w http.ResponseWriter, status int, subject string, role a
 	if err != nil {
 		return fieldFromAuth(err)
 	}
-	writeJSON(w, status, TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC()})
+	id, _, _ := s.o.Auth.TokenID(tok)
+	writeJSON(w, status, TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC(), ID: id})
+	return nil
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	var req RevokeRequest
+	if err := s.decode(r, &req); err != nil {
+		return err
+	}
+	id, exp := req.ID, time.Time{}
+	switch {
+	case (req.ID == "") == (req.Token == ""):
+		return errorf(http.StatusBadRequest, "id", `send {"id": "<jti>"} or {"token": "<the token>"}`, "give exactly one of id and token")
+	case req.Token != "":
+		var err error
+		if id, exp, err = s.o.Auth.TokenID(req.Token); err != nil {
+			// Well-formed, but no token of ours: there is nothing to revoke.
+			return errorf(http.StatusNotFound, "token", "send a token this server signed, or its id", "%v", err)
+		}
+	}
+	if err := s.o.Auth.Revoke(id, exp); err != nil {
+		return errorf(http.StatusInternalServerError, "", "see the server log", "revoke: %v", err)
+	}
+	s.o.Log.Info("token revoked", "id", id)
+	if exp.IsZero() {
+		exp = time.Now().Add(auth.MaxTTL)
+	}
+	writeJSON(w, http.StatusOK, Revoked{ID: id, Until: exp.UTC()})
 	return nil
 }
 
@@ -117,8 +167,58 @@ func (s *Server) listStrategies(w http.ResponseWriter, r *http.Request, c *auth.
 	if err != nil {
 		return storeError("strategies", err)
 	}
-	writeJSON(w, http.StatusOK, StrategyList{Strategies: nonNil(s.forClaims(r.Context(), c, list)), Revision: rev})
+	writeJSON(w, http.StatusOK, StrategyList{Strategies: s.views(s.forClaims(r.Context(), c, list)), Revision: rev})
 	return nil
+}
+
+// view adds the server's warnings to a strategy. Pod selectors and
+// namespaces need pod labels, which only agents on Kubernetes have: with
+// any other store they are accepted (so generation-1 clients, whose
+// strategies all carry selectors, keep working) but flagged, here and in
+// the UI, rather than silently matching nothing.
+func (s *Server) view(st store.Strategy) StrategyView {
+	v := StrategyView{Strategy: st}
+	if s.podLabels {
+		return v
+	}
+	if len(st.Selectors) > 0 {
+		v.Warnings = append(v.Warnings, "selectors: this server's store has no pod information, so agents cannot match pod labels and the strategy matches no process: match with command_regex, pid or cgroup_path instead, or run `swiftlane api --store kubernetes` with the Kubernetes agents")
+	}
+	if len(st.Namespaces) > 0 {
+		v.Warnings = append(v.Warnings, "namespaces: this server's store has no pod information, so namespaces restrict nothing here; they apply with `swiftlane api --store kubernetes`")
+	}
+	return v
+}
+
+func (s *Server) views(list []store.Strategy) []StrategyView {
+	out := make([]StrategyView, len(list))
+	for i, st := range list {
+		out[i] = s.view(st)
+	}
+	return out
+}
+
+// EnsureStrategies creates each strategy no strategy is named like (the
+// config file's default_strategies) and returns the names it created;
+// existing strategies, edited or not, are left alone.
+func EnsureStrategies(ctx context.Context, st store.Store, list []store.Strategy) ([]string, error) {
+	var created []string
+	for i, s := range list {
+		if err := s.Validate(); err != nil {
+			return created, fieldError(fmt.Sprintf("default_strategies[%d].", i), err)
+		}
+		if _, err := st.GetStrategy(ctx, s.Name); err == nil {
+			continue
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return created, err
+		}
+		if _, err := st.CreateStrategy(ctx, s); err != nil && !errors.Is(err, store.ErrExists) {
+			return created, fmt.Errorf("default strategy %s: %w", s.Name, err)
+		} else if err == nil {
+			created = append(created, s.Name)
+		}
+	}
+	return created, nil
 }
 
 func nonNil[T any](s []T) []T {
@@ -137,7 +237,7 @@ func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if len(s.forClaims(r.Context(), c, []store.Strategy{st})) == 0 {
 		return storeError("strategy "+name, store.ErrNotFound) // not for this agent's node
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, s.view(st))
 	return nil
 }
 
@@ -155,7 +255,7 @@ func (s *Server) readStrategy(r *http.Request, name string) (store.Strategy, err
 			return st, errorf(http.StatusBadRequest, "name", "leave name out of the body or make it "+name, "name %q in the body differs from %q in the URL", st.Name, name)
 		}
 	}
-	st.Revision, st.CreatedRevision = 0, 0 // assigned by the store
+	st.Revision, st.CreatedRevision, st.Owner = 0, 0, "" // assigned by the store
 	if err := st.Validate(); err != nil {
 		return st, fieldError("", err)
 	}
@@ -167,13 +267,15 @@ func (s *Server) createStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 	if err != nil {
 		return err
 	}
+	t0 := time.Now()
 	st, err = s.o.Store.CreateStrategy(r.Context(), st)
 	if err != nil {
 		return storeError("strategy "+st.Name, err)
 	}
+	serverTiming(w, "store", time.Since(t0))
 	s.hub.notify()
 	w.Header().Set("Location", "/api/v1/strategies/"+st.Name)
-	writeJSON(w, http.StatusCreated, st)
+	writeJSON(w, http.StatusCreated, s.view(st))
 	return nil
 }
 
@@ -183,6 +285,7 @@ func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 		return err
 	}
 	status := http.StatusOK
+	t0 := time.Now()
 	out, err := s.o.Store.UpdateStrategy(r.Context(), st)
 	if errors.Is(err, store.ErrNotFound) {
 		status = http.StatusCreated
@@ -191,9 +294,17 @@ func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 	if err != nil {
 		return storeError("strategy "+st.Name, err)
 	}
+	serverTiming(w, "store", time.Since(t0))
 	s.hub.notify()
-	writeJSON(w, status, out)
+	writeJSON(w, status, s.view(out))
 	return nil
+}
+
+// serverTiming reports a stage's duration in the standard Server-Timing
+// header (browsers' dev tools show it; bench/control splits propagation
+// with it).
+func serverTiming(w http.ResponseWriter, stage string, d time.Duration) {
+	w.Header().Add("Server-Timing", fmt.Sprintf("%s;dur=%.3f", stage, float64(d.Microseconds())/1000))
 }
 
 func (s *Server) deleteStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
@@ -243,15 +354,9 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 	if !auth.ValidNodeName(name) {
 		return errorf(http.StatusBadRequest, "name", "use lower-case letters, digits, '.', '_' or '-'", "%q is not a node name", name)
 	}
-	var reg store.Registration
+	var reg store.Registration // mode and heartbeat_seconds: checked by decode (their rules)
 	if err := s.decode(r, &reg); err != nil {
 		return err
-	}
-	if reg.Mode != "schedule" && reg.Mode != "observe" {
-		return errorf(http.StatusBadRequest, "mode", "use schedule or observe", "mode %q is unknown", reg.Mode)
-	}
-	if reg.HeartbeatSeconds < 1 || reg.HeartbeatSeconds > 3600 {
-		return errorf(http.StatusBadRequest, "heartbeat_seconds", "use 1..3600", "heartbeat_seconds %d is out of range", reg.HeartbeatSeconds)
 	}
 	n, err := s.o.Store.RegisterNode(r.Context(), name, reg, time.Now())
 	if err != nil {
@@ -263,16 +368,9 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	name := r.PathValue("name")
-	var hb store.Heartbeat
+	var hb store.Heartbeat // at most 64 buckets per histogram: checked by decode
 	if err := s.decode(r, &hb); err != nil {
 		return err
-	}
-	if hb.Counters != nil {
-		for class, h := range hb.Counters.RunqueueWait {
-			if len(h.Buckets) > 64 {
-				return errorf(http.StatusBadRequest, "counters.runqueue_wait."+class+".buckets", "send at most 64 log2 buckets", "%d buckets", len(h.Buckets))
-			}
-		}
 	}
 	if _, err := s.o.Store.Heartbeat(r.Context(), name, hb, time.Now()); err != nil {
 		if errors.Is(err, store.ErrNotFound) {

@@ -37,6 +37,9 @@ type serverOpt struct {
 	logSize int
 	tls     bool
 	addr    string
+	// timeouts and keepAlive go to Options.
+	timeouts  Timeouts
+	keepAlive time.Duration
 }
 
 // backend is a store the API tests run on; eachStore runs a test once per
@@ -77,7 +80,7 @@ func startServer(t *testing.T, dir string, o serverOpt) *testServer {
 		o.backend = boltBackend
 	}
 	st := o.backend.open(t, dir, o.logSize)
-	srv, err := New(Options{Store: st, Auth: a, Version: "test", MaxBody: 64 << 10})
+	srv, err := New(Options{Store: st, Auth: a, Version: "test", MaxBody: 64 << 10, Timeouts: o.timeouts, KeepAlive: o.keepAlive})
 	if err != nil {
 		t.Fatal(err)
 	}

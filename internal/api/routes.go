@@ -19,6 +19,12 @@ type route struct {
 	// nodeScoped: an agent token may call it only for its own node ({name}).
 	nodeScoped bool
 	in         any // request body (a zero value), nil for none
+	// inRequire are fields of in this route requires beyond its rules, and
+	// inDef the name of the request schema that says so.
+	inRequire []string
+	inDef     string
+	// inOmit are fields of in this route's schema leaves out.
+	inOmit     []string
 	out        any // response body (a zero value)
 	status     int // success status (default 200)
 	stream     bool
@@ -51,15 +57,18 @@ func routes() []route {
 			in: LoginRequest{}, out: TokenResponse{}, handle: (*Server).login},
 		{method: "POST", path: "/api/v1/tokens", op: "createToken", summary: "Mint a token for a role (agent tokens are bound to a node)",
 			roles: adminOnly, in: TokenRequest{}, out: TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
+		{method: "POST", path: "/api/v1/tokens/revoke", op: "revokeToken", summary: "Put a token on the deny list (by id or the token itself) until it expires; it is refused from the next request on",
+			roles: adminOnly, in: RevokeRequest{}, out: Revoked{}, handle: (*Server).revokeToken},
 
 		{method: "GET", path: "/api/v1/strategies", op: "listStrategies", summary: "List strategies in precedence order (agents: those for their node)",
 			roles: anyRole, out: StrategyList{}, handle: (*Server).listStrategies},
 		{method: "POST", path: "/api/v1/strategies", op: "createStrategy", summary: "Create a strategy",
-			roles: adminOnly, in: store.Strategy{}, out: store.Strategy{}, status: http.StatusCreated, handle: (*Server).createStrategy},
+			roles: adminOnly, in: store.Strategy{}, inRequire: []string{"name"}, inDef: "StrategyCreateInput", out: StrategyView{}, status: http.StatusCreated, handle: (*Server).createStrategy},
 		{method: "GET", path: "/api/v1/strategies/{name}", op: "getStrategy", summary: "Read one strategy",
-			roles: anyRole, out: store.Strategy{}, handle: (*Server).getStrategy},
-		{method: "PUT", path: "/api/v1/strategies/{name}", op: "putStrategy", summary: "Create or replace a strategy (200 replaced, 201 created)",
-			roles: adminOnly, in: store.Strategy{}, out: store.Strategy{}, handle: (*Server).putStrategy},
+			roles: anyRole, out: StrategyView{}, handle: (*Server).getStrategy},
+		{method: "PUT", path: "/api/v1/strategies/{name}", op: "putStrategy",
+			summary: "Create or replace a strategy (200 replaced, 201 created). The name is the URL's; a body that repeats it must repeat it exactly",
+			roles:   adminOnly, in: store.Strategy{}, inOmit: []string{"name"}, inDef: "StrategyPutInput", out: StrategyView{}, handle: (*Server).putStrategy},
 		{method: "DELETE", path: "/api/v1/strategies/{name}", op: "deleteStrategy", summary: "Delete a strategy",
 			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteStrategy},
 		{method: "GET", path: "/api/v1/watch/strategies", op: "watchStrategies",
@@ -82,9 +91,10 @@ func routes() []route {
 
 		// Generation 1 (the reference API), kept for existing clients.
 		{method: "GET", path: "/api/v1/scheduling/strategies", op: "gen1ListStrategies", summary: "Generation 1: list strategies as {strategies: [...]} with priority: bool",
-			roles: anyRole, out: Gen1Strategies{}, handle: (*Server).gen1List},
-		{method: "POST", path: "/api/v1/scheduling/strategies", op: "gen1ReplaceStrategies", summary: "Generation 1: replace the whole list; unnamed entries are named strategy-<index>",
-			roles: adminOnly, in: Gen1Strategies{}, out: Gen1Strategies{}, handle: (*Server).gen1Replace},
+			roles: anyRole, out: Gen1StrategyList{}, handle: (*Server).gen1List},
+		{method: "POST", path: "/api/v1/scheduling/strategies", op: "gen1ReplaceStrategies",
+			summary: "Generation 1: replace the strategies earlier posts with the same token subject made (others are kept); unnamed entries are named <subject>-<index>; slices below 50 µs are raised to it with a warning; a name used twice, or owned by another client or the admin, is a 409",
+			roles:   adminOnly, in: Gen1Strategies{}, out: Gen1Replaced{}, handle: (*Server).gen1Replace},
 		{method: "POST", path: "/api/v1/metrics", op: "gen1PostMetrics", summary: "Generation 1: a node's scheduler pushes named numbers",
 			roles: nodeWriter, in: Gen1Metrics{}, out: HeartbeatReply{}, handle: (*Server).gen1PostMetrics},
 		{method: "GET", path: "/api/v1/metrics", op: "gen1GetMetrics", summary: "Generation 1: metrics by node (pushed numbers and heartbeat counters)",

@@ -41,6 +41,19 @@ type Options struct {
 	UI http.Handler
 	// KeepAlive is the watch stream's idle comment period (default 15 s).
 	KeepAlive time.Duration
+	// LoginTTL, AgentTTL and TokenTTL are the default lifetimes of tokens
+	// from the login, of agent tokens and of other tokens minted through
+	// the API (12 h, 1 year, 12 h).
+	LoginTTL, AgentTTL, TokenTTL time.Duration
+	// Timeouts of the HTTP server (zero fields: Go's defaults, except
+	// ReadHeader 10 s, Idle 2 min, Shutdown 5 s).
+	Timeouts Timeouts
+}
+
+// Timeouts bound the server's connections; Write does not apply to watch
+// streams.
+type Timeouts struct {
+	ReadHeader, Read, Write, Idle, Shutdown time.Duration
 }
 
 // Server serves the API. It is safe for concurrent use.
@@ -49,11 +62,16 @@ type Server struct {
 	handler http.Handler
 	doc     []byte
 	hub     hub
+	feed    feed
 	reg     *prometheus.Registry
 	met     serverMetrics
 
+	// podLabels: the store's agents know pods (Kubernetes), so pod
+	// selectors can match.
+	podLabels bool
+
 	mu   sync.Mutex
-	gen1 map[string]Gen1Metrics // pushed generation-1 metrics by node (not persisted)
+	gen1 map[string]*Gen1Metrics // pushed generation-1 metrics by node (not persisted)
 }
 
 // New builds a server over a store and an authority.
@@ -70,12 +88,26 @@ func New(o Options) (*Server, error) {
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = 15 * time.Second
 	}
-	s := &Server{o: o, gen1: map[string]Gen1Metrics{}}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&o.LoginTTL, 12 * time.Hour}, {&o.AgentTTL, 365 * 24 * time.Hour}, {&o.TokenTTL, 12 * time.Hour},
+		{&o.Timeouts.ReadHeader, 10 * time.Second}, {&o.Timeouts.Idle, 2 * time.Minute}, {&o.Timeouts.Shutdown, 5 * time.Second},
+	} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	s := &Server{o: o, gen1: map[string]*Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
 	// A store that others write too (Kubernetes: kubectl, other replicas)
 	// reports their changes, so watch streams see them at once.
 	if n, ok := o.Store.(interface{ OnChange(func()) }); ok {
 		n.OnChange(s.hub.notify)
+	}
+	if p, ok := o.Store.(interface{ ResolvesPodLabels() bool }); ok {
+		s.podLabels = p.ResolvesPodLabels()
 	}
 	s.initMetrics()
 	doc, err := openAPIDocument(routes(), o.Version)
@@ -180,6 +212,9 @@ func (s *Server) authenticate(r *http.Request) (*auth.Claims, error) {
 		return nil, errorf(http.StatusUnauthorized, "Authorization", "send 'Authorization: Bearer <token>'; get one with POST /api/v1/auth/token or `swiftlane token create`", "missing bearer token")
 	}
 	c, err := s.o.Auth.Verify(strings.TrimSpace(tok))
+	if errors.Is(err, auth.ErrRevoked) {
+		return nil, errorf(http.StatusUnauthorized, "Authorization", "this token was revoked (swiftlane token revoke): ask an admin for a new one", "invalid token: %v", err)
+	}
 	if err != nil {
 		return nil, errorf(http.StatusUnauthorized, "Authorization", "get a new token: it may have expired or be signed by another server", "invalid token: %v", err)
 	}
@@ -203,6 +238,15 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type hub struct {
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
+	gen  uint64 // notifications so far
+}
+
+// generation counts notifications: a change committed before a notify is
+// in every store read started after the generation moved past it.
+func (h *hub) generation() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gen
 }
 
 func (h *hub) subscribe() chan struct{} {
@@ -228,6 +272,7 @@ func (h *hub) count() int {
 func (h *hub) notify() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.gen++
 	for ch := range h.subs {
 		select {
 		case ch <- struct{}{}:
@@ -243,8 +288,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, cert *tls.Certifica
 	defer cancel()
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: s.o.Timeouts.ReadHeader,
+		ReadTimeout:       s.o.Timeouts.Read,
+		WriteTimeout:      s.o.Timeouts.Write,
+		IdleTimeout:       s.o.Timeouts.Idle,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.o.Log.Handler(), slog.LevelDebug),
 	}
@@ -260,7 +307,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, cert *tls.Certifica
 	case <-ctx.Done():
 	}
 	cancel() // ends watch streams so Shutdown does not wait for them
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, scancel := context.WithTimeout(context.Background(), s.o.Timeouts.Shutdown)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -382,7 +383,7 @@ func testGeneration1(t *testing.T, bk backend) {
 	}
 	// The same strategies through the current API: named, with classes.
 	l, err := ts.client(tok.Token).ListStrategies(bg())
-	if err != nil || l.Strategies[0].Name != "strategy-0" || l.Strategies[0].EffectiveClass().String() != "critical" ||
+	if err != nil || l.Strategies[0].Name != "admin-0" || l.Strategies[0].Owner != "admin" || l.Strategies[0].EffectiveClass().String() != "critical" ||
 		l.Strategies[1].EffectiveClass().String() != "normal" {
 		t.Fatalf("v2 view: %+v %v", l, err)
 	}
@@ -404,8 +405,41 @@ func testGeneration1(t *testing.T, bk backend) {
 	if code != 200 || !strings.Contains(string(body), `"pods":[]`) {
 		t.Fatalf("pods/pids: %d %s", code, body)
 	}
-	// Deleting everything the generation-1 way.
-	if code, body := ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, `{"strategies":[]}`); code != 200 || !strings.Contains(string(body), `"strategies":[]`) {
+	// The public-key flow is refused with the one that works.
+	code, body = ts.raw("POST", "/api/v1/auth/token", "", `{"public_key":"-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----"}`)
+	var e Error
+	if code != 400 || json.Unmarshal(body, &e) != nil || e.Field != "public_key" || !strings.Contains(e.Hint, `"username":"admin"`) {
+		t.Fatalf("public-key flow: %d %s", code, body)
+	}
+	// A second generation-1 client and an admin strategy: each list POST
+	// replaces only its poster's set.
+	admin := ts.client(tok.Token)
+	if _, err := admin.CreateStrategy(bg(), critical("by-hand", "upf")); err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := ts.auth.Issue("operator-b", auth.Admin, "", time.Hour)
+	if code, body := ts.raw("POST", "/api/v1/scheduling/strategies", other, `{"strategies":[{"priority":true,"command_regex":"iperf"}]}`); code != 200 {
+		t.Fatalf("second client: %d %s", code, body)
+	}
+	// A name another owner has is a 409 naming the entry; nothing changes.
+	before, _ := admin.ListStrategies(bg())
+	code, body = ts.raw("POST", "/api/v1/scheduling/strategies", other, `{"strategies":[{"priority":true,"command_regex":"iperf"},{"name":"by-hand","priority":true,"command_regex":"x"}]}`)
+	if code != 409 || json.Unmarshal(body, &e) != nil || e.Field != "strategies[1].name" {
+		t.Fatalf("taking another owner's name: %d %s", code, body)
+	}
+	if after, _ := admin.ListStrategies(bg()); after.Revision != before.Revision || len(after.Strategies) != 4 {
+		t.Fatalf("refused post changed the store: %+v", after)
+	}
+	// A gen-2 update of a client's strategy keeps it in that client's set.
+	upd := critical("operator-b-0", "iperf3")
+	if _, err := admin.PutStrategy(bg(), upd); err != nil {
+		t.Fatal(err)
+	}
+	// Deleting the first client's set the generation-1 way leaves the rest.
+	code, body = ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, `{"strategies":[]}`)
+	var rep Gen1Replaced
+	if code != 200 || json.Unmarshal(body, &rep) != nil || len(rep.Strategies) != 2 ||
+		rep.Strategies[0].Name != "by-hand" || rep.Strategies[1].Name != "operator-b-0" || rep.Strategies[1].Owner != "operator-b" {
 		t.Fatalf("gen1 empty post: %d %s", code, body)
 	}
 }
@@ -431,5 +465,120 @@ func testPrometheusMetrics(t *testing.T, bk backend) {
 		if code != 200 || !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
 		}
+	}
+}
+
+// TestSelectorsWithoutPodsWarn: a strategy with pod selectors is stored
+// either way; where agents know no pods (the bolt store) every response
+// that shows it says it matches nothing, naming the field; on Kubernetes
+// there is no warning.
+func TestSelectorsWithoutPodsWarn(t *testing.T) { eachStore(t, testSelectorsWithoutPodsWarn) }
+
+func testSelectorsWithoutPodsWarn(t *testing.T, bk backend) {
+	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
+	tok := ts.token(auth.Admin, "")
+	admin := ts.client(tok)
+	wantWarn := bk.name == "bolt"
+	check := func(what string, warnings []string) {
+		t.Helper()
+		got := len(warnings) > 0 && strings.HasPrefix(warnings[0], "selectors: ") && strings.Contains(warnings[0], "matches no process")
+		if got != wantWarn || (!wantWarn && len(warnings) > 0) {
+			t.Errorf("%s: warnings %q (want a selectors warning: %v)", what, warnings, wantWarn)
+		}
+	}
+	st := critical("by-label", "nr-gnb")
+	st.Selectors = []strategy.Selector{{Key: "app", Value: "ueransim"}}
+	created, err := admin.CreateStrategy(bg(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("create", created.Warnings)
+	put, err := admin.PutStrategy(bg(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("put", put.Warnings)
+	got, err := admin.GetStrategy(bg(), "by-label")
+	if err != nil || len(got.Selectors) != 1 {
+		t.Fatalf("stored: %+v %v", got, err)
+	}
+	check("get", got.Warnings)
+	l, err := admin.ListStrategies(bg())
+	if err != nil || len(l.Strategies) != 1 {
+		t.Fatal(err)
+	}
+	check("list", l.Strategies[0].Warnings)
+	// Without selectors, no warning anywhere.
+	plain, err := admin.CreateStrategy(bg(), critical("plain", "upf"))
+	if err != nil || len(plain.Warnings) != 0 {
+		t.Fatalf("plain strategy: %+v %v", plain, err)
+	}
+	// Generation 1: the warning names the entry.
+	code, body := ts.raw("POST", "/api/v1/scheduling/strategies", tok, `{"strategies":[{"priority":true,"command_regex":"x","selectors":[{"key":"app","value":"ueransim-macvlan"}]}]}`)
+	var rep Gen1Replaced
+	if code != 200 || json.Unmarshal(body, &rep) != nil {
+		t.Fatalf("gen1 post: %d %s", code, body)
+	}
+	if has := len(rep.Warnings) == 1 && strings.HasPrefix(rep.Warnings[0], "strategies[0].selectors: "); has != wantWarn {
+		t.Errorf("gen1 warnings %q (want one: %v)", rep.Warnings, wantWarn)
+	}
+}
+
+// TestTokenRevocation: a revoked token is refused from the next request on,
+// revoked through the API (by id or by the token) or by another process
+// writing the deny list (`swiftlane token revoke --data-dir`), without a
+// restart; other tokens keep working.
+func TestTokenRevocation(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	mint := func(role auth.Role, node string) TokenResponse {
+		t.Helper()
+		tr, err := admin.CreateToken(bg(), TokenRequest{Role: string(role), Node: node})
+		if err != nil || tr.ID == "" {
+			t.Fatalf("mint: %+v %v", tr, err)
+		}
+		return tr
+	}
+	works := func(tok string) error {
+		_, err := ts.client(tok).ListStrategies(bg())
+		return err
+	}
+	byID, byToken, byFile, other := mint(auth.Viewer, ""), mint(auth.Agent, "n1"), mint(auth.Viewer, ""), mint(auth.Viewer, "")
+	for _, tr := range []TokenResponse{byID, byToken, byFile, other} {
+		if err := works(tr.Token); err != nil {
+			t.Fatalf("fresh token refused: %v", err)
+		}
+	}
+	if _, err := admin.RevokeToken(bg(), RevokeRequest{ID: byID.ID}); err != nil {
+		t.Fatal(err)
+	}
+	rv, err := admin.RevokeToken(bg(), RevokeRequest{Token: byToken.Token})
+	if err != nil || rv.ID != byToken.ID || !rv.Until.Equal(byToken.ExpiresAt) {
+		t.Fatalf("revoke by token: %+v %v", rv, err)
+	}
+	// Another process with the data dir (the CLI) revokes through the file.
+	cli, err := auth.LoadSigner(ts.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, exp, err := cli.TokenID(byFile.Token)
+	if err != nil || id != byFile.ID {
+		t.Fatalf("token id: %s %v", id, err)
+	}
+	if err := cli.Revoke(id, exp); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []TokenResponse{byID, byToken, byFile} {
+		err := works(tr.Token)
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 401 || !strings.Contains(e.Hint, "revoked") {
+			t.Errorf("revoked token %s: %v", tr.ID, err)
+		}
+	}
+	if err := works(other.Token); err != nil {
+		t.Errorf("a token that was not revoked is refused: %v", err)
+	}
+	if _, err := admin.RevokeToken(bg(), RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 404) {
+		t.Errorf("revoking a token this server did not sign: %v", err)
 	}
 }

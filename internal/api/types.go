@@ -5,7 +5,10 @@ package api
 import (
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // Request and response bodies. The OpenAPI document is generated from these
@@ -26,6 +29,15 @@ type LoginRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
+// ttlRule bounds ttl_seconds: 0 (the default) or auth.MinTTL..auth.MaxTTL.
+var ttlRule = schema.Rule{Min: schema.Int64(0), Max: schema.Int64(int64(auth.MaxTTL / time.Second)),
+	Exclude: &[2]int64{1, int64(auth.MinTTL/time.Second) - 1}, Doc: "seconds; 0: the default"}
+
+// JSONRules are the login's constraints.
+func (LoginRequest) JSONRules() schema.Rules {
+	return schema.Rules{"ttl_seconds": ttlRule}
+}
+
 // TokenRequest asks for a token (admin only).
 type TokenRequest struct {
 	Role string `json:"role"`
@@ -36,6 +48,23 @@ type TokenRequest struct {
 	Subject    string `json:"subject,omitempty"`
 }
 
+// JSONRules are a token request's constraints.
+func (TokenRequest) JSONRules() schema.Rules {
+	return schema.Rules{
+		"role":        {Required: true, Enum: []string{string(auth.Admin), string(auth.Viewer), string(auth.Agent)}, Doc: "admin, viewer or agent"},
+		"node":        {Pattern: auth.NodePattern, Doc: "the node an agent token is bound to (lower-case letters, digits, '.', '_', '-'); only for role agent"},
+		"ttl_seconds": ttlRule,
+	}
+}
+
+// JSONAllOf: agent tokens need a node, the others none.
+func (TokenRequest) JSONAllOf() []map[string]any {
+	return []map[string]any{{"anyOf": []any{
+		map[string]any{"required": []string{"node"}, "properties": map[string]any{"role": map[string]any{"enum": []string{string(auth.Agent)}}, "node": map[string]any{"minLength": 1}}},
+		map[string]any{"properties": map[string]any{"role": map[string]any{"enum": []string{string(auth.Admin), string(auth.Viewer)}}, "node": map[string]any{"maxLength": 0}}},
+	}}}
+}
+
 // TokenResponse carries a signed token.
 type TokenResponse struct {
 	// Success is always true (generation-1 clients check it).
@@ -44,12 +73,54 @@ type TokenResponse struct {
 	Role      string    `json:"role"`
 	Node      string    `json:"node,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// ID is the token's id (jti): what POST /api/v1/tokens/revoke takes.
+	ID string `json:"id,omitempty"`
+}
+
+// RevokeRequest puts a token on the deny list: by its id, or the token
+// itself (its signature is checked, not its expiry).
+type RevokeRequest struct {
+	ID    string `json:"id,omitempty"`
+	Token string `json:"token,omitempty"`
+}
+
+// JSONRules: an id is base64url; a token is a JWT.
+func (RevokeRequest) JSONRules() schema.Rules {
+	return schema.Rules{
+		"id":    {Pattern: `^[A-Za-z0-9_-]*$`, MaxLength: 64, Doc: "the token's id (jti), as printed by `swiftlane token create`"},
+		"token": {Pattern: `^([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)?$`, MaxLength: 4096, Doc: "the token itself"},
+	}
+}
+
+// JSONAllOf: exactly one of id and token.
+func (RevokeRequest) JSONAllOf() []map[string]any {
+	one := func(f, other string) map[string]any {
+		return map[string]any{"required": []string{f}, "properties": map[string]any{f: map[string]any{"minLength": 1}, other: map[string]any{"maxLength": 0}}}
+	}
+	return []map[string]any{{"anyOf": []any{one("id", "token"), one("token", "id")}}}
+}
+
+// Revoked answers a revocation.
+type Revoked struct {
+	ID string `json:"id"`
+	// Until is when the entry leaves the deny list (the token's expiry).
+	Until time.Time `json:"until"`
+}
+
+// StrategyView is a strategy as the API shows it: what is stored, plus
+// what the server warns about it.
+type StrategyView struct {
+	store.Strategy
+	// Warnings say why (part of) the strategy cannot apply where it is
+	// stored, e.g. pod selectors on a server without Kubernetes. Computed
+	// on every response, never stored.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // StrategyList is every strategy (for an agent: those for its node).
 type StrategyList struct {
-	Strategies []store.Strategy `json:"strategies"`
-	Revision   uint64           `json:"revision"`
+	Strategies []StrategyView `json:"strategies"`
+	Revision   uint64         `json:"revision"`
 }
 
 // Deleted answers a DELETE.
@@ -90,18 +161,66 @@ type WorkloadList struct {
 	Workloads       []store.Workload `json:"workloads"`
 }
 
-// Gen1Strategies is the generation-1 body of /api/v1/scheduling/strategies.
+// Gen1Strategies is the generation-1 body of POST /api/v1/scheduling/strategies.
 type Gen1Strategies struct {
+	Strategies []Gen1Strategy `json:"strategies"`
+}
+
+// JSONRules: the list is required (an empty one removes the poster's set).
+func (Gen1Strategies) JSONRules() schema.Rules {
+	return schema.Rules{"strategies": {Required: true, Doc: "the poster's whole set"}}
+}
+
+// Gen1Strategy is a strategy in a generation-1 list: execution_time below
+// the minimum slice is raised to it rather than refused.
+type Gen1Strategy struct {
+	store.Strategy
+	ExecutionTime uint64 `json:"execution_time,omitempty"`
+}
+
+// JSONRules: execution_time may be below the minimum (it is clamped).
+func (Gen1Strategy) JSONRules() schema.Rules {
+	return schema.Rules{"execution_time": {Min: schema.Int64(0), Max: schema.Int64(strategy.MaxSliceNs), Doc: "ns; below 50000 is raised to 50000 (with a warning); 0 keeps the scheduler's slice"}}
+}
+
+// JSONAllOf: the strategy's cross-field rules.
+func (g Gen1Strategy) JSONAllOf() []map[string]any { return g.Strategy.JSONAllOf() }
+
+// Gen1StrategyList is GET /api/v1/scheduling/strategies.
+type Gen1StrategyList struct {
 	Strategies []store.Strategy `json:"strategies"`
 }
 
-// Gen1Metrics is what a generation-1 scheduler posts: named numbers.
-type Gen1Metrics map[string]float64
+// Gen1Replaced answers a generation-1 list POST: every strategy (the
+// caller's set merged with the others, in precedence order) and what was
+// adjusted rather than refused.
+type Gen1Replaced struct {
+	Strategies []store.Strategy `json:"strategies"`
+	// Warnings name each adjusted field (a slice below the minimum raised
+	// to it) and each matcher that cannot apply here (pod selectors on a
+	// server without Kubernetes).
+	Warnings []string `json:"warnings"`
+}
+
+// Gen1Metrics is what a generation-1 scheduler posts: its BPF counters.
+type Gen1Metrics struct {
+	UserschedLastRunAt uint64 `json:"usersched_last_run_at"`
+	NrQueued           uint64 `json:"nr_queued"`
+	NrScheduled        uint64 `json:"nr_scheduled"`
+	NrRunning          uint64 `json:"nr_running"`
+	NrOnlineCPUs       uint64 `json:"nr_online_cpus"`
+	NrUserDispatches   uint64 `json:"nr_user_dispatches"`
+	NrKernelDispatches uint64 `json:"nr_kernel_dispatches"`
+	NrCancelDispatches uint64 `json:"nr_cancel_dispatches"`
+	NrBounceDispatches uint64 `json:"nr_bounce_dispatches"`
+	NrFailedDispatches uint64 `json:"nr_failed_dispatches"`
+	NrSchedCongested   uint64 `json:"nr_sched_congested"`
+}
 
 // NodeMetrics is one node's metrics in GET /api/v1/metrics.
 type NodeMetrics struct {
 	Node     string          `json:"node"`
-	Metrics  Gen1Metrics     `json:"metrics,omitempty"`
+	Metrics  *Gen1Metrics    `json:"metrics,omitempty"`
 	Counters *store.Counters `json:"counters,omitempty"`
 }
 

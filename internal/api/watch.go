@@ -31,6 +31,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 	if !ok {
 		return errorf(http.StatusInternalServerError, "", "", "streaming unsupported")
 	}
+	// A stream outlives the server's write timeout by design: lift it for
+	// this response (read deadlines are already over once a handler runs).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	sub := s.hub.subscribe()
 	defer s.hub.unsubscribe(sub)
 
@@ -70,7 +73,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 			}
 			since, sync = rev, false
 		}
-		changes, _, err := s.o.Store.Changes(r.Context(), since, watchBatch)
+		changes, err := s.changes(r.Context(), since)
 		if errors.Is(err, store.ErrCompacted) {
 			sync = true
 			continue
@@ -78,14 +81,16 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 		if err != nil {
 			return nil
 		}
-		for _, ch := range changes {
-			ev := WatchEvent{Type: string(ch.Type), Revision: ch.Revision, Name: ch.Name, Strategy: ch.Strategy}
+		for _, it := range changes {
+			ch := it.ch
 			// For an agent, a strategy that no longer selects its node is a
 			// deletion (the agent drops it if it had it).
 			if agent && ch.Type == store.Put && !ch.Strategy.ForNode(labels) {
-				ev = WatchEvent{Type: string(store.Delete), Revision: ch.Revision, Name: ch.Name}
+				err = send(WatchEvent{Type: string(store.Delete), Revision: ch.Revision, Name: ch.Name})
+			} else {
+				_, err = w.Write(it.frame) // encoded once for every stream
 			}
-			if err := send(ev); err != nil {
+			if err != nil {
 				return nil
 			}
 			since = ch.Revision

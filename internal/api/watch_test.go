@@ -3,8 +3,11 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,7 +153,7 @@ func TestWatchAfterCompactionResyncs(t *testing.T) { eachStore(t, testWatchAfter
 func testWatchAfterCompactionResyncs(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk, logSize: 3})
 	admin := ts.client(ts.token(auth.Admin, ""))
-	var first, last store.Strategy
+	var first, last StrategyView
 	for i := range 8 {
 		s, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x"))
 		if err != nil {
@@ -197,5 +200,108 @@ func testWatchTurnsUnselectedIntoDelete(t *testing.T, bk backend) {
 	}
 	if ev := next(t, ch); ev.Type != "delete" || ev.Name != "moving" || ev.Strategy != nil {
 		t.Fatalf("moved away: %+v", ev)
+	}
+}
+
+// TestWatchOutlivesWriteTimeout: the server's write timeout (config
+// timeouts.write) bounds ordinary responses, not watch streams: a stream
+// open for longer still delivers the next change.
+func TestWatchOutlivesWriteTimeout(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{timeouts: Timeouts{Write: 100 * time.Millisecond}, keepAlive: 20 * time.Millisecond})
+	admin := ts.token(auth.Admin, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.url+"/api/v1/watch/strategies", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	// Ten keep-alive comments (20 ms apart): past the 100 ms write timeout.
+	for n := 0; n < 10; {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended after %d keep-alives: %v", n, err)
+		}
+		if strings.HasPrefix(line, ":") {
+			n++
+		}
+	}
+	if _, err := ts.client(admin).CreateStrategy(bg(), critical("late", "x")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before the put: %v", err)
+		}
+		if strings.HasPrefix(line, "event: put") {
+			return
+		}
+	}
+}
+
+// TestManyWatchersShareTheFeed: streams that share the server's change feed
+// each get every change exactly once and in order, while writers race them,
+// whether they started before the writes, in the middle, or resume from a
+// revision the feed already moved past the start of.
+func TestManyWatchersShareTheFeed(t *testing.T) {
+	ts := startServer(t, t.TempDir(), serverOpt{})
+	admin := ts.client(ts.token(auth.Admin, ""))
+	const writers, perWriter = 4, 25
+	type stream struct {
+		ch    <-chan WatchEvent
+		since uint64
+	}
+	var streams []stream
+	for range 10 {
+		ch, _ := watcher(t, admin, 0)
+		streams = append(streams, stream{ch: ch})
+	}
+	done := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range perWriter {
+				_, err := admin.PutStrategy(bg(), critical(fmt.Sprintf("w%d-%d", w, i%5), fmt.Sprintf("x%d", i)))
+				if err != nil {
+					done <- err
+					return
+				}
+				if i == perWriter/2 && w == 0 {
+					done <- nil // signal the midpoint once below
+				}
+			}
+			done <- nil
+		}()
+	}
+	<-done // the midpoint (or a writer's end): start more streams now
+	for _, since := range []uint64{0, 3} {
+		ch, _ := watcher(t, admin, since)
+		streams = append(streams, stream{ch: ch, since: since})
+	}
+	for range writers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := admin.ListStrategies(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range streams {
+		last := s.since
+		for last < l.Revision {
+			ev := next(t, s.ch)
+			if ev.Type == "sync" {
+				last = ev.Revision
+				continue
+			}
+			if ev.Revision != last+1 {
+				t.Fatalf("stream %d: revision %d after %d (a gap or a duplicate)", i, ev.Revision, last)
+			}
+			last = ev.Revision
+		}
 	}
 }

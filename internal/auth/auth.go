@@ -58,10 +58,14 @@ const (
 	MaxTTL = 5 * 365 * 24 * time.Hour
 )
 
-var nodeRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?$`)
+// NodePattern is a node name (or "", for no node): what ValidNodeName
+// accepts, as documented in /openapi.json.
+const NodePattern = `^([a-z0-9]([a-z0-9._-]{0,251}[a-z0-9])?)?$`
+
+var nodeRE = regexp.MustCompile(NodePattern)
 
 // ValidNodeName reports whether name can name a node (a DNS subdomain-ish name).
-func ValidNodeName(name string) bool { return nodeRE.MatchString(name) }
+func ValidNodeName(name string) bool { return name != "" && nodeRE.MatchString(name) }
 
 // Claims are the token's payload.
 type Claims struct {
@@ -94,20 +98,30 @@ type Authority struct {
 	pub       ed25519.PublicKey
 	adminHash [sha256.Size]byte // of the bootstrap credential; zero when unknown
 	now       func() time.Time
+	deny      *denyList // nil: no revocations
 }
 
 // LoadOrCreate opens the authority kept in dir, creating the signing key and
 // the bootstrap admin credential on first use. bootstrap is the new
 // credential when it was just created (print it once), else "".
 func LoadOrCreate(dir string) (a *Authority, bootstrap string, err error) {
+	return LoadOrCreateKey(dir, "")
+}
+
+// LoadOrCreateKey is LoadOrCreate with the signing key at keyPath (created
+// there if missing) instead of dir/signing.key; "" means the latter.
+func LoadOrCreateKey(dir, keyPath string) (a *Authority, bootstrap string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("data dir: %w", err)
 	}
-	priv, err := readKey(filepath.Join(dir, KeyFile))
+	if keyPath == "" {
+		keyPath = filepath.Join(dir, KeyFile)
+	}
+	priv, err := readKey(keyPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		_, priv, err = ed25519.GenerateKey(rand.Reader)
 		if err == nil {
-			err = writeKey(filepath.Join(dir, KeyFile), priv)
+			err = writeKey(keyPath, priv)
 		}
 	}
 	if err != nil {
@@ -130,6 +144,9 @@ func LoadOrCreate(dir string) (a *Authority, bootstrap string, err error) {
 		return nil, "", fmt.Errorf("read %s: %w", credPath, err)
 	}
 	a.adminHash = sha256.Sum256([]byte(strings.TrimSpace(string(cred))))
+	if err := a.UseDenyList(filepath.Join(dir, DenyFile)); err != nil {
+		return nil, "", err
+	}
 	return a, bootstrap, nil
 }
 
@@ -143,7 +160,11 @@ func LoadSigner(dir string) (*Authority, error) {
 		}
 		return nil, err
 	}
-	return New(priv), nil
+	a := New(priv)
+	if err := a.UseDenyList(filepath.Join(dir, DenyFile)); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // New is an authority over a key (tests).
@@ -248,6 +269,13 @@ func (a *Authority) Verify(token string) (*Claims, error) {
 	}
 	if err := CheckRole(c.Role, c.Node); err != nil {
 		return nil, fmt.Errorf("token claims: %w", err)
+	}
+	if a.deny != nil {
+		if revoked, err := a.deny.revoked(c.ID); err != nil {
+			return nil, err
+		} else if revoked {
+			return nil, fmt.Errorf("%w (id %s)", ErrRevoked, c.ID)
+		}
 	}
 	return &c, nil
 }

@@ -5,7 +5,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/url"
@@ -118,22 +117,10 @@ func Load(path string) (Config, error) {
 // validates the result.
 func Parse(data []byte) (Config, error) {
 	cfg := Default()
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	if err := decodeFile(data, &cfg, cfg.Validate); err != nil {
 		return Config{}, err
 	}
-	if len(root.Content) == 0 { // empty file
-		return cfg, cfg.Validate()
-	}
-	if err := checkKeys(root.Content[0], reflect.TypeOf(cfg), ""); err != nil {
-		return Config{}, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, friendlyDecodeError(err)
-	}
-	return cfg, cfg.Validate()
+	return cfg, nil
 }
 
 // Validate checks values; the error names the first bad key.

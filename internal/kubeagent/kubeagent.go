@@ -92,6 +92,8 @@ type Options struct {
 	Log            *slog.Logger
 	// OnSynced runs after each resync applied to the scheduler (tests, benchmarks).
 	OnSynced func()
+	// ProcRoot is where a process's cgroup file tells its container (default /proc).
+	ProcRoot string
 }
 
 // Agent is one node's Kubernetes agent. Run it once.
@@ -116,8 +118,9 @@ type Agent struct {
 // expanded is one scheduler-core strategy: a SchedulingStrategy applied to
 // one pod (pod empty for node-wide strategies of the system namespace).
 type expanded struct {
-	key string // namespace/name of the SchedulingStrategy
-	pod string // namespace/name of the pod
+	key    string      // namespace/name of the SchedulingStrategy
+	pod    string      // namespace/name of the pod
+	podObj *corev1.Pod // the pod (the informer's copy: read only)
 }
 
 // nodeStatus is this node's entry of one strategy's status, as last written.
@@ -148,6 +151,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
 	}
 	core, err := kubernetes.NewForConfig(o.Config)
 	if err != nil {
@@ -410,7 +416,7 @@ func (a *Agent) expand(s *v1alpha1.SchedulingStrategy, base strategy.Strategy, p
 			p.first = len(*list)
 		}
 		*list = append(*list, e)
-		*exp = append(*exp, expanded{key: key, pod: pod.Namespace + "/" + pod.Name})
+		*exp = append(*exp, expanded{key: key, pod: pod.Namespace + "/" + pod.Name, podObj: pod})
 	}
 	if p.unresolved > 0 && p.message == "" {
 		p.message = fmt.Sprintf("%d matched pod(s) have no cgroup on this node yet", p.unresolved)
@@ -432,11 +438,34 @@ func (a *Agent) counts() (map[string]int32, []v1alpha1.Workload) {
 		x := exp[ap.Index]
 		procs[x.key]++
 		if len(wl) < maxWorkloads {
-			wl = append(wl, v1alpha1.Workload{PID: int32(ap.PID), Strategy: x.key, Class: ap.Class.String(),
-				Inherited: ap.Inherited, Cmdline: truncate(ap.Cmdline, 256), Pod: x.pod})
+			w := v1alpha1.Workload{PID: int32(ap.PID), Strategy: x.key, Class: ap.Class.String(),
+				Inherited: ap.Inherited, Cmdline: truncate(ap.Cmdline, 256), Pod: x.pod}
+			if x.podObj != nil {
+				w.PodUID = string(x.podObj.UID)
+				w.Container, w.ContainerID = a.containerOf(x.podObj, ap.PID)
+			}
+			wl = append(wl, w)
 		}
 	}
 	return procs, wl
+}
+
+// containerOf names the container of pod a process runs in, from the
+// container id in its cgroup path and the pod's container statuses ("" when
+// the process is not in one of them, e.g. in the pod cgroup itself).
+func (a *Agent) containerOf(pod *corev1.Pod, pid int) (name, id string) {
+	pp, ok, err := podcgroup.PodOfProcess(a.o.ProcRoot, pid)
+	if err != nil || !ok || pp.ContainerID == "" || pp.Conmon || pp.UID != string(pod.UID) {
+		return "", ""
+	}
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, cs := range list {
+			if _, cid, ok := strings.Cut(cs.ContainerID, "://"); ok && cid == pp.ContainerID {
+				return cs.Name, pp.ContainerID
+			}
+		}
+	}
+	return "", pp.ContainerID
 }
 
 func truncate(s string, n int) string {

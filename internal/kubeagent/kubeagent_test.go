@@ -262,3 +262,29 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 }
 
 func inode(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
+
+// TestContainerOfProcess: a workload's container is named from the
+// container id in the process's cgroup and the pod's container statuses.
+func TestContainerOfProcess(t *testing.T) {
+	const uid = "0b7d5a2c-1f3e-4c5d-9a8b-7c6d5e4f3a2b"
+	const ctr = "4f3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c"
+	root := t.TempDir()
+	for pid, cg := range map[string]string{
+		"10": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + ctr + ".scope\n",
+		"11": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice\n",
+		"12": "0::/system.slice/sshd.service\n",
+	} {
+		os.MkdirAll(filepath.Join(root, pid), 0o755)
+		os.WriteFile(filepath.Join(root, pid, "cgroup"), []byte(cg), 0o644)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "sidecar", ContainerID: "containerd://" + strings.Repeat("a", 64)},
+		{Name: "gnb", ContainerID: "containerd://" + ctr},
+	}}}
+	a := &Agent{o: Options{ProcRoot: root}}
+	for pid, want := range map[int][2]string{10: {"gnb", ctr}, 11: {"", ""}, 12: {"", ""}, 13: {"", ""}} {
+		if name, id := a.containerOf(pod, pid); name != want[0] || id != want[1] {
+			t.Errorf("pid %d: container %q %q, want %q %q", pid, name, id, want[0], want[1])
+		}
+	}
+}

@@ -208,6 +208,11 @@ func (s *Scheduler) ReadEvent() (Event, error) {
 func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitInfo, error) {
 	stop := context.AfterFunc(ctx, func() { s.events.Close() })
 	defer stop()
+	// From here on exec/fork/exit events keep the applier's process index,
+	// so strategy changes match in memory instead of re-reading /proc.
+	if err := a.TrackProcesses(); err != nil {
+		s.log.Warn("process index: strategy changes re-read /proc", "err", err)
+	}
 	for {
 		ev, err := s.ReadEvent()
 		if err != nil {

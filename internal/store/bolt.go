@@ -188,6 +188,7 @@ func (b *Bolt) UpdateStrategy(_ context.Context, s Strategy) (Strategy, error) {
 			return err
 		}
 		s.CreatedRevision = prev.CreatedRevision // keeps its precedence
+		s.Owner = prev.Owner                     // and its generation-1 set
 		return b.putLocked(tx, &s)
 	})
 	return s, err
@@ -217,7 +218,7 @@ func (b *Bolt) DeleteStrategy(_ context.Context, name string) (uint64, error) {
 	return rev, err
 }
 
-func (b *Bolt) ReplaceStrategies(ctx context.Context, list []Strategy) ([]Strategy, uint64, error) {
+func (b *Bolt) ReplaceStrategies(ctx context.Context, owner string, list []Strategy) ([]Strategy, uint64, error) {
 	want := map[string]bool{}
 	for _, s := range list {
 		if want[s.Name] {
@@ -228,13 +229,24 @@ func (b *Bolt) ReplaceStrategies(ctx context.Context, list []Strategy) ([]Strate
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bStrategies)
 		var gone []string
-		if err := bk.ForEach(func(k, _ []byte) error {
-			if !want[string(k)] {
+		prev := map[string]Strategy{}
+		if err := bk.ForEach(func(k, v []byte) error {
+			var p Strategy
+			if err := json.Unmarshal(v, &p); err != nil {
+				return err
+			}
+			prev[string(k)] = p
+			if p.Owner == owner && !want[string(k)] {
 				gone = append(gone, string(k))
 			}
 			return nil
 		}); err != nil {
 			return err
+		}
+		for i, s := range list {
+			if p, ok := prev[s.Name]; ok && p.Owner != owner {
+				return &OwnedError{Index: i, Name: s.Name, Owner: p.Owner}
+			}
 		}
 		sort.Strings(gone)
 		for _, name := range gone {
@@ -242,18 +254,17 @@ func (b *Bolt) ReplaceStrategies(ctx context.Context, list []Strategy) ([]Strate
 				return err
 			}
 		}
-		// The list order is the precedence: re-create every entry in order.
+		// The list order is the precedence among the owner's strategies:
+		// re-create every entry that is out of order.
+		var last uint64 // created revision of the previous entry
 		for i := range list {
 			s := list[i]
-			if old := bk.Get([]byte(s.Name)); old != nil {
-				var prev Strategy
-				if err := json.Unmarshal(old, &prev); err != nil {
-					return err
-				}
+			s.Owner = owner
+			if p, ok := prev[s.Name]; ok {
 				// Unchanged and still in order: no change event.
-				s.Revision, s.CreatedRevision = prev.Revision, prev.CreatedRevision
-				if sameStrategy(prev, s) && (i == 0 || prev.CreatedRevision > list[i-1].CreatedRevision) {
-					list[i] = prev
+				s.Revision, s.CreatedRevision = p.Revision, p.CreatedRevision
+				if sameStrategy(p, s) && (i == 0 || p.CreatedRevision > last) {
+					list[i], last = p, p.CreatedRevision
 					continue
 				}
 			}
@@ -261,7 +272,7 @@ func (b *Bolt) ReplaceStrategies(ctx context.Context, list []Strategy) ([]Strate
 			if err := b.putLocked(tx, &s); err != nil {
 				return err
 			}
-			list[i] = s
+			list[i], last = s, s.CreatedRevision
 		}
 		return nil
 	})

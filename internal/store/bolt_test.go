@@ -5,6 +5,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,20 +102,56 @@ func TestReplaceKeepsUnchangedAndOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, _, err := s.ReplaceStrategies(ctx, []Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
+	if _, _, err := s.ReplaceStrategies(ctx, "", []Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
 		t.Fatal(err)
 	}
 	// Same list again: nothing changes.
-	_, rev, err := s.ReplaceStrategies(ctx, []Strategy{strat("a", "x"), strat("b", "y")})
+	_, rev, err := s.ReplaceStrategies(ctx, "", []Strategy{strat("a", "x"), strat("b", "y")})
 	if err != nil || rev != 2 {
 		t.Fatalf("idempotent replace: rev %d %v", rev, err)
 	}
 	// New order and one dropped: b first, c added, a deleted.
-	list, _, err := s.ReplaceStrategies(ctx, []Strategy{strat("b", "y"), strat("c", "z")})
+	list, _, err := s.ReplaceStrategies(ctx, "", []Strategy{strat("b", "y"), strat("c", "z")})
 	if err != nil || len(list) != 2 || list[0].Name != "b" || list[1].Name != "c" {
 		t.Fatalf("replace: %+v %v", list, err)
 	}
 	if _, err := s.GetStrategy(ctx, "a"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a should be gone: %v", err)
+	}
+}
+
+// TestReplaceIsScopedToItsOwner: a list replace touches only its owner's
+// strategies and refuses names others have.
+func TestReplaceIsScopedToItsOwner(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.CreateStrategy(ctx, strat("admin", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ReplaceStrategies(ctx, "op1", []Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ReplaceStrategies(ctx, "op2", []Strategy{strat("c", "z")}); err != nil {
+		t.Fatal(err)
+	}
+	list, _, err := s.ReplaceStrategies(ctx, "op1", []Strategy{strat("b", "y2")})
+	var names []string
+	for _, st := range list {
+		names = append(names, st.Name+"/"+st.Owner)
+	}
+	if err != nil || strings.Join(names, ",") != "admin/,c/op2,b/op1" {
+		t.Fatalf("after op1's second replace: %v %v", names, err)
+	}
+	_, rev, _ := s.ListStrategies(ctx)
+	var owned *OwnedError
+	if _, _, err := s.ReplaceStrategies(ctx, "op1", []Strategy{strat("admin", "q")}); !errors.As(err, &owned) || owned.Owner != "" || owned.Index != 0 {
+		t.Fatalf("taking the admin's name: %v", err)
+	}
+	if _, r, _ := s.ListStrategies(ctx); r != rev {
+		t.Fatalf("refused replace wrote: %d -> %d", rev, r)
 	}
 }

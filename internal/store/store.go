@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -20,7 +21,27 @@ var (
 	// ErrCompacted means the change log no longer reaches back to the asked
 	// revision (or the revision is from another store): list and start over.
 	ErrCompacted = errors.New("revision compacted")
+	// ErrOwned means a strategy name belongs to another owner (another
+	// generation-1 client, or the admin): a list replace may not take it.
+	ErrOwned = errors.New("strategy name owned by another client")
 )
+
+// OwnedError is ErrOwned for one entry of a replaced list.
+type OwnedError struct {
+	Index int    // in the list
+	Name  string // the strategy
+	Owner string // who has it ("" for the admin)
+}
+
+func (e *OwnedError) Error() string {
+	who := "an admin-made strategy"
+	if e.Owner != "" {
+		who = "a strategy of generation-1 client " + e.Owner
+	}
+	return fmt.Sprintf("strategies[%d].name: %q is %s", e.Index, e.Name, who)
+}
+
+func (e *OwnedError) Unwrap() error { return ErrOwned }
 
 // Store is the control plane's state. Every write is durable when it
 // returns. Implementations are safe for concurrent use.
@@ -35,9 +56,11 @@ type Store interface {
 	UpdateStrategy(ctx context.Context, s Strategy) (Strategy, error)
 	// DeleteStrategy returns the revision of the deletion.
 	DeleteStrategy(ctx context.Context, name string) (uint64, error)
-	// ReplaceStrategies makes list the whole set in one write (the
-	// generation-1 API's semantics) and returns the result.
-	ReplaceStrategies(ctx context.Context, list []Strategy) ([]Strategy, uint64, error)
+	// ReplaceStrategies makes list the set of strategies owner owns (the
+	// generation-1 API's "replace all", scoped to one client) in one write,
+	// and returns every strategy. Strategies of other owners are untouched;
+	// a name in list that another owner has fails with ErrOwned.
+	ReplaceStrategies(ctx context.Context, owner string, list []Strategy) ([]Strategy, uint64, error)
 	// Changes returns up to limit changes after revision after, oldest first,
 	// and the current revision.
 	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -25,9 +26,48 @@ type Strategy struct {
 	// CreatedRevision orders strategies: the first one that matches a process
 	// wins, so older strategies take precedence. Set by the store.
 	CreatedRevision uint64 `json:"created_revision,omitempty"`
+	// Owner is the token subject of the generation-1 client whose list POST
+	// made the strategy: that client's next POST replaces every strategy it
+	// owns and nothing else. Empty for strategies made any other way (the
+	// admin's). Set by the server; updates keep it.
+	Owner string `json:"owner,omitempty"`
 }
 
-var labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// NamespacePattern is a namespace name (a DNS label).
+const NamespacePattern = `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+
+var labelRE = regexp.MustCompile(NamespacePattern)
+
+// JSONRules are the field constraints the API enforces and documents.
+func (Strategy) JSONRules() schema.Rules {
+	ignored := schema.Rule{Ignored: true, Doc: "set by the server; ignored in requests"}
+	return schema.Rules{
+		"namespaces":       {Items: &schema.Rule{Pattern: NamespacePattern, Doc: "a namespace name (lower-case letters, digits, '-')"}, Doc: "pod namespaces the selectors apply in"},
+		"node_selector":    {NoEmptyKey: true, Doc: "node labels that must all match, e.g. {\"zone\": \"a\"}"},
+		"revision":         ignored,
+		"created_revision": ignored,
+		"owner":            ignored,
+	}
+}
+
+// JSONAllOf: the scheduler-core fields' cross-field rules.
+func (s Strategy) JSONAllOf() []map[string]any { return s.Strategy.JSONAllOf() }
+
+// Modes an agent registers with.
+var modes = []string{"schedule", "observe"}
+
+// JSONRules are the constraints of a registration.
+func (Registration) JSONRules() schema.Rules {
+	return schema.Rules{
+		"mode":              {Required: true, Enum: modes, Doc: "schedule (sched_ext attached) or observe"},
+		"heartbeat_seconds": {Required: true, Min: schema.Int64(1), Max: schema.Int64(3600), Doc: "seconds"},
+	}
+}
+
+// JSONRules bound a histogram to the 64 log2 buckets a uint64 has.
+func (WaitHistogram) JSONRules() schema.Rules {
+	return schema.Rules{"buckets": {MaxItems: 64, Doc: "log2 buckets of µs"}}
+}
 
 // Validate checks a strategy for the API (a name is required there); the
 // error is a *strategy.FieldError naming the field.
@@ -119,6 +159,14 @@ type Workload struct {
 	Class     string `json:"class"`
 	Inherited bool   `json:"inherited,omitempty"`
 	Cmdline   string `json:"cmdline"`
+	// The pod and container the process runs in, where the agent knows them:
+	// the Kubernetes agent knows all four; an agent on a plain host reads the
+	// pod UID and container id from the process's cgroup, if it is in a pod.
+	PodName     string `json:"pod_name,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Container   string `json:"container,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
 }
 
 // Counters are a node's scheduler counters (totals since the scheduler loaded).

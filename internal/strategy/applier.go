@@ -51,7 +51,9 @@ type procState struct {
 
 // Applier keeps a Target in step with the processes on this machine: a full
 // match when the strategies change, then one lookup per process event
-// (exec, fork, exit) reported by the scheduler — no periodic rescans.
+// (exec, fork, exit) reported by the scheduler — no periodic rescans. With
+// TrackProcesses the full match runs against a process index those events
+// keep, in memory, instead of re-reading procfs.
 // It is safe for concurrent use.
 type Applier struct {
 	mu         sync.Mutex
@@ -66,6 +68,11 @@ type Applier struct {
 	// configured strategy that matches the same process wins over them.
 	dynamic map[uint32]dynamicEntry
 	onExit  []func(tgid uint32)
+	// index holds what matching reads of each process, once tracking:
+	// exec and fork events re-read a process, exit drops it, so a
+	// strategy change matches in memory instead of re-reading procfs.
+	index    map[uint32]Process
+	tracking bool
 }
 
 type dynamicEntry struct {
@@ -109,6 +116,10 @@ func strategyName(s *Set, idx int) string {
 func (a *Applier) SetStrategies(set *Set) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Strategies before the first that changed still match what they
+	// matched and nothing else: only the rest is matched again (a new
+	// strategy, the newest, is tried on the unmatched processes only).
+	keep := samePrefix(a.set, set)
 	a.set = set
 
 	var errs []error
@@ -139,15 +150,27 @@ func (a *Applier) SetStrategies(set *Set) error {
 		a.cgroups[id] = idx
 	}
 
-	// Processes: one pass over procfs.
+	// Processes: from the index when events keep it, else one pass over procfs.
 	pids, err := ListPIDs(a.procRoot)
 	if err != nil {
 		return fmt.Errorf("list processes: %w", err)
 	}
-	seen := map[uint32]bool{}
+	seen := make(map[uint32]bool, len(pids))
 	for _, pid := range pids {
 		tgid := uint32(pid)
 		seen[tgid] = true
+		if p, ok := a.index[tgid]; ok && a.tracking {
+			from := keep
+			if ps, had := a.procs[tgid]; had && ps.inherited {
+				from = 0 // its own match, if any, replaces what it inherited
+			} else if had && ps.idx < keep {
+				continue // matched by a strategy that did not change
+			}
+			errs = append(errs, a.matchFromLocked(tgid, p, from))
+			continue
+		}
+		// Not tracking, or a process whose fork event was lost (the ring
+		// buffer overflowed) or is still queued: read it now.
 		errs = append(errs, a.rematchLocked(tgid))
 	}
 	for tgid := range a.procs {
@@ -155,6 +178,40 @@ func (a *Applier) SetStrategies(set *Set) error {
 			delete(a.procs, tgid)
 		}
 	}
+	for tgid := range a.index {
+		if !seen[tgid] {
+			delete(a.index, tgid) // its exit event was lost
+		}
+	}
+	errs = append(errs, a.target.Commit())
+	return errors.Join(errs...)
+}
+
+// TrackProcesses switches strategy changes from re-reading every process in
+// procfs to the process index, which exec, fork and exit events keep
+// (HandleExec, HandleFork, HandleExit). Call it when the event feed starts:
+// it reads every process once, and events queued since the scheduler
+// attached are applied after it. A strategy change still lists procfs (one
+// directory read) to pick up processes whose events were lost.
+func (a *Applier) TrackProcesses() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pids, err := ListPIDs(a.procRoot)
+	if err != nil {
+		return fmt.Errorf("list processes: %w", err)
+	}
+	a.index = make(map[uint32]Process, len(pids))
+	var errs []error
+	for _, pid := range pids {
+		if p, err := ReadProcess(a.procRoot, pid); err == nil {
+			a.index[uint32(pid)] = p
+			// Every indexed process has been matched against the current
+			// strategies: SetStrategies relies on it to match only what a
+			// change can affect.
+			errs = append(errs, a.matchLocked(uint32(pid), p))
+		}
+	}
+	a.tracking = true
 	errs = append(errs, a.target.Commit())
 	return errors.Join(errs...)
 }
@@ -166,10 +223,24 @@ func (a *Applier) rematchLocked(tgid uint32) error {
 	p, err := ReadProcess(a.procRoot, int(tgid))
 	if err != nil {
 		// Gone already: its exit event cleans up.
+		delete(a.index, tgid)
 		return nil
 	}
+	if a.tracking {
+		a.index[tgid] = p
+	}
+	return a.matchLocked(tgid, p)
+}
+
+// matchLocked matches a process as read and updates the target (without
+// Commit).
+func (a *Applier) matchLocked(tgid uint32, p Process) error { return a.matchFromLocked(tgid, p, 0) }
+
+// matchFromLocked is matchLocked for a process that none of the first from
+// strategies matches (they are unchanged and did not match it before).
+func (a *Applier) matchFromLocked(tgid uint32, p Process, from int) error {
 	old, had := a.procs[tgid]
-	idx, ok := a.set.Match(p)
+	idx, ok := a.set.MatchFrom(p, from)
 	switch {
 	case ok:
 		if had && old.idx == idx && !old.inherited {
@@ -208,6 +279,11 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 	defer a.mu.Unlock()
 	if ps, ok := a.procs[parent]; ok && ps.idx < a.set.Len() && a.set.At(ps.idx).Inherit {
 		a.procs[tgid] = procState{idx: ps.idx, inherited: true, cmdline: ps.cmdline}
+		if a.tracking {
+			if p, err := ReadProcess(a.procRoot, int(tgid)); err == nil {
+				a.index[tgid] = p
+			}
+		}
 		// Write it too: covers a fork that raced with a strategy change.
 		if err := a.target.SetProcess(tgid, entryOf(a.set, ps.idx)); err != nil {
 			return err
@@ -226,6 +302,7 @@ func (a *Applier) HandleExit(tgid uint32) {
 	a.mu.Lock()
 	delete(a.procs, tgid)
 	delete(a.dynamic, tgid)
+	delete(a.index, tgid)
 	hooks := a.onExit
 	a.mu.Unlock()
 	for _, f := range hooks {

@@ -4,6 +4,7 @@ package strategy
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 )
@@ -59,6 +60,25 @@ func (s *Set) Match(p Process) (int, bool) {
 		}
 	}
 	return -1, false
+}
+
+// MatchFrom is Match over the strategies from index from on.
+func (s *Set) MatchFrom(p Process, from int) (int, bool) {
+	for i := max(from, 0); i < len(s.items); i++ {
+		if s.items[i].matches(p) {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+// samePrefix is how many leading strategies two sets share.
+func samePrefix(a, b *Set) int {
+	n := 0
+	for n < len(a.items) && n < len(b.items) && reflect.DeepEqual(a.items[n].s, b.items[n].s) {
+		n++
+	}
+	return n
 }
 
 func (c *compiled) matches(p Process) bool {

@@ -9,11 +9,13 @@ package strategy
 import (
 	"encoding/json"
 	"fmt"
-	"path"
+	"math"
 	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/swiftlane/swiftlane/internal/schema"
 )
 
 // Class is a scheduling class, most urgent first. The values are the BPF
@@ -108,14 +110,66 @@ type Strategy struct {
 }
 
 // FieldError is a validation error naming the field (as in the file) to fix.
-type FieldError struct {
-	Field string
-	Msg   string
+type FieldError = schema.FieldError
+
+// Patterns of the string fields, shared by Validate and the API's
+// /openapi.json (JSONRules). Both accept "" (the field left out).
+const (
+	nameBody = `[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?`
+	// NamePattern: 1-63 lower-case letters, digits, '.', '_', '-', starting
+	// and ending with a letter or digit.
+	NamePattern = `^(` + nameBody + `)?$`
+	// CgroupPattern: an absolute path below the cgroup root without empty,
+	// "." or ".." components (no component starts with '.').
+	CgroupPattern = `^(/|(/[^/.][^/]*)+)?$`
+)
+
+var (
+	nameRE   = regexp.MustCompile(`^` + nameBody + `$`)
+	cgroupRE = regexp.MustCompile(CgroupPattern)
+)
+
+const nameDoc = "use 1-63 lower-case letters, digits, '.', '_' or '-'"
+
+// JSONRules are the field constraints the API enforces and documents.
+func (Strategy) JSONRules() schema.Rules {
+	return schema.Rules{
+		"name":           {Pattern: NamePattern, MaxLength: 63, Doc: nameDoc},
+		"class":          {Enum: classNames[:], Doc: "critical, high, normal or background"},
+		"priority":       {Doc: "generation-1 form of class: true is critical, false normal"},
+		"execution_time": {Min: schema.Int64(0), Max: schema.Int64(MaxSliceNs), Exclude: &[2]int64{1, MinSliceNs - 1}, Doc: "ns; 0 keeps the scheduler's slice"},
+		"command_regex":  {Format: "regex", Doc: "an RE2 expression matched against the command line and executable path"},
+		"pid":            {Min: schema.Int64(0), Max: schema.Int64(math.MaxInt32), Doc: "a process id; 0 or absent: any"},
+		"cgroup_path":    {Pattern: CgroupPattern, Doc: "use a clean absolute path below the cgroup root, e.g. /system.slice/upf.service"},
+		"selectors":      {Doc: "pod labels that must all match (needs the Kubernetes agent)"},
+	}
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+// JSONAllOf documents the cross-field rules Validate enforces: a class (or
+// priority) that does not contradict itself, and at least one matcher.
+func (Strategy) JSONAllOf() []map[string]any {
+	req := func(f string, p map[string]any) map[string]any {
+		return map[string]any{"required": []string{f}, "properties": map[string]any{f: p}}
+	}
+	contradiction := func(classes []string, prio bool) map[string]any {
+		return map[string]any{"not": map[string]any{"required": []string{"class", "priority"}, "properties": map[string]any{
+			"class": map[string]any{"enum": classes}, "priority": map[string]any{"enum": []bool{prio}}}}}
+	}
+	return []map[string]any{
+		{"anyOf": []any{map[string]any{"required": []string{"class"}}, map[string]any{"required": []string{"priority"}}}},
+		contradiction([]string{"critical"}, false),
+		contradiction([]string{"high", "normal", "background"}, true),
+		{"anyOf": []any{
+			req("command_regex", map[string]any{"minLength": 1}), req("pid", map[string]any{"minimum": 1}),
+			req("cgroup_path", map[string]any{"minLength": 1}), req("selectors", map[string]any{"minItems": 1}),
+		}},
+	}
+}
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+// JSONRules: a selector needs a key.
+func (Selector) JSONRules() schema.Rules {
+	return schema.Rules{"key": {Required: true, MinLength: 1, Doc: "a pod label key, e.g. app"}}
+}
 
 // EffectiveClass resolves class and the generation-1 priority flag.
 func (s *Strategy) EffectiveClass() Class {
@@ -131,40 +185,38 @@ func (s *Strategy) EffectiveClass() Class {
 // Validate checks every field; the error is a *FieldError.
 func (s *Strategy) Validate() error {
 	if s.Name != "" && !nameRE.MatchString(s.Name) {
-		return &FieldError{"name", fmt.Sprintf("%q is not a valid name: use 1-63 lower-case letters, digits, '.', '_' or '-'", s.Name)}
+		return &FieldError{Field: "name", Msg: fmt.Sprintf("%q is not a valid name: %s", s.Name, nameDoc)}
 	}
 	if s.Class == nil && s.Priority == nil {
-		return &FieldError{"class", "missing: set class to critical, high, normal or background (or priority: true)"}
+		return &FieldError{Field: "class", Msg: "missing: set class to critical, high, normal or background (or priority: true)"}
 	}
 	if s.Class != nil && int(*s.Class) >= len(classNames) {
-		return &FieldError{"class", fmt.Sprintf("unknown class %d: use one of %s", uint32(*s.Class), strings.Join(classNames[:], ", "))}
+		return &FieldError{Field: "class", Msg: fmt.Sprintf("unknown class %d: use one of %s", uint32(*s.Class), strings.Join(classNames[:], ", "))}
 	}
 	if s.Class != nil && s.Priority != nil && *s.Priority != (*s.Class == Critical) {
-		return &FieldError{"priority", fmt.Sprintf("priority: %v contradicts class: %s; set only one of them", *s.Priority, s.Class)}
+		return &FieldError{Field: "priority", Msg: fmt.Sprintf("priority: %v contradicts class: %s; set only one of them", *s.Priority, s.Class)}
 	}
 	if s.ExecutionTime != 0 && (s.ExecutionTime < MinSliceNs || s.ExecutionTime > MaxSliceNs) {
-		return &FieldError{"execution_time", fmt.Sprintf("%d ns is out of range: use %d..%d ns, or 0 for the scheduler's slice", s.ExecutionTime, MinSliceNs, MaxSliceNs)}
+		return &FieldError{Field: "execution_time", Msg: fmt.Sprintf("%d ns is out of range: use %d..%d ns, or 0 for the scheduler's slice", s.ExecutionTime, MinSliceNs, MaxSliceNs)}
 	}
 	if s.CommandRegex != "" {
 		if _, err := regexp.Compile(s.CommandRegex); err != nil {
-			return &FieldError{"command_regex", fmt.Sprintf("invalid RE2 regular expression: %v", err)}
+			return &FieldError{Field: "command_regex", Msg: fmt.Sprintf("invalid RE2 regular expression: %v", err)}
 		}
 	}
-	if s.PID < 0 {
-		return &FieldError{"pid", fmt.Sprintf("%d is not a process id", s.PID)}
+	if s.PID < 0 || s.PID > math.MaxInt32 {
+		return &FieldError{Field: "pid", Msg: fmt.Sprintf("%d is not a process id", s.PID)}
 	}
-	if s.CgroupPath != "" {
-		if !strings.HasPrefix(s.CgroupPath, "/") || path.Clean(s.CgroupPath) != s.CgroupPath || strings.Contains(s.CgroupPath, "..") {
-			return &FieldError{"cgroup_path", fmt.Sprintf("%q must be a clean absolute path below the cgroup root, e.g. /system.slice/upf.service", s.CgroupPath)}
-		}
+	if !cgroupRE.MatchString(s.CgroupPath) {
+		return &FieldError{Field: "cgroup_path", Msg: fmt.Sprintf("%q must be a clean absolute path below the cgroup root, e.g. /system.slice/upf.service", s.CgroupPath)}
 	}
 	for i, sel := range s.Selectors {
 		if sel.Key == "" {
-			return &FieldError{fmt.Sprintf("selectors[%d].key", i), "missing: a pod label key is required"}
+			return &FieldError{Field: fmt.Sprintf("selectors[%d].key", i), Msg: "missing: a pod label key is required"}
 		}
 	}
 	if s.CommandRegex == "" && s.PID == 0 && s.CgroupPath == "" && len(s.Selectors) == 0 {
-		return &FieldError{"command_regex", "a strategy needs at least one matcher: command_regex, pid, cgroup_path or selectors"}
+		return &FieldError{Field: "command_regex", Msg: "a strategy needs at least one matcher: command_regex, pid, cgroup_path or selectors"}
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ package strategy
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -74,11 +76,18 @@ func newRecorder() *Recorder { return NewRecorder() }
 // Real processes and the real /proc: a marker in argv selects them.
 func TestApplierMatchesRealProcesses(t *testing.T) {
 	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
-	proc := exec.Command("sh", "-c", "sleep 30; : "+marker)
+	// read is a shell builtin: the shell waits on stdin without forking a
+	// child (a forked "sleep" carries the shell's argv until it execs, and
+	// a scan in that window matched it too).
+	proc := exec.Command("sh", "-c", "read _; : "+marker)
+	stdin, err := proc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
+	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
 
 	rec := newRecorder()
 	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
@@ -180,5 +189,113 @@ func TestCgroupV1StrategyMatchesPerProcess(t *testing.T) {
 	}
 	if _, ok := set.Match(Process{PID: 2, Cgroup: "/kubepods/burstable/podu/c1"}); ok {
 		t.Error("a v1 strategy must not match on the v2 path")
+	}
+}
+
+// TestTrackedProcessesMatchFromTheIndex: once tracking, a strategy change
+// matches what exec/fork/exit events recorded, not a fresh read of every
+// process (here: a command line rewritten in the fake procfs without an
+// exec event is not seen until its exec event); a process whose fork event
+// was lost is still read, and one whose exit was lost is dropped.
+func TestTrackedProcessesMatchFromTheIndex(t *testing.T) {
+	root := t.TempDir()
+	write := func(pid int, cmd string) {
+		d := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "cmdline"), []byte(cmd+"\x00"), 0o644)
+		os.WriteFile(filepath.Join(d, "comm"), []byte(cmd), 0o644)
+	}
+	write(100, "nr-gnb")
+	write(200, "idle")
+	rec := newRecorder()
+	a := NewApplier(rec, root, t.TempDir(), nil)
+	if err := a.TrackProcesses(); err != nil {
+		t.Fatal(err)
+	}
+	write(200, "upf") // an exec whose event is still queued
+	set, _ := Compile([]Strategy{{Name: "gnb", Class: class(Critical), CommandRegex: "nr-gnb"}, {Name: "upf", Class: class(High), CommandRegex: "^upf"}})
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(100); !ok {
+		t.Fatal("pid 100 not matched from the index")
+	}
+	if _, ok := rec.Process(200); ok {
+		t.Fatal("pid 200 was re-read from procfs on a strategy change: the index was not used")
+	}
+	if err := a.HandleExec(200); err != nil { // the exec event arrives
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(200); !ok || e.Class != High {
+		t.Fatalf("pid 200 after its exec event: %+v %v", e, ok)
+	}
+	// Lost events: a new process without its fork event, an exited one
+	// without its exit event. The next change reads the one, drops the other.
+	write(300, "upf --n3")
+	os.RemoveAll(filepath.Join(root, "100"))
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(300); !ok {
+		t.Fatal("a process missing from the index was not read")
+	}
+	for _, ap := range a.Applied() {
+		if ap.PID == 100 {
+			t.Fatal("an exited process is still applied")
+		}
+	}
+}
+
+// TestTrackedChangeMatchesOnlyWhatItCanAffect: after a strategy change,
+// processes matched by a strategy before the first changed one are not
+// matched again (seen here through a process whose index entry no longer
+// fits its strategy: it keeps it), while unmatched processes are tried on
+// the new strategy, and a process that appeared before tracking started is
+// matched against the strategies already set.
+func TestTrackedChangeMatchesOnlyWhatItCanAffect(t *testing.T) {
+	root := t.TempDir()
+	write := func(pid int, cmd string) {
+		d := filepath.Join(root, strconv.Itoa(pid))
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, "cmdline"), []byte(cmd+"\x00"), 0o644)
+	}
+	write(100, "nr-gnb")
+	rec := newRecorder()
+	a := NewApplier(rec, root, t.TempDir(), nil)
+	gnb := Strategy{Name: "gnb", Class: class(Critical), CommandRegex: "nr-gnb"}
+	set1, _ := Compile([]Strategy{gnb})
+	if err := a.SetStrategies(set1); err != nil {
+		t.Fatal(err)
+	}
+	write(200, "nr-gnb --cell 2") // started before the event feed
+	write(300, "upf")
+	if err := a.TrackProcesses(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(200); !ok {
+		t.Fatal("a process found when tracking started was not matched against the current strategies")
+	}
+	a.mu.Lock()
+	a.index[100] = Process{PID: 100, Cmdline: "changed-without-an-event"}
+	a.mu.Unlock()
+	set2, _ := Compile([]Strategy{gnb, {Name: "upf", Class: class(High), CommandRegex: "^upf"}})
+	if err := a.SetStrategies(set2); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(100); !ok || e.Class != Critical {
+		t.Fatalf("pid 100 (strategy gnb unchanged) was matched again: %+v %v", e, ok)
+	}
+	if e, ok := rec.Process(300); !ok || e.Class != High {
+		t.Fatalf("pid 300 not tried on the new strategy: %+v %v", e, ok)
+	}
+	// Changing gnb itself re-matches its processes.
+	set3, _ := Compile([]Strategy{{Name: "gnb", Class: class(Critical), CommandRegex: "nr-gnb$"}, {Name: "upf", Class: class(High), CommandRegex: "^upf"}})
+	if err := a.SetStrategies(set3); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.Process(100); ok {
+		t.Fatal("pid 100 kept a changed strategy it no longer matches")
 	}
 }

@@ -165,6 +165,17 @@ func TestUIInChromium(t *testing.T) {
 		chromedp.SetValue(css("#f-command_regex"), "nr-gnb|nr-ue"),
 		chromedp.Click(css("#f-submit")),
 		chromedp.WaitVisible(css(`#strategies-table tr[data-strategy="gnb"]`)))
+	// Pod selectors on a server without Kubernetes: saved, with the
+	// server's warning under the form and in the table.
+	do("strategy with pod selectors",
+		chromedp.SetValue(css("#f-name"), "by-label"),
+		chromedp.SetValue(css("#f-class"), "normal"),
+		chromedp.SetValue(css("#f-command_regex"), "no-such-process"),
+		chromedp.SetValue(css("#f-selectors"), "app=ueransim"),
+		chromedp.Click(css("#f-submit")),
+		chromedp.WaitVisible(css(`#strategies-table tr[data-strategy="by-label"] .warning`)))
+	formWarn := text("#form-warning")
+	rowWarn := text(`#strategies-table tr[data-strategy="by-label"] .warning`)
 	shot("ui-strategies.png")
 
 	// The agent resolves it; the node shows the process and the chart.
@@ -213,6 +224,9 @@ func TestUIInChromium(t *testing.T) {
 	}
 	if !strings.Contains(formErr, "command_regex") || !strings.Contains(formErr, "RE2") {
 		t.Errorf("validation message shown: %q", formErr)
+	}
+	if !strings.Contains(formWarn, "selectors:") || !strings.Contains(rowWarn, "no pod information") {
+		t.Errorf("selector warning shown: form %q, table %q", formWarn, rowWarn)
 	}
 	if !strings.Contains(workloads, "4242") || !strings.Contains(workloads, "gnb") || !strings.Contains(workloads, "nr-gnb -c gnb.yaml") {
 		t.Errorf("workloads shown: %q", workloads)

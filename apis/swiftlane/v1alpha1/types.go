@@ -188,6 +188,18 @@ type Workload struct {
 	Cmdline   string `json:"cmdline,omitempty"`
 	// Pod is namespace/name when the process belongs to a pod.
 	Pod string `json:"pod,omitempty"`
+	// PodUID is the pod's metadata.uid.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// Container is the container's name in the pod, when known.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Container string `json:"container,omitempty"`
+	// ContainerID is the runtime's container id (bare, without runtime://).
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	ContainerID string `json:"containerID,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -204,6 +216,12 @@ type SchedulingNodeList struct {
 // first strategy matching a process wins). Objects without it (e.g. made
 // with kubectl) count as 0; set it by hand to order them explicitly.
 const AnnotationCreatedRevision = "swiftlane.io/created-revision"
+
+// AnnotationOwner marks a strategy a generation-1 client made with its list
+// POST (the value is the client's token subject): that client's next POST
+// replaces the strategies with its mark and no others. Absent on strategies
+// made any other way.
+const AnnotationOwner = "swiftlane.io/gen1-owner"
 
 // CreatedRevision is the strategy's AnnotationCreatedRevision (0 if absent
 // or not a number).

@@ -74,11 +74,15 @@ func toObject(ns string, s store.Strategy) (*v1alpha1.SchedulingStrategy, error)
 	if len(s.NodeSelector) > 0 {
 		spec.NodeSelector = maps.Clone(s.NodeSelector)
 	}
-	return &v1alpha1.SchedulingStrategy{
+	o := &v1alpha1.SchedulingStrategy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "SchedulingStrategy"},
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: ns},
 		Spec:       spec,
-	}, nil
+	}
+	if s.Owner != "" {
+		o.Annotations = map[string]string{v1alpha1.AnnotationOwner: s.Owner}
+	}
+	return o, nil
 }
 
 // fromObject is the API's view of a SchedulingStrategy, or why the API
@@ -126,6 +130,7 @@ func fromObject(o *v1alpha1.SchedulingStrategy) (store.Strategy, error) {
 			return s, fmt.Errorf("annotation %s=%q is not a revision: use a decimal number, or remove it", AnnotationCreatedRevision, v)
 		}
 	}
+	s.Owner = o.Annotations[v1alpha1.AnnotationOwner]
 	if err := s.Validate(); err != nil {
 		return s, fmt.Errorf("not a valid API strategy: %w", err)
 	}
@@ -200,7 +205,7 @@ func sameView(a, b store.Strategy) bool {
 		a.CommandRegex == b.CommandRegex && a.PID == b.PID && a.CgroupPath == b.CgroupPath &&
 		a.Inherit == b.Inherit && slices.Equal(a.Selectors, b.Selectors) &&
 		slices.Equal(a.Namespaces, b.Namespaces) && maps.Equal(a.NodeSelector, b.NodeSelector) &&
-		a.CreatedRevision == b.CreatedRevision
+		a.CreatedRevision == b.CreatedRevision && a.Owner == b.Owner
 }
 
 // specFields maps SchedulingStrategy spec fields to the API's names.
@@ -284,7 +289,12 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *store.Counters) store.
 		n.LastHeartbeat = st.LastHeartbeat.UTC()
 	}
 	for _, w := range st.Workloads {
-		n.Workloads = append(n.Workloads, store.Workload{PID: int(w.PID), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: w.Cmdline})
+		sw := store.Workload{PID: int(w.PID), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: w.Cmdline,
+			PodUID: w.PodUID, Container: w.Container, ContainerID: w.ContainerID}
+		if ns, name, ok := strings.Cut(w.Pod, "/"); ok {
+			sw.Namespace, sw.PodName = ns, name
+		}
+		n.Workloads = append(n.Workloads, sw)
 	}
 	return n
 }
@@ -294,7 +304,12 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *store.Counters) store.
 func workloadsOf(ws []store.Workload) []v1alpha1.Workload {
 	out := make([]v1alpha1.Workload, 0, min(len(ws), maxWorkloads))
 	for _, w := range ws[:min(len(ws), maxWorkloads)] {
-		out = append(out, v1alpha1.Workload{PID: int32(min(w.PID, math.MaxInt32)), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: truncate(w.Cmdline, maxCmdlineBytes)})
+		vw := v1alpha1.Workload{PID: int32(min(w.PID, math.MaxInt32)), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: truncate(w.Cmdline, maxCmdlineBytes),
+			PodUID: truncate(w.PodUID, 64), Container: truncate(w.Container, 253), ContainerID: truncate(w.ContainerID, 128)}
+		if w.PodName != "" {
+			vw.Pod = w.Namespace + "/" + w.PodName
+		}
+		out = append(out, vw)
 	}
 	return out
 }

@@ -182,3 +182,18 @@ func TestWorkloadsAreCapped(t *testing.T) {
 		t.Fatalf("node: %+v", n)
 	}
 }
+
+// TestWorkloadPodFields: the pod and container of a workload survive the
+// SchedulingNode status (pod as namespace/name, as the kubeagent writes it).
+func TestWorkloadPodFields(t *testing.T) {
+	in := store.Workload{PID: 7, Strategy: "s", Class: "high", Cmdline: "x", PodName: "gnb-0", Namespace: "ran",
+		PodUID: "0b7d5a2c-1f3e-4c5d-9a8b-7c6d5e4f3a2b", Container: "gnb", ContainerID: "4f3c2b1a"}
+	out := workloadsOf([]store.Workload{in})
+	if out[0].Pod != "ran/gnb-0" || out[0].PodUID != in.PodUID || out[0].Container != "gnb" || out[0].ContainerID != "4f3c2b1a" {
+		t.Fatalf("status workload: %+v", out[0])
+	}
+	n := nodeFromObject(&v1alpha1.SchedulingNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1alpha1.SchedulingNodeStatus{Workloads: out}}, nil)
+	if n.Workloads[0] != in {
+		t.Fatalf("round trip: %+v, want %+v", n.Workloads[0], in)
+	}
+}

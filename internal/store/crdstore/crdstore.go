@@ -107,6 +107,10 @@ type entry struct {
 	st  *store.Strategy // the API's view; nil when not shown
 }
 
+// ResolvesPodLabels says pod selectors can match: the agents of a
+// Kubernetes store (the kubeagent) know every pod's labels.
+func (s *Store) ResolvesPodLabels() bool { return true }
+
 // Open lists the namespace's strategies and starts watching them. It fails
 // if the CRDs are not installed or the credentials may not read them.
 func Open(ctx context.Context, o Options) (*Store, error) {

@@ -233,13 +233,16 @@ func TestFinalizerHeldDeletion(t *testing.T) {
 	ctx := ctxT(t)
 	ns := c.namespace(t)
 	s := c.open(t, ns, 0)
-	wake := changed(s)
 	st, err := s.CreateStrategy(ctx, strat("held", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.kubectl(t, "", "-n", ns, "patch", "schedulingstrategy", "held", "--type=merge", "-p", `{"metadata":{"finalizers":["example.com/hold"]}}`)
-	await(t, wake, "the finalizer", func() bool { return s.current("held") != nil && len(s.current("held").Finalizers) == 1 })
+	// A finalizer is no change for the API (no OnChange): wait for the
+	// watch to deliver it instead.
+	if err := s.waitUntil(ctx, "the finalizer", func() bool { e := s.objs["held"]; return e != nil && len(e.obj.Finalizers) == 1 }); err != nil {
+		t.Fatal(err)
+	}
 	rev, err := s.DeleteStrategy(ctx, "held")
 	if err != nil || rev <= st.Revision {
 		t.Fatalf("delete: %d %v", rev, err)
@@ -248,11 +251,9 @@ func TestFinalizerHeldDeletion(t *testing.T) {
 		t.Fatalf("held object still shown: %v", err)
 	}
 	c.kubectl(t, "", "-n", ns, "patch", "schedulingstrategy", "held", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
-	await(t, wake, "the object gone", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.objs["held"] == nil
-	})
+	if err := s.waitUntil(ctx, "the object gone", func() bool { return s.objs["held"] == nil }); err != nil {
+		t.Fatal(err)
+	}
 	ch, _, err := s.Changes(ctx, st.Revision, 0)
 	if err != nil || len(ch) != 1 || ch[0].Type != store.Delete || ch[0].Revision != rev {
 		t.Fatalf("changes: %+v %v", ch, err)
@@ -296,18 +297,18 @@ func TestReplaceStrategies(t *testing.T) {
 		}
 		return strings.Join(n, ",")
 	}
-	l, rev, err := s.ReplaceStrategies(ctx, []store.Strategy{strat("a", "x"), strat("b", "y")})
+	l, rev, err := s.ReplaceStrategies(ctx, "", []store.Strategy{strat("a", "x"), strat("b", "y")})
 	if err != nil || names(l) != "a,b" {
 		t.Fatalf("first replace: %+v %v", l, err)
 	}
 	// The same list again writes nothing.
-	if l2, rev2, err := s.ReplaceStrategies(ctx, []store.Strategy{strat("a", "x"), strat("b", "y")}); err != nil || rev2 != rev || names(l2) != "a,b" {
+	if l2, rev2, err := s.ReplaceStrategies(ctx, "", []store.Strategy{strat("a", "x"), strat("b", "y")}); err != nil || rev2 != rev || names(l2) != "a,b" {
 		t.Fatalf("idempotent replace: rev %d (was %d) %v", rev2, rev, err)
 	}
 	// A refused entry refuses the list: nothing written, nothing deleted.
 	bad := strat("c", "z")
 	bad.Namespaces = []string{"oai"}
-	_, _, err = s.ReplaceStrategies(ctx, []store.Strategy{strat("b", "changed"), bad})
+	_, _, err = s.ReplaceStrategies(ctx, "", []store.Strategy{strat("b", "changed"), bad})
 	var fe *strategy.FieldError
 	if !errors.As(err, &fe) || fe.Field != "strategies[1].namespaces" {
 		t.Fatalf("refused entry: %v", err)
@@ -318,18 +319,18 @@ func TestReplaceStrategies(t *testing.T) {
 	// New order, one changed, one added, one dropped.
 	b := strat("b", "y")
 	b.Inherit = true
-	l, rev3, err := s.ReplaceStrategies(ctx, []store.Strategy{b, strat("c", "z"), strat("a", "x")})
+	l, rev3, err := s.ReplaceStrategies(ctx, "", []store.Strategy{b, strat("c", "z"), strat("a", "x")})
 	if err != nil || names(l) != "b,c,a" || !l[0].Inherit || rev3 <= rev {
 		t.Fatalf("reorder: %+v %v", l, err)
 	}
-	l, _, err = s.ReplaceStrategies(ctx, []store.Strategy{strat("c", "z")})
+	l, _, err = s.ReplaceStrategies(ctx, "", []store.Strategy{strat("c", "z")})
 	if err != nil || names(l) != "c" {
 		t.Fatalf("shrink: %+v %v", l, err)
 	}
 	if _, err := s.GetStrategy(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a should be gone: %v", err)
 	}
-	if l, _, err := s.ReplaceStrategies(ctx, nil); err != nil || len(l) != 0 {
+	if l, _, err := s.ReplaceStrategies(ctx, "", nil); err != nil || len(l) != 0 {
 		t.Fatalf("empty replace: %+v %v", l, err)
 	}
 }
@@ -369,6 +370,9 @@ func TestNodesInKubernetes(t *testing.T) {
 	for i := range ws {
 		ws[i] = store.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: "x"}
 	}
+	pod := store.Workload{PID: 1, Strategy: "s", Class: "critical", Cmdline: "x", PodName: "gnb-0", Namespace: "ran",
+		PodUID: "0b7d5a2c-1f3e-4c5d-9a8b-7c6d5e4f3a2b", Container: "gnb", ContainerID: "4f3c2b1a0f9e"}
+	ws[0] = pod
 	counters := &store.Counters{Enqueued: map[string]uint64{"critical": 5}}
 	if _, err := s.Heartbeat(ctx, "n1", store.Heartbeat{SchedulerState: "enabled", AppliedRevision: 42, Workloads: ws, Counters: counters}, now.Add(time.Second)); err != nil {
 		t.Fatal(err)
@@ -380,7 +384,7 @@ func TestNodesInKubernetes(t *testing.T) {
 	n, err = s.GetNode(ctx, "n1")
 	if err != nil || n.Mode != "schedule" || len(n.Labels) != 1 || n.Labels["zone"] != "b" || n.AppliedRevision != 42 ||
 		n.SchedulerState != "enabled" || len(n.Workloads) != maxWorkloads || n.Counters == nil || n.Counters.Enqueued["critical"] != 5 ||
-		n.LastHeartbeat.Unix() != now.Add(time.Second).Unix() {
+		n.LastHeartbeat.Unix() != now.Add(time.Second).Unix() || n.Workloads[0] != pod {
 		t.Fatalf("node: %+v %v", n, err)
 	}
 	if _, err := s.RegisterNode(ctx, "n2", store.Registration{Mode: "observe", HeartbeatSeconds: 5}, now); err != nil {

@@ -241,8 +241,9 @@ func (s *Store) delete(ctx context.Context, name string, uid types.UID) (uint64,
 	return rev, err
 }
 
-// ReplaceStrategies makes list the namespace's strategies, in list order
-// (the generation-1 API's "replace all"). Kubernetes has no transaction
+// ReplaceStrategies makes list the strategies owner owns (AnnotationOwner),
+// in list order (the generation-1 API's "replace all", scoped to the
+// client); other strategies are not touched. Kubernetes has no transaction
 // over several objects, so it runs in three steps:
 //
 //  1. every create and update is sent as a dry run: a list the API server
@@ -258,7 +259,7 @@ func (s *Store) delete(ctx context.Context, name string, uid types.UID) (uint64,
 // is deleted yet, so the store holds a superset of the old and the new
 // list. Repeating the request finishes the job (it is idempotent). Objects
 // the API cannot represent are not deleted: the caller never saw them.
-func (s *Store) ReplaceStrategies(ctx context.Context, list []store.Strategy) ([]store.Strategy, uint64, error) {
+func (s *Store) ReplaceStrategies(ctx context.Context, owner string, list []store.Strategy) ([]store.Strategy, uint64, error) {
 	type plan struct {
 		want *v1alpha1.SchedulingStrategy
 		cur  *v1alpha1.SchedulingStrategy // nil: create
@@ -270,11 +271,17 @@ func (s *Store) ReplaceStrategies(ctx context.Context, list []store.Strategy) ([
 			return nil, 0, fmt.Errorf("%w: strategy %q twice in one list", store.ErrExists, st.Name)
 		}
 		seen[st.Name] = true
+		st.Owner = owner
+		list[i] = st
 		obj, err := toObject(s.o.Namespace, st)
 		if err != nil {
 			return nil, 0, prefixed(err, i)
 		}
-		plans[i] = plan{want: obj, cur: s.current(st.Name)}
+		cur := s.current(st.Name)
+		if cur != nil && cur.Annotations[v1alpha1.AnnotationOwner] != owner {
+			return nil, 0, &store.OwnedError{Index: i, Name: st.Name, Owner: cur.Annotations[v1alpha1.AnnotationOwner]}
+		}
+		plans[i] = plan{want: obj, cur: cur}
 	}
 	// 1. Dry runs.
 	for i, p := range plans {
@@ -336,7 +343,7 @@ func (s *Store) ReplaceStrategies(ctx context.Context, list []store.Strategy) ([
 	s.mu.Lock()
 	var gone []*v1alpha1.SchedulingStrategy
 	for name, e := range s.objs {
-		if !seen[name] && e.st != nil {
+		if !seen[name] && e.st != nil && e.st.Owner == owner {
 			gone = append(gone, e.obj)
 		}
 	}

@@ -263,7 +263,12 @@ async function renderStrategies() {
     actions.append(edit, " ", del);
     const cls = s.class || (s.priority ? "critical" : "normal");
     const slice = !s.execution_time ? "–" : s.execution_time >= 1e6 ? (s.execution_time / 1e6) + " ms" : (s.execution_time / 1000) + " µs";
-    const tr = row([s.name, cls, slice, matches(s), kv(s.node_selector) || "all", s.revision, actions]);
+    // The server's warnings (e.g. pod selectors where no agent knows pods)
+    // sit under the matchers they are about.
+    const match = document.createElement("span");
+    match.append(matches(s));
+    for (const w of s.warnings || []) match.append(el("div", "⚠ " + w, "warning"));
+    const tr = row([s.name, cls, slice, match, kv(s.node_selector) || "all", s.revision, actions]);
     tr.dataset.strategy = s.name;
     tbody.appendChild(tr);
   }
@@ -301,6 +306,7 @@ function formBody() {
 
 function clearErrors() {
   $("form-error").textContent = "";
+  $("form-warning").textContent = "";
   for (const i of document.querySelectorAll("#strategy-form .invalid")) i.classList.remove("invalid");
 }
 
@@ -338,9 +344,11 @@ $("strategy-form").addEventListener("submit", async (ev) => {
   clearErrors();
   try {
     const body = formBody();
-    if (editing) await api("PUT", "/api/v1/strategies/" + encodeURIComponent(editing), body);
-    else await api("POST", "/api/v1/strategies", body);
+    let saved;
+    if (editing) saved = await api("PUT", "/api/v1/strategies/" + encodeURIComponent(editing), body);
+    else saved = await api("POST", "/api/v1/strategies", body);
     resetForm();
+    $("form-warning").textContent = (saved.warnings || []).map((w) => "Saved, but: " + w).join("\n");
     refresh();
   } catch (e) {
     // Point at the field the server (or the form) named.
