@@ -83,12 +83,14 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 		t.Fatal(err)
 	}
 	defer cg.Close()
-	stress := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--quiet", "--aggressive",
+	// Not --quiet: its few info lines say what it ran and how it ended.
+	stress := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--aggressive",
 		"--cpu", n, "--fork", n, "--affinity", n, "--affinity-pin", "--schedpolicy", n,
 		"--yield", n, "--switch", n, "--timeout", fmt.Sprintf("%ds", int(d.Seconds())))
 	stress.Stdout, stress.Stderr = os.Stderr, os.Stderr
 	// Started inside cgroup a (clone3 with CLONE_INTO_CGROUP): no task of it runs outside.
 	stress.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	started := time.Now()
 	if err := stress.Start(); err != nil {
 		t.Fatalf("stress-ng: %v", err)
 	}
@@ -163,7 +165,8 @@ loop:
 	if stressErr != nil {
 		t.Errorf("stress-ng: %v", stressErr)
 	}
-	t.Logf("%s: %d cgroup moves (%d tasks), %d offline/online cycles", mode, moves, moved, hotplugs)
+	t.Logf("%s: stress-ng ran %v; %d cgroup moves (%d tasks), %d offline/online cycles",
+		mode, time.Since(started).Round(time.Millisecond), moves, moved, hotplugs)
 	if moved == 0 || (runtime.NumCPU() > 1 && hotplugs < 3) {
 		t.Errorf("the torture did not happen: %d tasks moved, %d hotplug cycles", moved, hotplugs)
 	}
