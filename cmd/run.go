@@ -238,23 +238,6 @@ func runScheduler[S loadedScheduler](ctx context.Context, cfg config.Config, met
 	}
 }
 
-// waitEnabled waits until the kernel has finished enabling the scheduler
-// just attached (sysfs state "enabled", polled: there is no notification) and
-// returns its exit record if the kernel refused it meanwhile. Only then is
-// "attached" true.
-func waitEnabled[S loadedScheduler](s S) *sched.ExitInfo {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if exit, _ := s.Exit(); exit != nil {
-			return exit
-		}
-		if state, _, _ := sched.State(); state != "enabling" || time.Now().After(deadline) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runOnce loads, attaches and serves until a signal (nil exit) or until the
 // kernel ejects the scheduler (its exit record).
 func runOnce[S loadedScheduler](ctx context.Context, cfg config.Config, set *strategy.Set, log *slog.Logger, m schedMode[S], slot *collectorSlot, ready *atomic.Bool) (*sched.ExitInfo, error) {
@@ -271,9 +254,6 @@ func runOnce[S loadedScheduler](ctx context.Context, cfg config.Config, set *str
 	}
 	if err := s.Attach(); err != nil {
 		return nil, err
-	}
-	if exit := waitEnabled(s); exit != nil {
-		return exit, nil // refused while enabling (e.g. out of memory in ops.init_task)
 	}
 	state, ops, _ := sched.State()
 	what := ""
