@@ -243,6 +243,9 @@ func (p *schedProc) scrape(t testing.TB) map[string]float64 {
 				out[key] = m.Gauge.GetValue()
 			case m.Histogram != nil:
 				out[key+"_count"] = float64(m.Histogram.GetSampleCount())
+				for _, b := range m.Histogram.Bucket { // cumulative, as exposed
+					out[fmt.Sprintf("%s{le=%g}", key, b.GetUpperBound())] = float64(b.GetCumulativeCount())
+				}
 			}
 		}
 	}

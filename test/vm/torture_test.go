@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -110,7 +111,9 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	cpu := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", runtime.NumCPU()-1)
 	t.Cleanup(func() { os.WriteFile(cpu, []byte("1"), 0) })
 	stop := make(chan struct{})
-	hotplugged := make(chan int)
+	stopHotplug := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(stopHotplug) // also when the test fails before the end
+	hotplugged := make(chan int, 1)
 	go func() {
 		n := 0
 		defer func() { hotplugged <- n }()
@@ -131,7 +134,7 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 				return
 			case <-time.After(d):
 			}
-			if err := os.WriteFile(cpu, []byte(state), 0); err != nil {
+			if err := stuckGuard(p, mark, "cpu hotplug", func() error { return os.WriteFile(cpu, []byte(state), 0) }); err != nil {
 				t.Errorf("write %s to %s: %v", state, cpu, err)
 				return
 			}
@@ -155,11 +158,11 @@ loop:
 			break loop
 		case <-tick.C:
 		}
-		moved += moveTasks(t, from, to)
+		moved += moveTasks(t, p, mark, from, to)
 		moves++
 		from, to = to, from
 	}
-	close(stop)
+	stopHotplug()
 	hotplugs := <-hotplugged
 	os.WriteFile(cpu, []byte("1"), 0)
 	if stressErr != nil {
@@ -179,6 +182,18 @@ loop:
 	wait := time.Duration(m["swiftlane_runqueue_wait_max_seconds"] * float64(time.Second))
 	t.Logf("%s: longest run-queue wait %v; overdue dispatches %.0f (kernel mode), rescued from user space %.0f", mode, wait.Round(time.Millisecond),
 		m["swiftlane_dispatch_total{path=overdue}"], m["swiftlane_dispatch_total{path=rescued}"])
+	// Which classes waited long: the histogram's buckets are powers of
+	// two of µs, so 2^19 µs (0.52 s) is the last one below the bound.
+	var slow []string
+	for _, class := range []string{"critical", "high", "normal", "background"} {
+		k := "swiftlane_runqueue_wait_seconds{class=" + class + "}"
+		if n := m[k+"_count"] - m[k+"{le=0.524288}"]; n > 0 {
+			slow = append(slow, fmt.Sprintf("%s %.0f of %.0f", class, n, m[k+"_count"]))
+		}
+	}
+	if len(slow) > 0 {
+		t.Logf("%s: waits over 0.52 s by class: %s", mode, strings.Join(slow, ", "))
+	}
 	if wait > maxTortureWait {
 		t.Errorf("a runnable task waited %v to run (bound %v)", wait.Round(time.Millisecond), maxTortureWait)
 	}
@@ -220,7 +235,7 @@ func tortureCgroups(t *testing.T) (a, b string) {
 // moveTasks moves every task of cgroup from into cgroup to and returns how
 // many moved (tasks exit meanwhile: the fork stressor's children live
 // microseconds).
-func moveTasks(t *testing.T, from, to string) int {
+func moveTasks(t *testing.T, p *schedProc, mark int, from, to string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
 	if err != nil {
@@ -228,7 +243,9 @@ func moveTasks(t *testing.T, from, to string) int {
 	}
 	n := 0
 	for _, pid := range strings.Fields(string(b)) {
-		err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(pid), 0)
+		err := stuckGuard(p, mark, "cgroup move", func() error {
+			return os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(pid), 0)
+		})
 		switch {
 		case err == nil:
 			n++
@@ -238,4 +255,45 @@ func moveTasks(t *testing.T, from, to string) int {
 		}
 	}
 	return n
+}
+
+// stuckAfter is how long a cgroup move or a hotplug write may block: far
+// beyond a loaded round (a few seconds), far below the VM run's timeout.
+const stuckAfter = 90 * time.Second
+
+// stuckGuard runs a write that blocks in the kernel until it is done. A write
+// still blocked after stuckAfter means the kernel is wedged with the
+// scheduler attached (the watchdog would have ejected it for a task left
+// runnable): the blocked tasks' stacks go to the kernel log (sysrq w), the
+// log and the scheduler's output go to stderr, and the scheduler is killed
+// to see whether that unwedges the kernel. If it does, the error says so and
+// the test fails; if not, the test binary exits at once rather than hang
+// until the VM's timeout with nothing to show.
+func stuckGuard(p *schedProc, mark int, what string, write func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(stuckAfter):
+	}
+	os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0)
+	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	state, ops := readState()
+	log, _ := exec.Command("dmesg").CombinedOutput()
+	if mark > len(log) {
+		mark = 0
+	}
+	fmt.Fprintf(os.Stderr, "torture: %s blocked for %v; sched_ext state %q (%s)\n"+
+		"--- kernel log since the case began (blocked tasks last):\n%s\n--- scheduler output:\n%s\n",
+		what, stuckAfter, state, ops, log[mark:], p.out)
+	p.cmd.Process.Kill()
+	select {
+	case <-done:
+		return fmt.Errorf("%s blocked for %v with the scheduler attached (%s); killing the scheduler unblocked it: see the kernel log above", what, stuckAfter, ops)
+	case <-time.After(time.Minute):
+	}
+	fmt.Fprintf(os.Stderr, "FAIL: torture: %s still blocked a minute after the scheduler was killed; the kernel is wedged\n", what)
+	os.Exit(3)
+	return nil
 }

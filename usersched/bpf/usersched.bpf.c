@@ -864,7 +864,12 @@ void BPF_STRUCT_OPS(usr_update_idle, s32 cpu, bool idle)
 		__sync_fetch_and_and(&sh->idle[w], ~bit);
 }
 
-s32 BPF_STRUCT_OPS(usr_init_task, struct task_struct *p, struct scx_init_task_args *args)
+/*
+ * Sleepable, so the task storage below is allocated with GFP_KERNEL: from a
+ * non-sleepable program it is an atomic allocation, which failed (-ENOMEM,
+ * and the kernel refused the whole attach) right after a fork storm.
+ */
+s32 BPF_STRUCT_OPS_SLEEPABLE(usr_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
 	struct task_ctx *tctx;
 

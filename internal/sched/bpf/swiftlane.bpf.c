@@ -1024,7 +1024,12 @@ void BPF_STRUCT_OPS(swl_enable, struct task_struct *p)
 		tctx->vruntime = vtime_now;
 }
 
-s32 BPF_STRUCT_OPS(swl_init_task, struct task_struct *p, struct scx_init_task_args *args)
+/*
+ * Sleepable, so the task storage below is allocated with GFP_KERNEL: from a
+ * non-sleepable program it is an atomic allocation, which failed (-ENOMEM,
+ * and the kernel refused the whole attach) right after a fork storm.
+ */
+s32 BPF_STRUCT_OPS_SLEEPABLE(swl_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
 	struct task_ctx *tctx;
 
