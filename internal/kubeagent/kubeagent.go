@@ -13,7 +13,9 @@
 // ids against every ancestor of a task's cgroup, so a process started in the
 // pod later is covered at once, without a rescan. Each agent writes only its
 // own entry of a strategy's status (server-side apply, one field manager per
-// node) and its own SchedulingNode.
+// node) and its own SchedulingNode. Status is written by its own worker after
+// the maps are updated: API calls (client-side rate limited) never delay the
+// next resync.
 package kubeagent
 
 import (
@@ -26,6 +28,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,7 +94,7 @@ type Options struct {
 	SchedulerState func() string
 	Log            *slog.Logger
 	// OnSynced runs after each resync applied to the scheduler (tests, benchmarks).
-	OnSynced func()
+	OnSynced func(SyncTimes)
 	// ProcRoot is where a process's cgroup file tells its container (default /proc).
 	ProcRoot string
 }
@@ -102,14 +105,20 @@ type Agent struct {
 	core   kubernetes.Interface
 	crd    *rest.RESTClient
 	queue  workqueue.TypedRateLimitingInterface[string]
+	status workqueue.TypedRateLimitingInterface[string] // writes of the last resync's statuses
 	pods   corelisters.PodLister
 	nss    corelisters.NamespaceLister
 	nodes  corelisters.NodeLister
 	strats cache.Indexer
+	// eventAt is when the first change no resync has taken yet reached the
+	// handlers (unix ns; 0: none).
+	eventAt atomic.Int64
 
 	mu sync.Mutex
 	// expansion is what the Applier holds: index → (strategy, pod).
 	expansion []expanded
+	// plans are the last resync's, for the status worker.
+	plans []plan
 	// reported is the last status written per strategy (namespace/name).
 	reported map[string]nodeStatus
 	started  metav1.Time
@@ -133,7 +142,17 @@ type nodeStatus struct {
 	transition     metav1.Time
 }
 
-const resyncKey = "node"
+const resyncKey, statusKey = "node", "status"
+
+// SyncTimes is when one resync passed each stage, so the time from a change
+// to the scheduler's maps can be split up. Event is zero when no Kubernetes
+// change started it (a retry, observe mode's periodic resync).
+type SyncTimes struct {
+	Event    time.Time // the first change behind it reached the informer handlers
+	Start    time.Time // the worker took it
+	Expanded time.Time // strategies expanded to pods' cgroups and compiled
+	Applied  time.Time // the Applier returned: the maps hold the result
+}
 
 // New checks the options and builds the clients.
 func New(o Options) (*Agent, error) {
@@ -172,6 +191,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "swiftlane-agent"})
 	defer a.queue.ShutDown()
+	a.status = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "swiftlane-agent-status"})
+	defer a.status.ShutDown()
 
 	onNode := informers.NewSharedInformerFactoryWithOptions(a.core, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -191,7 +214,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	stratInf := cache.NewSharedIndexInformer(lw, &v1alpha1.SchedulingStrategy{}, 0, cache.Indexers{})
 	a.strats = stratInf.GetIndexer()
 
-	enqueue := func(any) { a.queue.Add(resyncKey) }
+	enqueue := func(any) {
+		a.eventAt.CompareAndSwap(0, time.Now().UnixNano())
+		a.queue.Add(resyncKey)
+	}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, DeleteFunc: enqueue,
 		UpdateFunc: func(old, cur any) {
@@ -221,23 +247,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.o.Log.Info("kubernetes caches synced", "node", a.o.Node)
 
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); a.worker(ctx) }()
+	wg.Add(3)
+	go func() { defer wg.Done(); a.worker() }()
+	go func() { defer wg.Done(); a.statusWorker(ctx) }()
 	go func() { defer wg.Done(); a.heartbeats(ctx) }()
 	a.queue.Add(resyncKey)
 	<-ctx.Done()
 	a.queue.ShutDown()
+	a.status.ShutDown()
 	wg.Wait()
 	return nil
 }
 
-func (a *Agent) worker(ctx context.Context) {
+func (a *Agent) worker() {
 	for {
 		key, quit := a.queue.Get()
 		if quit {
 			return
 		}
-		retry, err := a.sync(ctx)
+		var t SyncTimes
+		if ns := a.eventAt.Swap(0); ns != 0 {
+			t.Event = time.Unix(0, ns)
+		}
+		t.Start = time.Now()
+		retry, err := a.sync(t)
 		switch {
 		case err != nil:
 			a.o.Log.Warn("resync failed; retrying", "err", err)
@@ -262,9 +295,32 @@ type plan struct {
 	first            int    // index of its first expansion, -1 if none
 }
 
-// sync recomputes what this node applies and hands it to the Applier. It
-// reports retry when some matched pods had no cgroup yet.
-func (a *Agent) sync(ctx context.Context) (retry bool, err error) {
+// statusWorker writes the statuses of the last resync, retrying failures
+// with backoff.
+func (a *Agent) statusWorker(ctx context.Context) {
+	for {
+		key, quit := a.status.Get()
+		if quit {
+			return
+		}
+		a.mu.Lock()
+		plans := a.plans
+		a.mu.Unlock()
+		if err := a.writeStatuses(ctx, plans); err != nil && ctx.Err() == nil {
+			a.o.Log.Warn("status write failed; retrying", "err", err)
+			a.status.AddRateLimited(key)
+		} else {
+			a.status.Forget(key)
+		}
+		a.status.Done(key)
+	}
+}
+
+// sync recomputes what this node applies and hands it to the Applier, then
+// queues the status writes. It reads only the informers' caches: no API call
+// comes before the maps are written. It reports retry when some matched pods
+// had no cgroup yet.
+func (a *Agent) sync(t SyncTimes) (retry bool, err error) {
 	nodeLabels := map[string]string{}
 	if n, err := a.nodes.Get(a.o.Node); err == nil {
 		nodeLabels = n.Labels
@@ -290,16 +346,35 @@ func (a *Agent) sync(ctx context.Context) (retry bool, err error) {
 	if err != nil { // each entry validated by coreStrategy; a bug if reached
 		return false, fmt.Errorf("compile expanded strategies: %w", err)
 	}
+	t.Expanded = time.Now()
 	a.mu.Lock()
 	a.expansion = exp
 	a.mu.Unlock()
 	if err := a.o.Applier.SetStrategies(set); err != nil {
 		a.o.Log.Warn("some strategies could not be applied", "err", err)
 	}
+	t.Applied = time.Now()
+	a.mu.Lock()
+	a.plans = plans
+	a.mu.Unlock()
+	a.status.Add(statusKey)
+	a.logSync(t, len(strats), len(list))
 	if a.o.OnSynced != nil {
-		a.o.OnSynced()
+		a.o.OnSynced(t)
 	}
-	return retry, a.writeStatuses(ctx, plans)
+	return retry, nil
+}
+
+// logSync logs a resync's stages at debug level: event_unix_us anchors them
+// on the wall clock, so another process (the VM test) can line them up with
+// its own request times.
+func (a *Agent) logSync(t SyncTimes, strategies, entries int) {
+	attrs := []any{"strategies", strategies, "entries", entries}
+	if !t.Event.IsZero() {
+		attrs = append(attrs, "event_unix_us", t.Event.UnixMicro(), "queue", t.Start.Sub(t.Event))
+	}
+	attrs = append(attrs, "expand", t.Expanded.Sub(t.Start), "apply", t.Applied.Sub(t.Expanded))
+	a.o.Log.Debug("resync applied", attrs...)
 }
 
 // strategies in precedence order (the API server's too).
@@ -423,31 +498,44 @@ func (a *Agent) expand(s *v1alpha1.SchedulingStrategy, base strategy.Strategy, p
 	}
 }
 
-// counts returns per strategy key: processes the strategy applies to, and
-// the workloads for the node report.
-func (a *Agent) counts() (map[string]int32, []v1alpha1.Workload) {
+// counts returns per strategy key the processes the strategy applies to.
+func (a *Agent) counts() map[string]int32 {
 	a.mu.Lock()
 	exp := a.expansion
 	a.mu.Unlock()
 	procs := map[string]int32{}
-	var wl []v1alpha1.Workload
+	for _, ap := range a.o.Applier.Applied() {
+		if ap.Index >= 0 && ap.Index < len(exp) {
+			procs[exp[ap.Index].key]++
+		}
+	}
+	return procs
+}
+
+// workloads lists the processes strategies apply to, for the node report
+// (it reads each one's cgroup in procfs to name its container).
+func (a *Agent) workloads() []v1alpha1.Workload {
+	a.mu.Lock()
+	exp := a.expansion
+	a.mu.Unlock()
+	wl := []v1alpha1.Workload{}
 	for _, ap := range a.o.Applier.Applied() {
 		if ap.Index < 0 || ap.Index >= len(exp) {
 			continue
 		}
-		x := exp[ap.Index]
-		procs[x.key]++
-		if len(wl) < maxWorkloads {
-			w := v1alpha1.Workload{PID: int32(ap.PID), Strategy: x.key, Class: ap.Class.String(),
-				Inherited: ap.Inherited, Cmdline: truncate(ap.Cmdline, 256), Pod: x.pod}
-			if x.podObj != nil {
-				w.PodUID = string(x.podObj.UID)
-				w.Container, w.ContainerID = a.containerOf(x.podObj, ap.PID)
-			}
-			wl = append(wl, w)
+		if len(wl) == maxWorkloads {
+			break
 		}
+		x := exp[ap.Index]
+		w := v1alpha1.Workload{PID: int32(ap.PID), Strategy: x.key, Class: ap.Class.String(),
+			Inherited: ap.Inherited, Cmdline: truncate(ap.Cmdline, 256), Pod: x.pod}
+		if x.podObj != nil {
+			w.PodUID = string(x.podObj.UID)
+			w.Container, w.ContainerID = a.containerOf(x.podObj, ap.PID)
+		}
+		wl = append(wl, w)
 	}
-	return procs, wl
+	return wl
 }
 
 // containerOf names the container of pod a process runs in, from the
@@ -479,7 +567,7 @@ func truncate(s string, n int) string {
 // changed. Strategies not for this node get an empty apply, which removes
 // the entry this node's field manager owns.
 func (a *Agent) writeStatuses(ctx context.Context, plans []plan) error {
-	procs, _ := a.counts()
+	procs := a.counts()
 	now := metav1.Now()
 	var errs []error
 	for _, p := range plans {
@@ -619,22 +707,22 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	}
 }
 
-// refreshCounts queues a resync when a strategy's process count moved
-// since it was reported; the resync writes only what changed.
+// refreshCounts queues a status write when a strategy's process count moved
+// since it was reported; it writes only what changed.
 func (a *Agent) refreshCounts() {
-	procs, _ := a.counts()
+	procs := a.counts()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for key, st := range a.reported {
 		if st.generation != 0 && st.procs != procs[key] {
-			a.queue.Add(resyncKey)
+			a.status.Add(statusKey)
 			return
 		}
 	}
 }
 
 func (a *Agent) heartbeat(ctx context.Context) error {
-	_, wl := a.counts()
+	wl := a.workloads()
 	state := "unknown"
 	if a.o.SchedulerState != nil {
 		state = a.o.SchedulerState()
@@ -651,9 +739,6 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 	if err := a.crd.Patch(types.ApplyPatchType).Resource(v1alpha1.NodesResource.Resource).Name(a.o.Node).
 		Param("fieldManager", a.fieldManager()).Param("force", "true").Body(body).Do(ctx).Error(); err != nil {
 		return fmt.Errorf("apply SchedulingNode %s: %w", a.o.Node, err)
-	}
-	if wl == nil {
-		wl = []v1alpha1.Workload{}
 	}
 	obj["status"] = v1alpha1.SchedulingNodeStatus{
 		Version: a.o.Version, Kernel: a.o.Kernel, Mode: a.o.Mode, Reason: a.o.Reason, Labels: nodeLabels,

@@ -5,9 +5,11 @@ package kubeagent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,10 +70,17 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	}
 	rec := strategy.NewRecorder()
 	synced := make(chan struct{}, 1)
+	var fromEvents atomic.Int32
 	a, err := New(Options{
 		Config: cfg, Node: "n1", SystemNamespace: "swiftlane-system", Cgroups: Resolver{res},
 		Applier: strategy.NewApplier(rec, "/proc", root, nil), Interval: 200 * time.Millisecond,
-		OnSynced: func() {
+		OnSynced: func(st SyncTimes) {
+			if st.Start.IsZero() || st.Expanded.Before(st.Start) || st.Applied.Before(st.Expanded) || st.Start.Before(st.Event) {
+				t.Errorf("resync stages out of order: %+v", st)
+			}
+			if !st.Event.IsZero() {
+				fromEvents.Add(1)
+			}
 			select {
 			case synced <- struct{}{}:
 			default:
@@ -106,6 +115,9 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 			Class: v1alpha1.ClassCritical, Slice: &metav1.Duration{Duration: 2 * time.Millisecond}},
 	})
 	waitSynced("team/upf's cgroup in the target", func() bool { _, ok := rec.Cgroup(upfID); return ok })
+	if fromEvents.Load() == 0 {
+		t.Error("no resync said when the change that started it arrived (SyncTimes.Event)")
+	}
 	if e, _ := rec.Cgroup(upfID); e.Class != strategy.Critical || e.SliceNs != 2_000_000 {
 		t.Errorf("entry for team/upf = %+v, want critical with a 2 ms slice", e)
 	}
@@ -288,3 +300,79 @@ func TestContainerOfProcess(t *testing.T) {
 		}
 	}
 }
+
+// A slow status write (here delayed on the wire; in a cluster, client-go's
+// rate limit or a busy API server) must not hold back the next strategy's
+// map entries: statuses are written after the resync, by their own worker.
+func TestMapsDoNotWaitForStatus(t *testing.T) {
+	env := kubetest.Start(t)
+	env.Kubectl(t, "apply", "--server-side", "-f", crdDir(t))
+	env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := env.RESTConfig()
+	core := kubernetes.NewForConfigOrDie(cfg)
+	crd, err := v1alpha1.NewRESTClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.CoreV1().ServiceAccounts("team").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	podA := createPod(t, ctx, core, root, "team", "a", "n1", map[string]string{"app": "a"})
+	podB := createPod(t, ctx, core, root, "team", "b", "n1", map[string]string{"app": "b"})
+	idA, idB := podCgroupID(t, root, podA), podCgroupID(t, root, podB)
+
+	const slow = 2 * time.Second
+	acfg := env.RESTConfig()
+	acfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/schedulingstrategies/") && strings.HasSuffix(req.URL.Path, "/status") {
+				time.Sleep(slow)
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	res, err := podcgroup.NewResolver(podcgroup.Layout{Version: podcgroup.Unified, Unified: root}, "/", podcgroup.Systemd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := strategy.NewRecorder()
+	a, err := New(Options{Config: acfg, Node: "n1", Cgroups: Resolver{res}, Applier: strategy.NewApplier(rec, "/proc", root, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	strat := func(name string) *v1alpha1.SchedulingStrategy {
+		return &v1alpha1.SchedulingStrategy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"},
+			Spec: v1alpha1.SchedulingStrategySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}, Class: v1alpha1.ClassCritical}}
+	}
+	create(t, ctx, crd, strat("a"))
+	waitFor(t, "a's cgroup in the target", func() bool { _, ok := rec.Cgroup(idA); return ok })
+	// a's status write is now on the wire for the next two seconds.
+	start := time.Now()
+	create(t, ctx, crd, strat("b"))
+	waitFor(t, "b's cgroup in the target", func() bool { _, ok := rec.Cgroup(idB); return ok })
+	// a's write began up to a poll (50 ms) before b's create: half of slow
+	// still tells waiting from not waiting.
+	if d := time.Since(start); d >= slow/2 {
+		t.Errorf("b reached the target %v after its create: it waited for a's status write (%v)", d, slow)
+	}
+	waitStatus(t, ctx, crd, "team", "b", func(n v1alpha1.StrategyNodeStatus) bool { return n.Pods == 1 })
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,7 +41,8 @@ import (
 // scheduler's cgroup map and its processes in the process map, including
 // one started after the strategy; the node's status entry counts them;
 // deleting the pod removes them. Then it times kubectl-apply-equivalent
-// (server-side apply) → cgroup map entry over many applies.
+// (server-side apply) → cgroup map entry over many applies, split into
+// stages with the times the agent logs for each resync.
 func TestK8sAgentAppliesPodStrategy(t *testing.T) {
 	kc := os.Getenv("SWL_KUBECONFIG")
 	if kc == "" {
@@ -53,6 +55,11 @@ func TestK8sAgentAppliesPodStrategy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// client-go's default limiter (5 requests/s, burst 10) is per client:
+	// this one sends two requests per timed apply, and each apply waited
+	// ~100 ms for a token before it was sent (kubectl, one process per
+	// apply, starts with a full burst). The agent keeps its default.
+	cfg.QPS = -1
 	ctx := runCtx(t, 10*time.Minute)
 	core := kubernetes.NewForConfigOrDie(cfg)
 	crd, err := v1alpha1.NewRESTClient(cfg)
@@ -73,7 +80,12 @@ func TestK8sAgentAppliesPodStrategy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	agent := startProcess(t, "agent", swiftlaneBin(t), "agent", "--source", "kubernetes", "--node", node,
+	// debug: the agent logs each resync's stages ("resync applied").
+	agentCfg := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(agentCfg, []byte("debug: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := startProcess(t, "agent", swiftlaneBin(t), "agent", "--config", agentCfg, "--source", "kubernetes", "--node", node,
 		"--kubeconfig", kc, "--system-namespace", "swiftlane-system", "--kubelet-cgroup-driver", "systemd")
 	agent.waitLine(t, "scheduler attached; agent running")
 	requireState(t, "enabled", "swiftlane")
@@ -114,28 +126,54 @@ func TestK8sAgentAppliesPodStrategy(t *testing.T) {
 	}, agent)
 
 	// apply → cgroup map, over many applies: the strategy is deleted (and
-	// seen gone from the map) between two.
+	// seen gone from the map) between two. Stages, from the apply's start:
+	// watch (API server stores it, the agent's informer gets the event),
+	// queue (until the agent's worker takes it), expand (pods → cgroups),
+	// map (the Applier's map writes, until this test sees the entry); they
+	// add up to the total. request (the apply's round trip) runs alongside:
+	// the event can arrive before the response.
 	remove("gnb")
 	waitFor(t, "the pod's cgroup to leave the map", func() bool { return !inMap(cgMap, pod.cgroupID) }, agent)
 	const applies = 50
+	stageNames := []string{"request", "watch", "queue", "expand", "map"}
 	lat := make([]float64, 0, applies)
+	stages := map[string][]float64{}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	for i := range applies {
+		agent.drainLines()
 		start := time.Now()
 		apply("lat")
+		returned := time.Now()
 		for !inMap(cgMap, pod.cgroupID) { // the map has no change notification: poll it
 			if time.Since(start) > time.Minute {
 				t.Fatalf("apply %d: the pod's cgroup did not reach the map in a minute", i)
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
-		lat = append(lat, float64(time.Since(start).Microseconds())/1000)
+		seen := time.Now()
+		r := agent.waitResync(t, start)
+		lat = append(lat, ms(seen.Sub(start)))
+		for name, d := range map[string]time.Duration{
+			"request": returned.Sub(start), "watch": r.event.Sub(start), "queue": r.start.Sub(r.event),
+			"expand": r.expanded.Sub(r.start), "map": seen.Sub(r.expanded),
+		} {
+			stages[name] = append(stages[name], ms(d))
+		}
 		remove("lat")
 		waitFor(t, "the cgroup to leave the map", func() bool { return !inMap(cgMap, pod.cgroupID) }, agent)
 	}
 	slices.Sort(lat)
 	p50, p99 := probe.Quantile(lat, 0.50), probe.Quantile(lat, 0.99)
 	t.Logf("kubectl-apply → scheduler map over %d applies: p50 %.1f ms, p99 %.1f ms", applies, p50, p99)
-	mergeK8sResults(t, map[string]any{"apply_to_map_p50_ms": p50, "apply_to_map_p99_ms": p99, "applies": applies})
+	res := map[string]any{"apply_to_map_p50_ms": p50, "apply_to_map_p99_ms": p99, "applies": applies}
+	for _, name := range stageNames {
+		v := stages[name]
+		slices.Sort(v)
+		sp50, sp99 := probe.Quantile(v, 0.50), probe.Quantile(v, 0.99)
+		t.Logf("  stage %-7s p50 %6.1f ms, p99 %6.1f ms", name, sp50, sp99)
+		res["apply_to_map_stage_"+name+"_p50_ms"], res["apply_to_map_stage_"+name+"_p99_ms"] = sp50, sp99
+	}
+	mergeK8sResults(t, res)
 
 	// Pod deleted: its cgroup and processes leave the maps.
 	apply("gnb")
@@ -146,6 +184,80 @@ func TestK8sAgentAppliesPodStrategy(t *testing.T) {
 	waitFor(t, "the deleted pod's cgroup and processes to leave the maps", func() bool {
 		return !inMap(cgMap, pod.cgroupID) && !inMap(procMap, uint32(before.Process.Pid)) && !inMap(procMap, uint32(after.Process.Pid))
 	}, agent)
+}
+
+// agentResync is one resync as the agent logs it at debug level.
+type agentResync struct{ event, start, expanded time.Time }
+
+// drainLines drops the output lines read so far.
+func (p *proc) drainLines() {
+	for {
+		select {
+		case <-p.lines:
+		default:
+			return
+		}
+	}
+}
+
+// waitResync returns the first resync the agent logs that a change after
+// since started.
+func (p *proc) waitResync(t *testing.T, since time.Time) agentResync {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-p.lines:
+			if r, ok := parseResync(l); ok && !r.event.Before(since.Truncate(time.Microsecond)) {
+				return r
+			}
+		case <-p.done:
+			t.Fatalf("%s exited:\n%s", p.name, p.out)
+		case <-deadline:
+			t.Fatalf("%s logged no resync for a change since %s (msg=\"resync applied\" with event_unix_us):\n%s", p.name, since, p.out)
+		}
+	}
+}
+
+// parseResync reads a "resync applied" line of slog's text format.
+func parseResync(line string) (agentResync, bool) {
+	kv := logFields(line)
+	us, err := strconv.ParseInt(kv["event_unix_us"], 10, 64)
+	if kv["msg"] != "resync applied" || err != nil {
+		return agentResync{}, false
+	}
+	queue, err1 := time.ParseDuration(kv["queue"])
+	expand, err2 := time.ParseDuration(kv["expand"])
+	if err1 != nil || err2 != nil {
+		return agentResync{}, false
+	}
+	ev := time.UnixMicro(us)
+	return agentResync{event: ev, start: ev.Add(queue), expanded: ev.Add(queue + expand)}, true
+}
+
+// logFields splits a slog text line into its key=value pairs.
+func logFields(line string) map[string]string {
+	out := map[string]string{}
+	for {
+		line = strings.TrimLeft(line, " ")
+		k, rest, ok := strings.Cut(line, "=")
+		if !ok {
+			return out
+		}
+		var v string
+		if strings.HasPrefix(rest, `"`) {
+			q, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				return out
+			}
+			v, _ = strconv.Unquote(q)
+			rest = rest[len(q):]
+		} else {
+			v, rest, _ = strings.Cut(rest, " ")
+		}
+		out[k] = v
+		line = rest
+	}
 }
 
 // schedulerMap finds one of the attached scheduler's maps by name.
