@@ -162,8 +162,14 @@ func userMode(cfg config.Config, policy string, log *slog.Logger) schedMode[*use
 				defer close(events)
 				for {
 					ev, err := s.ReadProcessEvent()
-					if err != nil {
+					if errors.Is(err, os.ErrClosed) {
 						return // CloseEvents, below
+					}
+					if err != nil {
+						// One bad record must not end strategy matching for
+						// the rest of the run, silently.
+						log.Warn("process event", "err", err)
+						continue
 					}
 					if err := applyEvent(a, ev); err != nil {
 						log.Warn("apply strategy", "pid", ev.TGID, "err", err)
