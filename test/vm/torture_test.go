@@ -114,6 +114,10 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	stopHotplug := sync.OnceFunc(func() { close(stop) })
 	t.Cleanup(stopHotplug) // also when the test fails before the end
 	hotplugged := make(chan int, 1)
+	// The longest offline write: the unplug stops every CPU (stop_machine),
+	// so no task runs meanwhile, under any scheduler; under TCG it is slow,
+	// and it adds to the run-queue waits measured below.
+	var slowestUnplug time.Duration
 	go func() {
 		n := 0
 		defer func() { hotplugged <- n }()
@@ -134,9 +138,13 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 				return
 			case <-time.After(d):
 			}
+			began := time.Now()
 			if err := stuckGuard(p, mark, "cpu hotplug", func() error { return os.WriteFile(cpu, []byte(state), 0) }); err != nil {
 				t.Errorf("write %s to %s: %v", state, cpu, err)
 				return
+			}
+			if state == "0" {
+				slowestUnplug = max(slowestUnplug, time.Since(began))
 			}
 			if state == "1" {
 				n++
@@ -168,8 +176,8 @@ loop:
 	if stressErr != nil {
 		t.Errorf("stress-ng: %v", stressErr)
 	}
-	t.Logf("%s: stress-ng ran %v; %d cgroup moves (%d tasks), %d offline/online cycles",
-		mode, time.Since(started).Round(time.Millisecond), moves, moved, hotplugs)
+	t.Logf("%s: stress-ng ran %v; %d cgroup moves (%d tasks), %d offline/online cycles (slowest unplug %v)",
+		mode, time.Since(started).Round(time.Millisecond), moves, moved, hotplugs, slowestUnplug.Round(time.Millisecond))
 	if moved == 0 || (runtime.NumCPU() > 1 && hotplugs < 3) {
 		t.Errorf("the torture did not happen: %d tasks moved, %d hotplug cycles", moved, hotplugs)
 	}

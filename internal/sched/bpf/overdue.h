@@ -11,7 +11,12 @@
  * RCU read-side section that long stalls the whole machine first. So every
  * few milliseconds each CPU walks its deadline-ordered queue for tasks that
  * have waited longer than a bound, and runs up to RESCUE_BATCH of those that
- * may run here next, ahead of the deadline order.
+ * may run here next, ahead of the deadline order, the longest-waiting first:
+ * a first pass finds the longest wait, and the second moves only tasks that
+ * have waited at least half of it. Taken in queue order instead, the overdue
+ * tasks at the head (earliest deadlines) went first every time, and when the
+ * walks could not keep up (hundreds of forks a second, a CPU offline) the
+ * overdue ones behind them waited over a second.
  *
  * A task that may not run here (pinned elsewhere, or migration disabled on
  * another CPU) goes to the kernel's global queue instead, which every CPU
@@ -40,6 +45,7 @@
  */
 struct overdue_state {
 	u64 walked_at; /* when this CPU last walked */
+	u64 oldest_at; /* earliest enq_at the first pass saw */
 	u32 seen;      /* tasks looked at in the current queue */
 	u32 moved;     /* tasks moved this walk, to this CPU or the global queue */
 	u32 here;      /* of which to this CPU */
@@ -66,6 +72,23 @@ static void rescue_overdue(u64 dsq, s32 cpu, u64 now, u64 bound_ns, struct overd
 	s32 pcpu;
 	bool mine;
 
+	if (st->here >= RESCUE_BATCH)
+		return;
+	st->seen = 0;
+	st->oldest_at = now;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		if (++st->seen > MAX_RESCUE_SCAN)
+			break;
+		enq_at = task_enq_at(p);
+		if (enq_at && enq_at < st->oldest_at)
+			st->oldest_at = enq_at;
+	}
+	if (now - st->oldest_at < bound_ns)
+		return;
+	/* Moved from here on: waited at least half the longest wait. */
+	if ((now - st->oldest_at) / 2 > bound_ns)
+		bound_ns = (now - st->oldest_at) / 2;
+
 	st->seen = 0;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		if (++st->seen > MAX_RESCUE_SCAN || st->here >= RESCUE_BATCH)
@@ -83,6 +106,33 @@ static void rescue_overdue(u64 dsq, s32 cpu, u64 now, u64 bound_ns, struct overd
 			st->here++;
 		else
 			scx_bpf_kick_cpu(pcpu, SCX_KICK_PREEMPT);
+	}
+}
+
+/* Queued tasks looked at per queue when a CPU goes offline. */
+#define MAX_EVACUATE_SCAN 4096
+
+/*
+ * A CPU going offline (ops.cpu_offline): the unplug waits until no task is
+ * left on that CPU's run queue, and from here on the kernel calls no
+ * ops.dispatch there. Its tasks queued with us would leave only as the
+ * other CPUs reach them in deadline order: under the torture one unplug took
+ * 20 s, holding the hotplug lock that every cgroup move takes meanwhile.
+ * Move them all to the kernel's global queue, which every CPU serves before
+ * its own: the others take those they may run, the dying CPU runs the ones
+ * pinned to it and the kernel pushes them away. Called with no run queue
+ * locked, where the move kfunc is allowed.
+ */
+static void evacuate_cpu(u64 dsq, s32 cpu, struct overdue_state *st)
+{
+	struct task_struct *p;
+
+	st->seen = 0;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		if (++st->seen > MAX_EVACUATE_SCAN)
+			break;
+		if (scx_bpf_task_cpu(p) == cpu)
+			swl_dsq_move(&___it, p, SCX_DSQ_GLOBAL, 0);
 	}
 }
 

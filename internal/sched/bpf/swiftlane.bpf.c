@@ -1107,8 +1107,11 @@ void BPF_STRUCT_OPS(swl_cpu_offline, s32 cpu)
 {
 	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
 
-	if (cs)
+	if (cs) {
 		cs->busy = 0;
+		evacuate_cpu(DSQ_CRITICAL, cpu, &cs->overdue);
+		evacuate_cpu(DSQ_SHARED, cpu, &cs->overdue);
+	}
 	crit_cpu_online(false);
 	STAT_INC(cpu_hotplug);
 }
