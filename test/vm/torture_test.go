@@ -25,7 +25,12 @@ import (
 // log, and no task waited longer than maxTortureWait to run.
 //
 // SWL_TORTURE_SECONDS sets the stress time per case (default 20);
-// SWL_TORTURE_MODES=kernel limits it to one mode (the topology run).
+// SWL_TORTURE_MODES picks the modes (default kernel; kernel,userspace for
+// both). The user-space mode is not in the default run (make test) for now:
+// on the 6.18 guest, after its case with strategies, the kernel was left
+// degraded (an RCU Tasks grace period stuck for minutes, every later attach
+// refused with ops.init_task() -ENOMEM, once a cgroup move hung for 30 min),
+// which failed the tests after it. Open in issue #18.
 
 const maxTortureWait = time.Second
 
@@ -50,7 +55,7 @@ func TestTorture(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("SWL_TORTURE_SECONDS")); err == nil && v > 0 {
 		secs = v
 	}
-	modes := []string{"kernel", "userspace"}
+	modes := []string{"kernel"}
 	if m := os.Getenv("SWL_TORTURE_MODES"); m != "" {
 		modes = strings.Split(m, ",")
 	}
