@@ -187,13 +187,9 @@ func New(o Options) (*Agent, error) {
 
 // Run watches, resyncs and heartbeats until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "swiftlane-agent"})
+	a.queue = retryQueue("swiftlane-agent")
 	defer a.queue.ShutDown()
-	a.status = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "swiftlane-agent-status"})
+	a.status = retryQueue("swiftlane-agent-status")
 	defer a.status.ShutDown()
 
 	onNode := informers.NewSharedInformerFactoryWithOptions(a.core, 0,
@@ -257,6 +253,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.status.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// retryQueue is a work queue whose failed keys come back after 100 ms,
+// doubling up to 30 s.
+func retryQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 }
 
 func (a *Agent) worker() {

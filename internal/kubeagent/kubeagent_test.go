@@ -32,18 +32,10 @@ import (
 // and the scoping rules hold. The scheduler's own maps are checked in the VM
 // test (test/vm); here the target records what it is given.
 func TestAgentAppliesPodStrategies(t *testing.T) {
-	env := kubetest.Start(t)
-	env.Kubectl(t, "apply", "--server-side", "-f", crdDir(t))
-	env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io")
-
+	env, core, crd := startWithCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := env.RESTConfig()
-	core := kubernetes.NewForConfigOrDie(cfg)
-	crd, err := v1alpha1.NewRESTClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, ns := range []string{"team", "other", "swiftlane-system"} {
 		if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"tier": ns}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -305,18 +297,9 @@ func TestContainerOfProcess(t *testing.T) {
 // rate limit or a busy API server) must not hold back the next strategy's
 // map entries: statuses are written after the resync, by their own worker.
 func TestMapsDoNotWaitForStatus(t *testing.T) {
-	env := kubetest.Start(t)
-	env.Kubectl(t, "apply", "--server-side", "-f", crdDir(t))
-	env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io")
-
+	env, core, crd := startWithCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := env.RESTConfig()
-	core := kubernetes.NewForConfigOrDie(cfg)
-	crd, err := v1alpha1.NewRESTClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -376,3 +359,18 @@ func TestMapsDoNotWaitForStatus(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// startWithCRDs starts a control plane with swiftlane's CRDs established and
+// returns clients for it.
+func startWithCRDs(t *testing.T) (*kubetest.Env, kubernetes.Interface, *rest.RESTClient) {
+	t.Helper()
+	env := kubetest.Start(t)
+	env.Kubectl(t, "apply", "--server-side", "-f", crdDir(t))
+	env.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io")
+	cfg := env.RESTConfig()
+	crd, err := v1alpha1.NewRESTClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, kubernetes.NewForConfigOrDie(cfg), crd
+}
