@@ -340,7 +340,7 @@ func countersOf(st sched.Stats) *store.Counters {
 	c := &store.Counters{
 		Enqueued: map[string]uint64{},
 		Dispatched: map[string]uint64{
-			"direct": st.DirectDispatch, "shared": st.SharedDispatch, "critical": st.CriticalDispatch, "kthread": st.KthreadDispatch, "overdue": st.OverdueDispatch,
+			"direct": st.DirectDispatch, "shared": st.SharedDispatch, "critical": st.CriticalDispatch, "kthread": st.KthreadDispatch, "overdue": st.OverdueDispatch, "handoff": st.HandoffDispatch,
 		},
 		PreemptKicks: st.PreemptKicks, WakeupPreempts: st.WakeupPreempts, CriticalDemoted: st.CriticalDemoted,
 		StarvationRescues: st.StarvationRescues, EventsDropped: st.EventsDropped,

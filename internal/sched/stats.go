@@ -25,6 +25,7 @@ type Stats struct {
 	CriticalDispatch  uint64
 	KthreadDispatch   uint64
 	OverdueDispatch   uint64
+	HandoffDispatch   uint64
 	PreemptKicks      uint64
 	WakeupPreempts    uint64
 	CriticalDemoted   uint64
@@ -66,6 +67,7 @@ func (s *Scheduler) ReadStats() (Stats, error) {
 		t.CriticalDispatch += c.CriticalDispatch
 		t.KthreadDispatch += c.KthreadDispatch
 		t.OverdueDispatch += c.OverdueDispatch
+		t.HandoffDispatch += c.HandoffDispatch
 		t.PreemptKicks += c.PreemptKicks
 		t.WakeupPreempts += c.WakeupPreempts
 		t.CriticalDemoted += c.CriticalDemoted
@@ -82,7 +84,7 @@ func (s *Scheduler) ReadStats() (Stats, error) {
 // Metric descriptions: the one place names and help texts are defined.
 var (
 	descEnqueued = prometheus.NewDesc("swiftlane_enqueued_total", "Tasks queued, by scheduling class.", []string{"class"}, nil)
-	descDispatch = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: direct (idle CPU at wakeup), critical, shared, kthread, overdue (waited longer than the starvation bound).", []string{"path"}, nil)
+	descDispatch = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path: direct (idle CPU at wakeup), critical, shared, kthread, overdue (waited longer than the starvation bound), handoff (critical wakee queued on its critical waker's CPU).", []string{"path"}, nil)
 	descPreempt  = prometheus.NewDesc("swiftlane_preempt_kicks_total", "CPUs preempted to run a critical task.", nil, nil)
 	descWakePre  = prometheus.NewDesc("swiftlane_wakeup_preempts_total", "Woken tasks that preempted a later-deadline task on their CPU.", nil, nil)
 	descDemoted  = prometheus.NewDesc("swiftlane_critical_demoted_total", "Critical tasks queued as normal because they used up their CPU budget.", nil, nil)
@@ -133,6 +135,7 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDispatch, st.SharedDispatch, "shared")
 	counter(descDispatch, st.KthreadDispatch, "kthread")
 	counter(descDispatch, st.OverdueDispatch, "overdue")
+	counter(descDispatch, st.HandoffDispatch, "handoff")
 	counter(descPreempt, st.PreemptKicks)
 	counter(descWakePre, st.WakeupPreempts)
 	counter(descDemoted, st.CriticalDemoted)

@@ -38,6 +38,7 @@ type swiftlaneSwlStats struct {
 	CriticalDispatch  uint64
 	KthreadDispatch   uint64
 	OverdueDispatch   uint64
+	HandoffDispatch   uint64
 	PreemptKicks      uint64
 	WakeupPreempts    uint64
 	CriticalDemoted   uint64
