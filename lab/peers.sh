@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds the peer sched_ext schedulers the benchmark compares against,
-# scx_bpfland and scx_rustland, from crates.io into the cache (~5 min each
-# on 2 cores; cached afterwards). A peer that fails to build is recorded
-# with the reason in errors.json, so the benchmark reports why it is missing
-# instead of dropping it.
+# Builds the peer sched_ext schedulers the benchmarks compare against from
+# crates.io into the cache (~5 min each on 2 cores; cached afterwards):
+# scx_bpfland and scx_rustland, and for bench-sched scx_layered (layers of
+# tasks with their own policies: the closest to swiftlane's strategies) and
+# scx_lavd (finds latency-critical tasks by itself). A peer that fails to
+# build is recorded with the reason in errors.json, so the benchmark reports
+# why it is missing instead of dropping it.
 #
 # Usage: lab/peers.sh
 set -uo pipefail
@@ -23,10 +25,19 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
 fi
 cargo=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
-[[ -x $cargo ]] || { echo '{"scx_bpfland":"cargo not found","scx_rustland":"cargo not found"}' >"$errors"; die "cargo not found"; }
+peers=(scx_bpfland scx_rustland scx_layered scx_lavd)
+if [[ ! -x $cargo ]]; then
+	{
+		echo "{"
+		sep=""
+		for peer in "${peers[@]}"; do printf '%s  "%s": "cargo not found"\n' "$sep" "$peer"; sep=","; done
+		echo "}"
+	} >"$errors"
+	die "cargo not found"
+fi
 
 declare -A why=()
-for peer in scx_bpfland scx_rustland; do
+for peer in "${peers[@]}"; do
 	if [[ -x $root/bin/$peer ]] && "$root/bin/$peer" --version 2>/dev/null | grep -q "$PEER_VERSION"; then
 		log "$peer $PEER_VERSION already built"
 		continue
