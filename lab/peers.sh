@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds the peer sched_ext schedulers the benchmarks compare against from
-# crates.io into the cache (~5 min each on 2 cores; cached afterwards):
+# crates.io into the cache (one shared target directory, so the crates they
+# share build once; cached afterwards):
 # scx_bpfland and scx_rustland, and for bench-sched scx_layered (layers of
 # tasks with their own policies: the closest to swiftlane's strategies) and
 # scx_lavd (finds latency-critical tasks by itself). A peer that fails to
@@ -43,7 +44,7 @@ for peer in "${peers[@]}"; do
 		continue
 	fi
 	log "building $peer $PEER_VERSION from crates.io (log: $root/logs/$peer.log)"
-	if ! "$cargo" install --locked --root "$root" --version "$PEER_VERSION" "$peer" >"$root/logs/$peer.log" 2>&1; then
+	if ! CARGO_TARGET_DIR=$root/target "$cargo" install --locked --root "$root" --version "$PEER_VERSION" "$peer" >"$root/logs/$peer.log" 2>&1; then
 		why[$peer]="cargo install $peer@$PEER_VERSION failed: $(grep -m1 -E '^error' "$root/logs/$peer.log" || tail -n1 "$root/logs/$peer.log")"
 		log "${why[$peer]}"
 	fi
