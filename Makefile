@@ -21,7 +21,7 @@ help: ## List the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install host packages (clang, QEMU 10, stress-ng, virtme-ng) — idempotent
+deps: ## Install host packages (clang, QEMU 10, stress-ng, virtme-ng, the benchmarks' perf, rt-tests, nginx, wrk) — idempotent
 	bash lab/deps.sh
 
 .PHONY: build

@@ -28,6 +28,5 @@ wait $pid || true
 echo "   state after detach: $(cat /sys/kernel/sched_ext/state)"
 
 echo "== latency of the UDP echo probe with every CPU saturated (stress-ng --cpu $((2 * $(nproc)))):"
-build/bench-sched -swiftlane $bin -samples 400 -duration 8s \
-	-variants eevdf-idle,eevdf-loaded,swiftlane-loaded,swiftlane-critical-loaded \
-	-out bench/results/demo.json
+build/bench-sched -swiftlane $bin -samples 400 -phase 8s -workloads probe \
+	-variants eevdf,swiftlane,swiftlane-critical -out bench/results/demo.json

@@ -13,7 +13,10 @@ VNG_VERSION=1.42 # virtme-ng from PyPI, the sched_ext community CI's runner
 
 # From bookworm: compiler, the lab's tools. busybox-static builds virtme-ng's
 # initramfs; kmod (depmod/modprobe) and file are used by virtme-ng too.
-main_pkgs=(clang-19 llvm-19 stress-ng zstd iproute2 kmod busybox-static file binutils python3-venv)
+main_pkgs=(clang-19 llvm-19 stress-ng zstd iproute2 kmod busybox-static file binutils python3-venv
+	# bench-sched's workloads, run in the guest from the host's root:
+	# perf bench, cyclictest and hackbench, a web server and its load.
+	linux-perf rt-tests nginx wrk)
 # From bookworm-backports: bookworm's QEMU 7.2 oopses guests on sched_ext
 # attach/detach under multi-threaded TCG; bpftool/libbpf 1.1 predate
 # struct_ops links and the kfunc BTF we need.
@@ -23,7 +26,8 @@ bpo_libs=(libbpf-dev libbpf1 bpftool)
 ver() { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '/^install ok installed/ {print $4}'; }
 ge() { [[ -n $1 ]] && dpkg --compare-versions "$1" ge "$2"; }
 
-need_qemu=0 need_pkgs=()
+need_qemu=0 need_pkgs=() new_nginx=0
+[[ -n $(ver nginx) ]] || new_nginx=1
 ge "$(ver qemu-system-x86)" 1:10 || need_qemu=1
 ge "$(ver libbpf-dev)" 1:1.4 || need_pkgs+=("${bpo_libs[@]/%//bookworm-backports}")
 ge "$(ver bpftool)" 7.5 || need_pkgs+=(bpftool/bookworm-backports libbpf1/bookworm-backports)
@@ -45,8 +49,24 @@ if [[ $need_qemu = 1 || ${#need_pkgs[@]} -gt 0 ]]; then
 	if [[ ${#need_pkgs[@]} -gt 0 ]]; then
 		mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
 		log "installing ${need_pkgs[*]}"
+		# nginx is for the guest only, but its package starts and enables
+		# nginx.service on the host: a policy-rc.d saying no (honoured by
+		# invoke-rc.d and deb-systemd-invoke) keeps it from starting, and it
+		# is disabled after.
+		policy=/usr/sbin/policy-rc.d
+		if [[ $new_nginx = 1 && ! -e $policy ]]; then
+			printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+			trap 'rm -f "$policy"' EXIT
+		fi
 		# pkg/bookworm-backports pins just those packages, nothing else moves.
 		"${apt[@]}" install "${need_pkgs[@]}" >&2 || die "apt-get install ${need_pkgs[*]} failed"
+		if [[ $new_nginx = 1 ]]; then
+			if [[ -d /run/systemd/system ]]; then
+				systemctl disable --now nginx.service >&2 || log "note: could not disable the host's nginx.service"
+			else
+				update-rc.d nginx disable >/dev/null 2>&1 || true
+			fi
+		fi
 	fi
 fi
 qemu_bin >/dev/null

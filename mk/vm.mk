@@ -32,13 +32,51 @@ vm-shell: deps vm-bins ## Interactive root shell in the VM lab (KERNEL=newest|ol
 	$(VM) --kernel $(KERNEL) shell
 
 .PHONY: peers
-peers: deps ## Build scx_bpfland and scx_rustland from crates.io for side-by-side runs (~10 min)
+peers: deps ## Build scx_bpfland, scx_rustland, scx_layered and scx_lavd from crates.io for side-by-side runs (~20 min once)
 	bash lab/peers.sh
 
+# The scheduler's benchmark suite (bench/sched): SCHED_BOOTS boots, every
+# variant in each, the order rotated by one per boot; each boot writes its
+# JSON, then the merge takes medians and spread into sched.json (with the
+# torture tally of bench-torture) and the PNG. ~15 min per boot. QUICK=1 is
+# the smoke run: one boot of 3 s phases, into build/bench-sched-quick/, so
+# bench/results/ keeps the real run. A failed boot does not stop the others;
+# the target fails at the end.
+SCHED_BOOTS       ?= 3
+BENCH_SCHED_FLAGS ?=
+SCHED_OUT         := bench/results
+ifeq ($(QUICK),1)
+SCHED_BOOTS       := 1
+SCHED_OUT         := $(BUILD)/bench-sched-quick
+BENCH_SCHED_FLAGS += -quick
+endif
+
 .PHONY: bench-sched
-bench-sched: deps vm-bins peers ## Scheduler latency benchmark, all variants in one boot -> bench/results/sched.json + .png
-	$(VM) --kernel $(KERNEL) -- $(BUILD)/bench-sched -swiftlane $(BUILD)/swiftlane -out bench/results/sched.json
-	$(GO) run ./bench/plot -in bench/results/sched.json -out bench/results/sched.png
+bench-sched: deps vm-bins peers ## Scheduler benchmark suite: 7 variants x probe, cyclictest, perf messaging/pipe, hackbench, hogs, nginx; SCHED_BOOTS=3 boots -> bench/results/sched.json + .png (QUICK=1: smoke run)
+	@rm -rf $(SCHED_OUT)/sched-boots && mkdir -p $(SCHED_OUT)/sched-boots
+	@failed=0; \
+	for b in $$(seq 1 $(SCHED_BOOTS)); do \
+	  echo "== bench-sched: boot $$b of $(SCHED_BOOTS)"; \
+	  $(VM) --timeout 5400 --kernel $(KERNEL) -- $(BUILD)/bench-sched -boot $$b -swiftlane $(BUILD)/swiftlane \
+	    -peers $(CACHE)/peers/bin -peer-errors $(CACHE)/peers/errors.json \
+	    -out $(SCHED_OUT)/sched-boots/boot-$$b.json $(BENCH_SCHED_FLAGS) || { echo "== bench-sched: boot $$b failed"; failed=1; }; \
+	done; \
+	$(BUILD)/bench-sched -merge -torture bench/results/torture.json -out $(SCHED_OUT)/sched.json $(SCHED_OUT)/sched-boots/boot-*.json && \
+	$(GO) run ./bench/plot -in $(SCHED_OUT)/sched.json -out $(SCHED_OUT)/sched.png && exit $$failed
+
+# TestTorture (test/vm/torture_test.go) TORTURE_RUNS times per kernel, each
+# run in a boot of its own (a run that wedges the kernel must not take the
+# next ones with it); SWL_TORTURE_SECONDS sets the stress per case (the
+# test's default: 20 s, 4 cases a run: ~2-3 min a run, ~2 h for 2 x 20).
+# Logs in $(CACHE)/torture; the tally in bench/results/torture.json, which
+# bench-sched's merge copies into sched.json.
+TORTURE_RUNS    ?= 20
+TORTURE_KERNELS ?= $(KERNELS)
+
+.PHONY: bench-torture
+bench-torture: deps vm-bins ## TestTorture TORTURE_RUNS=20 times per kernel, a boot each -> bench/results/torture.json {kernel: {runs, survived}} (~2 h)
+	bash mk/bench-torture.sh --runs $(TORTURE_RUNS) --logs $(CACHE)/torture --out bench/results/torture.json \
+	  --vmtest $(VMTEST) --swiftlane $(BUILD)/swiftlane --tally $(BUILD)/bench-sched $(TORTURE_KERNELS)
 
 .PHONY: demo
 demo: deps vm-bins ## Build, boot the lab, attach swiftlane, show saturated vs critical latency, detach

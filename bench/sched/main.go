@@ -1,350 +1,265 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command sched is the scheduler benchmark behind `make bench-sched` and
-// `make demo`. It runs as root inside the VM lab, in one boot, and measures
-// the UDP echo probe (the shape of a UE ping through a gNB) under each
-// variant: the kernel's default scheduler idle and saturated, swiftlane
-// saturated with and without a critical strategy for the probe, and peer
-// sched_ext schedulers saturated. It writes bench/results/sched.json.
+// Command sched is the scheduler's benchmark suite behind `make bench-sched`
+// (and the probe table of `make demo`). It has three modes:
+//
+//   - by default it runs as root inside the VM lab, one boot: every variant
+//     (the kernel's default scheduler, swiftlane without and with critical
+//     strategies, and the peer sched_ext schedulers) in turn, in an order
+//     rotated by -boot, each through the same workloads (workloads.go), and
+//     writes that boot's JSON;
+//   - -merge BOOT.json... computes per-variant medians and spread over the
+//     boots into bench/results/sched.json (merge.go);
+//   - -torture-logs DIR tallies the `make bench-torture` runs into
+//     bench/results/torture.json (torture.go).
 package main
 
 import (
-	"context"
-	"encoding/json"
+	"cmp"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
-	"syscall"
-	"text/tabwriter"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"gopkg.in/yaml.v3"
 
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
-// Variant result, as issue "Scheduler core" specifies the JSON.
-type Variant struct {
-	AvgUs      float64   `json:"avg_us,omitempty"`
-	P50Us      float64   `json:"p50_us,omitempty"`
-	P90Us      float64   `json:"p90_us,omitempty"`
-	P99Us      float64   `json:"p99_us,omitempty"`
-	MaxUs      float64   `json:"max_us,omitempty"`
-	Samples    int       `json:"samples,omitempty"`
-	Timeouts   int       `json:"timeouts,omitempty"`
-	HogOpsPerS float64   `json:"hog_ops_per_s,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	RTTUs      []float64 `json:"rtt_us,omitempty"`
-	// SchedCounters are swiftlane's own counters over the run, to explain it.
-	SchedCounters map[string]float64 `json:"sched_counters,omitempty"`
-	Description   string             `json:"description"`
-}
-
-type Report struct {
-	Kernel   string              `json:"kernel"`
-	CPUs     int                 `json:"cpus"`
-	Date     string              `json:"date"`
-	Note     string              `json:"note"`
-	Order    []string            `json:"order"`
-	Variants map[string]*Variant `json:"variants"`
-}
-
 var (
 	swiftlane = flag.String("swiftlane", "build/swiftlane", "swiftlane binary")
-	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with scx_bpfland and scx_rustland")
+	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with the scx_* peers (built by lab/peers.sh)")
 	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
-	out       = flag.String("out", "bench/results/sched.json", "JSON output")
-	samples   = flag.Int("samples", 1000, "probe round trips per variant (at most)")
-	duration  = flag.Duration("duration", 15*time.Second, "probe time budget per variant")
-	interval  = flag.Duration("interval", time.Millisecond, "pause between round trips")
+	layered   = flag.String("layered-config", "", "scx_layered layer config (default: bench/sched/layered.json, built in)")
+	out       = flag.String("out", "", "JSON output (default: bench/results/sched-boots/boot-N.json; with -merge bench/results/sched.json; with -torture-logs bench/results/torture.json)")
+	boot      = flag.Int("boot", 1, "boot number: the variant order is rotated by boot-1")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
+	onlyWork  = flag.String("workloads", "", "comma-separated subset of workloads (default: all): "+strings.Join(workloadNames(), ","))
+	quick     = flag.Bool("quick", false, "smoke run: 3 s phases and cyclictest, 20 loops, 2000 pipe round trips, one run each (flags given explicitly still win)")
+
+	phase      = flag.Duration("phase", 15*time.Second, "length of a timed phase: probe budget, hogs, wrk")
+	samples    = flag.Int("samples", 100000, "probe round trips per phase at most (by default -phase bounds it)")
+	interval   = flag.Duration("interval", time.Millisecond, "pause between probe round trips")
+	cycDur     = flag.Duration("cyclictest", 20*time.Second, "cyclictest duration")
+	runs       = flag.Int("runs", 3, "runs of messaging, pipe and hackbench per variant (the median counts)")
+	groups     = flag.Int("groups", 2, "messaging and hackbench: groups of 20 senders + 20 receivers")
+	loops      = flag.Int("loops", 100, "messaging and hackbench: messages each sender sends each receiver")
+	pipeLoops  = flag.Int("pipe-loops", 20000, "perf bench sched pipe: round trips")
+	hogMethod  = flag.String("hog-method", "int64", "stress-ng --cpu-method of the hogs (one fixed method: 'all' cycles through methods of very different cost per bogo op)")
+	wrkConns   = flag.Int("wrk-connections", 8, "wrk: open connections")
+	wrkRT      = flag.Bool("wrk-rt", true, "run wrk SCHED_FIFO, above every variant: it stands for a remote client, so only nginx's own scheduling is measured")
+	merge      = flag.Bool("merge", false, "merge the boot reports given as arguments into -out")
+	tortureIn  = flag.String("torture", "bench/results/torture.json", "with -merge: the torture tally to copy into the report")
+	tortureDir = flag.String("torture-logs", "", "tally the bench-torture logs in this directory into -out")
 )
 
-var all = []string{"eevdf-idle", "eevdf-loaded", "swiftlane-loaded", "swiftlane-critical-loaded", "scx_bpfland-loaded", "scx_rustland-loaded"}
+// variants in their canonical order; a boot rotates it.
+var variants = []variant{
+	{"eevdf", "kernel default scheduler (EEVDF), no sched_ext scheduler", nil},
+	{"swiftlane", "swiftlane, no strategies", startSwiftlane(noStrategies)},
+	{"swiftlane-critical", "swiftlane, the probe's and nginx's processes class critical (command_regex)", startSwiftlane(criticalStrategies)},
+	{"scx_bpfland", "scx_bpfland (crates.io), defaults", startPeer("scx_bpfland")},
+	{"scx_rustland", "scx_rustland (crates.io), defaults", startPeer("scx_rustland")},
+	{"scx_layered", "scx_layered (crates.io), bench/sched/layered.json: the probe's and nginx's processes in a preempting layer", startLayered},
+	{"scx_lavd", "scx_lavd (crates.io), defaults: finds latency-critical tasks by itself", startPeer("scx_lavd")},
+}
+
+type variant struct {
+	name, describe string
+	// start attaches the variant's scheduler; nil runs the kernel's own.
+	start func() (*scheduler, error)
+}
+
+// BootReport is one boot's results, every variant in the order it ran.
+type BootReport struct {
+	Boot     int                    `json:"boot"`
+	Kernel   string                 `json:"kernel"`
+	CPUs     int                    `json:"cpus"`
+	Date     string                 `json:"date"`
+	Note     string                 `json:"note"`
+	Settings Settings               `json:"settings"`
+	Order    []string               `json:"order"`
+	Variants map[string]*VariantRun `json:"variants"`
+}
+
+// Settings say how a boot was run; the merge refuses to mix different ones.
+type Settings struct {
+	Quick       bool    `json:"quick,omitempty"`
+	Workloads   string  `json:"workloads"`
+	PhaseS      float64 `json:"phase_s"`
+	Samples     int     `json:"probe_samples"`
+	IntervalMs  float64 `json:"probe_interval_ms"`
+	CyclictestS float64 `json:"cyclictest_s"`
+	Runs        int     `json:"runs"`
+	Groups      int     `json:"groups"`
+	Loops       int     `json:"loops"`
+	PipeLoops   int     `json:"pipe_loops"`
+	HogMethod   string  `json:"hog_method"`
+	Hogs        int     `json:"hogs"`
+	WrkConns    int     `json:"wrk_connections"`
+	WrkRT       bool    `json:"wrk_rt"`
+}
+
+// VariantRun is one variant's results in one boot.
+type VariantRun struct {
+	Description string `json:"description"`
+	// Ops is the sched_ext scheduler the kernel reported attached.
+	Ops string `json:"ops,omitempty"`
+	// Metrics are the numbers the merge takes the median of (keys in
+	// merge.go's metrics table), only from workloads that ran to the end
+	// with the variant's scheduler still attached.
+	Metrics     map[string]float64 `json:"metrics"`
+	ProbeIdle   *ProbeResult       `json:"probe_idle,omitempty"`
+	ProbeLoaded *ProbeResult       `json:"probe_loaded,omitempty"`
+	// Errors by workload; Error when the variant could not run (on) at all.
+	Errors map[string]string `json:"errors,omitempty"`
+	Error  string            `json:"error,omitempty"`
+	// SchedCounters are swiftlane's own counters over all workloads.
+	SchedCounters map[string]float64 `json:"sched_counters,omitempty"`
+	Seconds       float64            `json:"seconds"`
+}
 
 func main() {
 	flag.Parse()
-	names := all
-	if *only != "" {
-		names = strings.Split(*only, ",")
-	}
-	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	rep := Report{
-		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
-		Note:     "QEMU TCG guest: absolute times are inflated 20-50x and noisy; compare variants within this run only.",
-		Order:    names,
-		Variants: map[string]*Variant{},
-	}
-	for _, name := range names {
-		fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
-		v, err := runVariant(name)
-		if err != nil {
-			v = &Variant{Error: err.Error()}
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
-		}
-		v.Description = describe[name]
-		rep.Variants[name] = v
-	}
-	printTable(os.Stdout, rep)
-	if err := benchlab.WriteJSON(*out, rep); err != nil {
-		fail(err)
-	}
-}
-
-var describe = map[string]string{
-	"eevdf-idle":                "kernel default scheduler, idle machine",
-	"eevdf-loaded":              "kernel default scheduler, stress-ng --cpu 2xCPUs",
-	"swiftlane-loaded":          "swiftlane, no strategies, stress-ng --cpu 2xCPUs",
-	"swiftlane-critical-loaded": "swiftlane, probe processes class critical, stress-ng --cpu 2xCPUs",
-	"scx_bpfland-loaded":        "scx_bpfland (crates.io), stress-ng --cpu 2xCPUs",
-	"scx_rustland-loaded":       "scx_rustland (crates.io), stress-ng --cpu 2xCPUs",
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "bench:", err)
-	os.Exit(1)
-}
-
-func runVariant(name string) (*Variant, error) {
-	loaded := strings.HasSuffix(name, "-loaded")
-	var stop func() error
 	var err error
 	switch {
-	case strings.HasPrefix(name, "eevdf"):
-		stop = func() error { return nil }
-	case name == "swiftlane-loaded":
-		stop, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig("strategies: []\n"))
-	case name == "swiftlane-critical-loaded":
-		stop, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config",
-			writeConfig("strategies:\n  - name: probe\n    class: critical\n    command_regex: 'swiftlane probe'\n"))
-	case strings.HasPrefix(name, "scx_"):
-		peer := strings.TrimSuffix(name, "-loaded")
-		bin := filepath.Join(*peersDir, peer)
-		if _, serr := os.Stat(bin); serr != nil {
-			return nil, fmt.Errorf("%s not built: %s", peer, peerError(peer))
-		}
-		stop, err = startScheduler(bin)
+	case *merge:
+		err = mergeBoots(flag.Args(), *tortureIn, cmp.Or(*out, "bench/results/sched.json"))
+	case *tortureDir != "":
+		err = tallyTorture(*tortureDir, cmp.Or(*out, "bench/results/torture.json"))
 	default:
-		return nil, fmt.Errorf("unknown variant %q", name)
+		applyQuick()
+		err = runBoot(cmp.Or(*out, fmt.Sprintf("bench/results/sched-boots/boot-%d.json", *boot)))
 	}
 	if err != nil {
-		return nil, err
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
 	}
-	defer stop()
-
-	var hog *exec.Cmd
-	hogYAML := filepath.Join(os.TempDir(), "hog-"+name+".yaml")
-	if loaded {
-		total := *duration + 4*time.Second
-		// Not --quiet: that also drops the metrics from the YAML report.
-		hog = exec.Command("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(2*runtime.NumCPU()),
-			"--timeout", fmt.Sprintf("%ds", int(total.Seconds())), "--metrics-brief", "--yaml", hogYAML)
-		if err := hog.Start(); err != nil {
-			return nil, fmt.Errorf("stress-ng: %w", err)
-		}
-		defer hog.Process.Kill()
-		time.Sleep(2 * time.Second) // let the hogs fill every CPU's queue
-	}
-	v, err := probe()
-	if err != nil {
-		return nil, err
-	}
-	if strings.HasPrefix(name, "swiftlane") {
-		v.SchedCounters = scrapeCounters()
-	}
-	if hog != nil {
-		if err := hog.Wait(); err != nil {
-			return v, fmt.Errorf("stress-ng: %w", err)
-		}
-		v.HogOpsPerS = hogRate(hogYAML)
-	}
-	if err := stop(); err != nil {
-		return v, fmt.Errorf("scheduler stopped badly: %w", err)
-	}
-	return v, nil
 }
 
-const metricsAddr = "127.0.0.1:9462"
+// applyQuick shortens everything the command line did not set itself.
+func applyQuick() {
+	if !*quick {
+		return
+	}
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]string{
+		"phase": "3s", "cyclictest": "3s", "runs": "1",
+		"loops": "20", "pipe-loops": "2000",
+	} {
+		if !set[name] {
+			flag.Set(name, v)
+		}
+	}
+}
 
-// scrapeCounters reads swiftlane's counters and run-queue wait per class.
-func scrapeCounters() map[string]float64 {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+func runBoot(out string) error {
+	order := rotate(variants, *boot-1)
+	if *only != "" {
+		want := strings.Split(*only, ",")
+		for _, w := range want {
+			if !slices.ContainsFunc(variants, func(v variant) bool { return v.name == w }) {
+				return fmt.Errorf("unknown variant %q", w)
+			}
+		}
+		order = slices.DeleteFunc(order, func(v variant) bool { return !slices.Contains(want, v.name) })
+	}
+	work, err := selectWorkloads(*onlyWork)
 	if err != nil {
+		return err
+	}
+	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	rep := BootReport{
+		Boot: *boot, Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(),
+		Date:     time.Now().UTC().Format(time.RFC3339),
+		Note:     "QEMU TCG guest: absolute numbers are inflated 20-50x and noisy, and anything else running on the host skews them; compare variants within a run.",
+		Settings: settings(work),
+		Variants: map[string]*VariantRun{},
+	}
+	for _, v := range order {
+		rep.Order = append(rep.Order, v.name)
+		fmt.Fprintf(os.Stderr, "bench: boot %d: %s ...\n", *boot, v.name)
+		r := runVariant(v, work)
+		if r.Error != "" {
+			fmt.Fprintf(os.Stderr, "bench: %s: %s\n", v.name, r.Error)
+		}
+		rep.Variants[v.name] = r
+	}
+	printBoot(os.Stdout, rep)
+	return benchlab.WriteJSON(out, rep)
+}
+
+// rotate returns vs starting at index n (mod len): boot b runs the variants
+// in the order rotated by b-1, so none is always first or last after boot.
+func rotate[T any](vs []T, n int) []T {
+	if len(vs) == 0 {
 		return nil
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for name, f := range fams {
-		if !strings.HasPrefix(name, "swiftlane_") {
-			continue
-		}
-		for _, m := range f.Metric {
-			key := strings.TrimPrefix(name, "swiftlane_")
-			for _, l := range m.Label {
-				key += "." + l.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			case m.Histogram != nil && m.Histogram.GetSampleCount() > 0:
-				out[key+".avg_us"] = m.Histogram.GetSampleSum() / float64(m.Histogram.GetSampleCount()) * 1e6
-				out[key+".count"] = float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return out
+	n = ((n % len(vs)) + len(vs)) % len(vs)
+	return append(slices.Clone(vs[n:]), vs[:n]...)
 }
 
-func writeConfig(s string) string {
-	f, err := benchlab.WriteConfig(s)
-	if err != nil {
-		fail(err)
+func settings(work []workload) Settings {
+	var names []string
+	for _, w := range work {
+		names = append(names, w.name)
 	}
-	return f
+	return Settings{
+		Quick: *quick, Workloads: strings.Join(names, ","), PhaseS: phase.Seconds(), Samples: *samples,
+		IntervalMs: float64(*interval) / float64(time.Millisecond), CyclictestS: cycDur.Seconds(), Runs: *runs,
+		Groups: *groups, Loops: *loops, PipeLoops: *pipeLoops, HogMethod: *hogMethod, Hogs: nHogs(),
+		WrkConns: *wrkConns, WrkRT: *wrkRT,
+	}
 }
 
-func peerError(peer string) string { return benchlab.PeerError(*peerErrs, peer) }
-
-// startScheduler starts a sched_ext scheduler and waits until the kernel
-// reports it enabled; stop detaches it and waits for the default scheduler.
-func startScheduler(bin string, args ...string) (func() error, error) {
-	cmd := exec.Command(bin, args...)
-	logf, _ := os.CreateTemp("", "sched-*.log")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, with default signal dispositions.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
+// runVariant attaches the variant's scheduler, runs every workload under it
+// and detaches it. A workload's numbers count only if the scheduler is still
+// attached after it: one ejected midway measured the kernel's default.
+func runVariant(v variant, work []workload) *VariantRun {
+	r := &VariantRun{Description: v.describe, Metrics: map[string]float64{}, Errors: map[string]string{}}
+	began := time.Now()
+	defer func() { r.Seconds = time.Since(began).Round(time.Second).Seconds() }()
+	// "" is a kernel without sched_ext: only eevdf can run there.
+	if state, ops := benchlab.SchedState(); state != "disabled" && state != "" {
+		r.Error = fmt.Sprintf("sched_ext is %q (%s) before the variant started: a previous scheduler did not detach", state, ops)
+		return r
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	tail := func() string {
-		b, _ := os.ReadFile(logf.Name())
-		if len(b) > 600 {
-			b = b[len(b)-600:]
+	var s *scheduler
+	if v.start != nil {
+		var err error
+		if s, err = v.start(); err != nil {
+			r.Error = err.Error()
+			return r
 		}
-		return strings.TrimSpace(string(b))
+		defer s.stop()
+		r.Ops = s.ops
 	}
-	err := benchlab.WaitState("enabled", 90*time.Second, func() error {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), err, tail())
-		default:
-			return nil
+	for _, w := range work {
+		fmt.Fprintf(os.Stderr, "bench:   %s: %s\n", v.name, w.name)
+		m, err := w.run(r)
+		if err != nil {
+			r.Errors[w.name] = err.Error()
+			fmt.Fprintf(os.Stderr, "bench:   %s: %s: %v\n", v.name, w.name, err)
 		}
-	})
-	if err != nil {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("%s: %w: %s", filepath.Base(bin), err, tail())
-	}
-	stopped := false
-	return func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(15 * time.Second):
-				cmd.Process.Kill()
-				<-exited
+		if s != nil {
+			if err := s.attached(); err != nil {
+				r.Error = fmt.Sprintf("during %s: %v", w.name, err)
+				return r
 			}
 		}
-		return benchlab.WaitState("disabled", 30*time.Second, nil)
-	}, nil
-}
-
-// probe runs the UDP echo pair as two swiftlane processes.
-func probe() (*Variant, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	echo := exec.CommandContext(ctx, *swiftlane, "probe", "echo", "--listen", "127.0.0.1:7777")
-	if err := echo.Start(); err != nil {
-		return nil, err
-	}
-	defer func() { cancel(); echo.Wait() }()
-	res := filepath.Join(os.TempDir(), fmt.Sprintf("rtt-%d.json", time.Now().UnixNano()))
-	cmd := exec.Command(*swiftlane, "probe", "rtt", "--target", "127.0.0.1:7777",
-		"--samples", fmt.Sprint(*samples), "--duration", duration.String(), "--interval", interval.String(),
-		"--timeout", "2s", "--raw", "--json", res)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("probe: %v: %s", err, b)
-	}
-	b, err := os.ReadFile(res)
-	if err != nil {
-		return nil, err
-	}
-	var v Variant
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, err
-	}
-	if v.Samples == 0 {
-		return nil, fmt.Errorf("probe got no replies (%d timeouts)", v.Timeouts)
-	}
-	return &v, nil
-}
-
-// hogRate reads stress-ng's bogo ops/s (real time) from its YAML report.
-func hogRate(path string) float64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	var doc struct {
-		Metrics []map[string]any `yaml:"metrics"`
-	}
-	if yaml.Unmarshal(b, &doc) != nil {
-		return 0
-	}
-	var sum float64
-	for _, m := range doc.Metrics {
-		for _, k := range []string{"bogo-ops-per-second-real-time", "bogo-ops-per-second-usr-sys-time"} {
-			if v, ok := m[k].(float64); ok {
-				sum += v
-				break
-			}
+		for k, x := range m {
+			r.Metrics[k] = x
 		}
 	}
-	return sum
-}
-
-func printTable(w *os.File, rep Report) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "variant\tsamples\tavg µs\tp50 µs\tp90 µs\tp99 µs\tmax µs\thog ops/s\tvs eevdf-loaded avg\t\n")
-	base := rep.Variants["eevdf-loaded"]
-	for _, name := range rep.Order {
-		v := rep.Variants[name]
-		if v == nil {
-			continue
+	if s != nil {
+		if s.metrics {
+			r.SchedCounters = scrapeCounters()
 		}
-		if v.Error != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", name, v.Error)
-			continue
+		if err := s.stop(); err != nil {
+			r.Error = fmt.Sprintf("scheduler stopped badly: %v", err)
 		}
-		ratio := "-"
-		if base != nil && base.Error == "" && v.AvgUs > 0 {
-			ratio = fmt.Sprintf("%.1fx better", base.AvgUs/v.AvgUs)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", name, v.Samples, v.AvgUs, v.P50Us, v.P90Us, v.P99Us, v.MaxUs, v.HogOpsPerS, ratio)
 	}
-	tw.Flush()
+	return r
 }

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ProbeResult is `swiftlane probe rtt --json`'s report of one phase.
+type ProbeResult struct {
+	AvgUs    float64   `json:"avg_us,omitempty"`
+	P50Us    float64   `json:"p50_us,omitempty"`
+	P90Us    float64   `json:"p90_us,omitempty"`
+	P99Us    float64   `json:"p99_us,omitempty"`
+	MaxUs    float64   `json:"max_us,omitempty"`
+	Samples  int       `json:"samples,omitempty"`
+	Timeouts int       `json:"timeouts,omitempty"`
+	RTTUs    []float64 `json:"rtt_us,omitempty"`
+	// Hog rates of the loaded phase, from stress-ng's metrics.
+	HogOpsPerS    float64 `json:"hog_ops_per_s,omitempty"`
+	HogOpsPerCPUS float64 `json:"hog_ops_per_cpu_s,omitempty"`
+}
+
+// probeWorkload times the UDP echo probe (two processes over loopback, the
+// shape of a UE ping through a gNB) on the idle machine, then beside CPU
+// hogs; the hogs' work per CPU-second over that phase says what the
+// latency cost them.
+func probeWorkload(r *VariantRun) (map[string]float64, error) {
+	m := map[string]float64{}
+	idle, err := probe(false)
+	if err != nil {
+		return m, fmt.Errorf("idle: %w", err)
+	}
+	idle.RTTUs = nil // the plot shows the loaded phase; keep the file small
+	r.ProbeIdle = idle
+	m["probe_idle_avg_us"], m["probe_idle_p99_us"] = idle.AvgUs, idle.P99Us
+
+	// Longer than the probe's phase: starting the probe's two processes
+	// beside the hogs takes a while under TCG.
+	hog, err := startHogs(*phase + 5*time.Second)
+	if err != nil {
+		return m, err
+	}
+	defer hog.stop()
+	loaded, err := probe(true)
+	if err != nil {
+		return m, fmt.Errorf("loaded: %w", err)
+	}
+	r.ProbeLoaded = loaded
+	m["probe_loaded_avg_us"], m["probe_loaded_p99_us"] = loaded.AvgUs, loaded.P99Us
+	// stress-ng writes its metrics when its timeout ends it.
+	perReal, perCPU, err := hog.wait()
+	if err != nil {
+		return m, err
+	}
+	loaded.HogOpsPerS, loaded.HogOpsPerCPUS = perReal, perCPU
+	m["hog_ops_per_s"], m["hog_ops_per_cpu_s"] = perReal, perCPU
+	return m, nil
+}
+
+// probe runs the UDP echo pair as two swiftlane processes.
+func probe(raw bool) (*ProbeResult, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	echo := exec.CommandContext(ctx, *swiftlane, "probe", "echo", "--listen", "127.0.0.1:7777")
+	if err := echo.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { cancel(); echo.Wait() }()
+	res := filepath.Join(os.TempDir(), fmt.Sprintf("rtt-%d.json", time.Now().UnixNano()))
+	args := []string{"probe", "rtt", "--target", "127.0.0.1:7777",
+		"--samples", fmt.Sprint(*samples), "--duration", phase.String(), "--interval", interval.String(),
+		"--timeout", "2s", "--json", res}
+	if raw {
+		args = append(args, "--raw")
+	}
+	if b, err := exec.Command(*swiftlane, args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("probe: %v: %s", err, b)
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		return nil, err
+	}
+	var v ProbeResult
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	if v.Samples == 0 {
+		return nil, fmt.Errorf("probe got no replies (%d timeouts)", v.Timeouts)
+	}
+	return &v, nil
+}
+
+// nHogs is how many CPU hogs saturate the machine: two per CPU, so every
+// CPU always has one waiting.
+func nHogs() int { return 2 * runtime.NumCPU() }
+
+// hogs is stress-ng keeping every CPU busy for a while.
+type hogs struct {
+	cmd  *exec.Cmd
+	yaml string
+	done chan error
+}
+
+// startHogs starts nHogs CPU hogs for d and returns once all of them run.
+func startHogs(d time.Duration) (*hogs, error) {
+	h := &hogs{yaml: filepath.Join(os.TempDir(), fmt.Sprintf("hogs-%d.yaml", time.Now().UnixNano())), done: make(chan error, 1)}
+	// Not --quiet: that also drops the metrics from the YAML report.
+	h.cmd = exec.Command("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(nHogs()),
+		"--cpu-method", *hogMethod, "--timeout", fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds())),
+		"--metrics-brief", "--yaml", h.yaml)
+	// A group of its own, so stop reaches every worker.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := h.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("stress-ng: %w", err)
+	}
+	go func() { h.done <- h.cmd.Wait() }()
+	if err := waitChildren(h.cmd.Process.Pid, nHogs(), 30*time.Second); err != nil {
+		h.stop()
+		return nil, err
+	}
+	return h, nil
+}
+
+// wait waits for the hogs' timeout and returns their bogo ops per second of
+// real time and per second of the CPU time they got (user + system).
+func (h *hogs) wait() (perReal, perCPU float64, err error) {
+	select {
+	case err = <-h.done:
+		h.done <- err
+	case <-time.After(time.Minute + time.Duration(float64(*phase)*2)):
+		return 0, 0, fmt.Errorf("stress-ng did not end at its timeout")
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("stress-ng: %w", err)
+	}
+	b, err := os.ReadFile(h.yaml)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stress-ng metrics: %w", err)
+	}
+	return parseHogYAML(b)
+}
+
+// stop ends the hogs if they still run (SIGTERM to the group, then SIGKILL).
+func (h *hogs) stop() {
+	select {
+	case err := <-h.done:
+		h.done <- err
+		return
+	default:
+	}
+	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case err := <-h.done:
+		h.done <- err
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+		h.done <- <-h.done
+	}
+}
+
+// parseHogYAML reads the cpu stressor's rates from stress-ng's YAML report.
+func parseHogYAML(b []byte) (perReal, perCPU float64, err error) {
+	var doc struct {
+		Metrics []map[string]any `yaml:"metrics"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return 0, 0, fmt.Errorf("stress-ng metrics: %w", err)
+	}
+	num := func(m map[string]any, k string) float64 {
+		switch v := m[k].(type) {
+		case float64:
+			return v
+		case int:
+			return float64(v)
+		}
+		return 0
+	}
+	for _, m := range doc.Metrics {
+		if m["stressor"] != "cpu" {
+			continue
+		}
+		perReal, perCPU = num(m, "bogo-ops-per-second-real-time"), num(m, "bogo-ops-per-second-usr-sys-time")
+		if cpu := num(m, "user-time") + num(m, "system-time"); perCPU == 0 && cpu > 0 {
+			perCPU = num(m, "bogo-ops") / cpu
+		}
+		if perCPU > 0 {
+			return perReal, perCPU, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("no cpu stressor rate in stress-ng's metrics: %.200q", b)
+}
+
+// waitChildren waits until process pid has n children (stress-ng's hogs
+// all forked, so every CPU has a queue). procfs cannot notify it: poll.
+func waitChildren(pid, n int, timeout time.Duration) error {
+	path := fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("stress-ng: %w", err)
+		}
+		if len(strings.Fields(string(b))) >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stress-ng started %d of its %d workers in %v", len(strings.Fields(string(b))), n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	_ "embed"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
+)
+
+const noStrategies = "strategies: []\n"
+
+// criticalStrategies make the latency-sensitive side of each workload
+// critical: both probe processes, and nginx (the master and its workers; a
+// worker's command line is "nginx: worker process", the master's executable
+// /usr/sbin/nginx). Only those two workloads run these processes.
+const criticalStrategies = `strategies:
+  - name: probe
+    class: critical
+    command_regex: 'swiftlane probe'
+  - name: nginx
+    class: critical
+    command_regex: '^nginx: |/nginx$'
+    inherit: true
+`
+
+// layeredConfig is scx_layered's closest equivalent of criticalStrategies:
+// the same processes (by comm) in a layer that preempts the other one.
+//
+//go:embed layered.json
+var layeredConfig []byte
+
+const metricsAddr = "127.0.0.1:9462"
+
+// scheduler is a running sched_ext scheduler process.
+type scheduler struct {
+	name    string
+	ops     string // as the kernel names it in /sys/kernel/sched_ext/root/ops
+	metrics bool   // serves swiftlane's metrics on metricsAddr
+	cmd     *exec.Cmd
+	log     string
+	exited  chan error
+	stopped bool
+}
+
+func startSwiftlane(config string) func() (*scheduler, error) {
+	return func() (*scheduler, error) {
+		cfg, err := benchlab.WriteConfig(config)
+		if err != nil {
+			return nil, err
+		}
+		s, err := startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", cfg)
+		if s != nil {
+			s.metrics = true
+		}
+		return s, err
+	}
+}
+
+func startPeer(peer string, args ...string) func() (*scheduler, error) {
+	return func() (*scheduler, error) {
+		bin := filepath.Join(*peersDir, peer)
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("%s not built: %s", peer, benchlab.PeerError(*peerErrs, peer))
+		}
+		return startScheduler(bin, args...)
+	}
+}
+
+func startLayered() (*scheduler, error) {
+	path := *layered
+	if path == "" {
+		f, err := os.CreateTemp("", "layered-*.json")
+		if err != nil {
+			return nil, err
+		}
+		_, err = f.Write(layeredConfig)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		path = f.Name()
+	}
+	// "f:" makes scx_layered read the specification from a file.
+	return startPeer("scx_layered", "f:"+path)()
+}
+
+// startScheduler starts a sched_ext scheduler and waits until the kernel
+// reports it enabled.
+func startScheduler(bin string, args ...string) (*scheduler, error) {
+	logf, err := os.CreateTemp("", "sched-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	s := &scheduler{name: filepath.Base(bin), log: logf.Name(), exited: make(chan error, 1)}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	// Its own process group, with default signal dispositions (a job a
+	// non-interactive shell starts ignores SIGINT).
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { s.exited <- s.cmd.Wait() }()
+	err = benchlab.WaitState("enabled", 90*time.Second, func() error {
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+			return fmt.Errorf("exited before enabling (%v)", err)
+		default:
+			return nil
+		}
+	})
+	if err != nil {
+		s.cmd.Process.Kill()
+		return nil, fmt.Errorf("%s: %w: %s", s.name, err, s.tail())
+	}
+	_, s.ops = benchlab.SchedState()
+	return s, nil
+}
+
+// attached says why the scheduler is no longer the kernel's, if it is not:
+// the kernel ejected it (watchdog, error) or the process died.
+func (s *scheduler) attached() error {
+	select {
+	case err := <-s.exited:
+		s.exited <- err
+		return fmt.Errorf("%s exited (%v): %s", s.name, err, s.tail())
+	default:
+	}
+	if state, ops := benchlab.SchedState(); state != "enabled" || ops != s.ops {
+		return fmt.Errorf("sched_ext is %q (%s), not %s: the kernel ejected it: %s", state, ops, s.ops, s.tail())
+	}
+	return nil
+}
+
+// stop detaches the scheduler (SIGINT, then SIGTERM, then SIGKILL) and
+// waits for the kernel's default scheduler.
+func (s *scheduler) stop() error {
+	if s.stopped {
+		return nil
+	}
+	s.stopped = true
+	s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+	case <-time.After(15 * time.Second):
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(15 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.exited
+		}
+	}
+	return benchlab.WaitState("disabled", 30*time.Second, nil)
+}
+
+func (s *scheduler) tail() string {
+	b, _ := os.ReadFile(s.log)
+	return strings.TrimSpace(string(b[max(0, len(b)-600):]))
+}
+
+// scrapeCounters reads swiftlane's counters and run-queue wait per class.
+func scrapeCounters() map[string]float64 {
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "swiftlane_") {
+			continue
+		}
+		for _, m := range f.Metric {
+			key := strings.TrimPrefix(name, "swiftlane_")
+			for _, l := range m.Label {
+				key += "." + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Histogram != nil && m.Histogram.GetSampleCount() > 0:
+				out[key+".avg_us"] = m.Histogram.GetSampleSum() / float64(m.Histogram.GetSampleCount()) * 1e6
+				out[key+".count"] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
+}
