@@ -53,13 +53,15 @@ if [[ $need_qemu = 1 || ${#need_pkgs[@]} -gt 0 ]]; then
 		# nginx.service on the host: a policy-rc.d saying no (honoured by
 		# invoke-rc.d and deb-systemd-invoke) keeps it from starting, and it
 		# is disabled after.
-		policy=/usr/sbin/policy-rc.d
-		if [[ $new_nginx = 1 && ! -e $policy ]]; then
+		policy=
+		if [[ $new_nginx = 1 && ! -e /usr/sbin/policy-rc.d ]]; then
+			policy=/usr/sbin/policy-rc.d
 			printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
 			trap 'rm -f "$policy"' EXIT
 		fi
 		# pkg/bookworm-backports pins just those packages, nothing else moves.
 		"${apt[@]}" install "${need_pkgs[@]}" >&2 || die "apt-get install ${need_pkgs[*]} failed"
+		[[ -z ${policy:-} ]] || rm -f "$policy" # ours only; the trap covers a failed install
 		if [[ $new_nginx = 1 ]]; then
 			if [[ -d /run/systemd/system ]]; then
 				systemctl disable --now nginx.service >&2 || log "note: could not disable the host's nginx.service"
