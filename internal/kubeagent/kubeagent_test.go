@@ -65,7 +65,7 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	var fromEvents atomic.Int32
 	a, err := New(Options{
 		Config: cfg, Node: "n1", SystemNamespace: "swiftlane-system", Cgroups: Resolver{res},
-		Applier: strategy.NewApplier(rec, "/proc", root, nil), Interval: 200 * time.Millisecond,
+		Applier: fakeTreeApplier(rec, root), Interval: 200 * time.Millisecond,
 		OnSynced: func(st SyncTimes) {
 			if st.Start.IsZero() || st.Expanded.Before(st.Start) || st.Applied.Before(st.Expanded) || st.Start.Before(st.Event) {
 				t.Errorf("resync stages out of order: %+v", st)
@@ -267,6 +267,21 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 
 func inode(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
 
+// fakeTreeApplier resolves cgroup ids in the test's cgroup tree, a temporary
+// directory that podcgroup.CgroupID refuses (not cgroup2), by inode as
+// cgroup2 numbers them.
+func fakeTreeApplier(rec *strategy.Recorder, root string) *strategy.Applier {
+	a := strategy.NewApplier(rec, "/proc", root, nil)
+	a.SetCgroupIDFunc(func(dir string) (uint64, error) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return 0, err
+		}
+		return inode(fi), nil
+	})
+	return a
+}
+
 // TestContainerOfProcess: a workload's container is named from the
 // container id in the process's cgroup and the pod's container statuses.
 func TestContainerOfProcess(t *testing.T) {
@@ -329,7 +344,7 @@ func TestMapsDoNotWaitForStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := strategy.NewRecorder()
-	a, err := New(Options{Config: acfg, Node: "n1", Cgroups: Resolver{res}, Applier: strategy.NewApplier(rec, "/proc", root, nil)})
+	a, err := New(Options{Config: acfg, Node: "n1", Cgroups: Resolver{res}, Applier: fakeTreeApplier(rec, root)})
 	if err != nil {
 		t.Fatal(err)
 	}
