@@ -46,6 +46,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -58,10 +59,6 @@ const (
 
 // ConditionApplied is the condition each node reports per strategy.
 const ConditionApplied = "Applied"
-
-// maxWorkloads caps the processes listed in a SchedulingNode: the object is
-// for people reading `kubectl get -o yaml`, not an inventory.
-const maxWorkloads = 256
 
 // PodCgroups finds the cgroup of a pod on this node.
 type PodCgroups interface {
@@ -394,26 +391,14 @@ func (a *Agent) strategies() []*v1alpha1.SchedulingStrategy {
 // coreStrategy is the part of a SchedulingStrategy the scheduler core
 // understands (everything but the pod and namespace selectors).
 func coreStrategy(s *v1alpha1.SchedulingStrategy) (strategy.Strategy, error) {
-	c, err := strategy.ParseClass(cmp(s.Spec.Class, v1alpha1.ClassCritical))
+	out, err := crdconv.Strategy(s.Spec)
 	if err != nil {
-		return strategy.Strategy{}, fmt.Errorf("spec.class: %w", err)
-	}
-	out := strategy.Strategy{Class: &c, CommandRegex: s.Spec.CommandRegex, PID: int(s.Spec.PID),
-		CgroupPath: s.Spec.CgroupPath, Inherit: s.Spec.Inherit}
-	if s.Spec.Slice != nil {
-		out.ExecutionTime = uint64(s.Spec.Slice.Duration)
+		return out, err
 	}
 	if err := out.Validate(); err != nil && !(s.Spec.PodSelector != nil && isMatcherMissing(err)) {
 		return out, fmt.Errorf("spec.%s", specField(err))
 	}
 	return out, nil
-}
-
-func cmp(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // isMatcherMissing: a pod-selecting strategy gets its matcher (the pod's
@@ -429,12 +414,7 @@ func specField(err error) string {
 	if !errors.As(err, &fe) {
 		return err.Error()
 	}
-	names := map[string]string{"execution_time": "slice", "command_regex": "commandRegex", "cgroup_path": "cgroupPath"}
-	f := fe.Field
-	if n, ok := names[f]; ok {
-		f = n
-	}
-	return f + ": " + fe.Msg
+	return crdconv.SpecField(fe.Field) + ": " + fe.Msg
 }
 
 // expand appends the strategy's scheduler-core entries to list.
@@ -527,12 +507,12 @@ func (a *Agent) workloads() []v1alpha1.Workload {
 		if ap.Index < 0 || ap.Index >= len(exp) {
 			continue
 		}
-		if len(wl) == maxWorkloads {
+		if len(wl) == crdconv.MaxWorkloads {
 			break
 		}
 		x := exp[ap.Index]
 		w := v1alpha1.Workload{PID: int32(ap.PID), Strategy: x.key, Class: ap.Class.String(),
-			Inherited: ap.Inherited, Cmdline: truncate(ap.Cmdline, 256), Pod: x.pod}
+			Inherited: ap.Inherited, Cmdline: crdconv.Truncate(ap.Cmdline, 256), Pod: x.pod}
 		if x.podObj != nil {
 			w.PodUID = string(x.podObj.UID)
 			w.Container, w.ContainerID = a.containerOf(x.podObj, ap.PID)
@@ -558,13 +538,6 @@ func (a *Agent) containerOf(pod *corev1.Pod, pid int) (name, id string) {
 		}
 	}
 	return "", pp.ContainerID
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // writeStatuses applies this node's entry of each strategy's status where it
@@ -664,7 +637,7 @@ func (a *Agent) applyStatus(ctx context.Context, s *v1alpha1.SchedulingStrategy,
 		nodes = append(nodes, v1alpha1.StrategyNodeStatus{
 			Node: a.o.Node, ObservedGeneration: st.generation, Pods: st.pods, Processes: st.procs, AppliedAt: st.appliedAt,
 			Conditions: []metav1.Condition{{Type: ConditionApplied, Status: metav1.ConditionStatus(st.status), Reason: st.reason,
-				Message: truncate(st.message, 1024), ObservedGeneration: st.generation, LastTransitionTime: st.transition}},
+				Message: crdconv.Truncate(st.message, 1024), ObservedGeneration: st.generation, LastTransitionTime: st.transition}},
 		})
 	}
 	body, err := json.Marshal(map[string]any{

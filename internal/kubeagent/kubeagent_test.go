@@ -308,6 +308,33 @@ func TestContainerOfProcess(t *testing.T) {
 	}
 }
 
+// TestCoreStrategy: core errors name the CRD's fields, and a pod-selecting
+// strategy needs no matcher of its own (the pod's cgroup becomes one).
+func TestCoreStrategy(t *testing.T) {
+	spec := func(edit func(*v1alpha1.SchedulingStrategySpec)) *v1alpha1.SchedulingStrategy {
+		s := &v1alpha1.SchedulingStrategy{Spec: v1alpha1.SchedulingStrategySpec{Class: "high", CommandRegex: "x"}}
+		edit(&s.Spec)
+		return s
+	}
+	for name, tc := range map[string]struct {
+		edit func(*v1alpha1.SchedulingStrategySpec)
+		err  string // prefix; "" for none
+	}{
+		"valid":           {func(*v1alpha1.SchedulingStrategySpec) {}, ""},
+		"bad RE2":         {func(s *v1alpha1.SchedulingStrategySpec) { s.CommandRegex = `(\1)` }, "spec.commandRegex: "},
+		"short slice":     {func(s *v1alpha1.SchedulingStrategySpec) { s.Slice = &metav1.Duration{Duration: time.Microsecond} }, "spec.slice: "},
+		"no matcher":      {func(s *v1alpha1.SchedulingStrategySpec) { s.CommandRegex = "" }, "spec.commandRegex: "},
+		"pods only":       {func(s *v1alpha1.SchedulingStrategySpec) { s.CommandRegex, s.PodSelector = "", &metav1.LabelSelector{} }, ""},
+		"unknown class":   {func(s *v1alpha1.SchedulingStrategySpec) { s.Class = "urgent" }, "spec.class: "},
+		"relative cgroup": {func(s *v1alpha1.SchedulingStrategySpec) { s.CgroupPath = "batch" }, "spec.cgroupPath: "},
+	} {
+		_, err := coreStrategy(spec(tc.edit))
+		if (tc.err == "") != (err == nil) || err != nil && !strings.HasPrefix(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want error prefix %q", name, err, tc.err)
+		}
+	}
+}
+
 // A slow status write (here delayed on the wire; in a cluster, client-go's
 // rate limit or a busy API server) must not hold back the next strategy's
 // map entries: statuses are written after the resync, by their own worker.
