@@ -120,9 +120,6 @@ func TokenFile(path string) func() (string, error) {
 	}
 }
 
-// CloseIdle drops idle connections.
-func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
-
 // Do sends in as JSON (if non-nil) and decodes the answer into out (if
 // non-nil). API errors come back as *Error.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {

@@ -129,19 +129,19 @@ func ParseAPIServer(data []byte) (APIServer, error) {
 	return c, err
 }
 
-// Validate checks values; the error is a *FieldError naming the key.
+// Validate checks values; the error is a *strategy.FieldError naming the key.
 func (c *APIServer) Validate() error {
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
-		return &FieldError{Key: "listen", Msg: fmt.Sprintf("%q is not host:port: use e.g. 127.0.0.1:8443 or :8443", c.Listen)}
+		return &strategy.FieldError{Field: "listen", Msg: fmt.Sprintf("%q is not host:port: use e.g. 127.0.0.1:8443 or :8443", c.Listen)}
 	}
 	if c.DataDir == "" {
-		return &FieldError{Key: "data_dir", Msg: "empty: use a directory, e.g. /var/lib/swiftlane"}
+		return &strategy.FieldError{Field: "data_dir", Msg: "empty: use a directory, e.g. /var/lib/swiftlane"}
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
-		return &FieldError{Key: "tls.key", Msg: "tls.cert and tls.key go together: set both, or neither to use the generated certificate"}
+		return &strategy.FieldError{Field: "tls.key", Msg: "tls.cert and tls.key go together: set both, or neither to use the generated certificate"}
 	}
 	if c.TLS.InsecureHTTP && c.TLS.Cert != "" {
-		return &FieldError{Key: "tls.insecure_http", Msg: "true with tls.cert: drop one of them"}
+		return &strategy.FieldError{Field: "tls.insecure_http", Msg: "true with tls.cert: drop one of them"}
 	}
 	for _, d := range []struct {
 		key      string
@@ -164,42 +164,42 @@ func (c *APIServer) Validate() error {
 			if d.min == 0 {
 				zero = " (0: no limit)"
 			}
-			return &FieldError{Key: d.key, Msg: fmt.Sprintf("%s is out of range: use %s..%s%s, e.g. %s", d.v, d.min, d.max, zero, d.example)}
+			return &strategy.FieldError{Field: d.key, Msg: fmt.Sprintf("%s is out of range: use %s..%s%s, e.g. %s", d.v, d.min, d.max, zero, d.example)}
 		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		return &FieldError{Key: "log.level", Msg: fmt.Sprintf("%q is unknown: use debug, info, warn or error", c.Log.Level)}
+		return &strategy.FieldError{Field: "log.level", Msg: fmt.Sprintf("%q is unknown: use debug, info, warn or error", c.Log.Level)}
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
-		return &FieldError{Key: "log.format", Msg: fmt.Sprintf("%q is unknown: use text or json", c.Log.Format)}
+		return &strategy.FieldError{Field: "log.format", Msg: fmt.Sprintf("%q is unknown: use text or json", c.Log.Format)}
 	}
 	switch c.Store.Kind {
 	case "bolt":
 		if c.Store.Kubeconfig != "" || c.Store.Namespace != "" {
-			return &FieldError{Key: "store.kind", Msg: "bolt with store.kubeconfig or store.namespace: those are for kind kubernetes"}
+			return &strategy.FieldError{Field: "store.kind", Msg: "bolt with store.kubeconfig or store.namespace: those are for kind kubernetes"}
 		}
 	case "kubernetes":
 	default:
-		return &FieldError{Key: "store.kind", Msg: fmt.Sprintf("%q is unknown: use bolt or kubernetes", c.Store.Kind)}
+		return &strategy.FieldError{Field: "store.kind", Msg: fmt.Sprintf("%q is unknown: use bolt or kubernetes", c.Store.Kind)}
 	}
 	names := map[string]int{}
 	for i := range c.DefaultStrategies {
 		st := &c.DefaultStrategies[i]
 		key := fmt.Sprintf("default_strategies[%d]", i)
 		if st.Name == "" {
-			return &FieldError{Key: key + ".name", Msg: "missing: a default strategy needs a name (it is created when no strategy has it)"}
+			return &strategy.FieldError{Field: key + ".name", Msg: "missing: a default strategy needs a name (it is created when no strategy has it)"}
 		}
 		if err := st.Validate(); err != nil {
 			var fe *strategy.FieldError
 			if errors.As(err, &fe) {
-				return &FieldError{Key: key + "." + fe.Field, Msg: fe.Msg}
+				return &strategy.FieldError{Field: key + "." + fe.Field, Msg: fe.Msg}
 			}
-			return &FieldError{Key: key, Msg: err.Error()}
+			return &strategy.FieldError{Field: key, Msg: err.Error()}
 		}
 		if j, dup := names[st.Name]; dup {
-			return &FieldError{Key: key + ".name", Msg: fmt.Sprintf("%q is already used by default_strategies[%d]: names must be unique", st.Name, j)}
+			return &strategy.FieldError{Field: key + ".name", Msg: fmt.Sprintf("%q is already used by default_strategies[%d]: names must be unique", st.Name, j)}
 		}
 		names[st.Name] = i
 	}
@@ -226,9 +226,9 @@ func decodeFile(data []byte, v any, validate func() error) error {
 		return friendlyDecodeError(err)
 	}
 	err := validate()
-	var fe *FieldError
+	var fe *strategy.FieldError
 	if errors.As(err, &fe) && fe.Line == 0 {
-		fe.Line = keyLine(root.Content[0], fe.Key)
+		fe.Line = keyLine(root.Content[0], fe.Field)
 	}
 	return err
 }

@@ -44,8 +44,8 @@ func TestAutomaticErrorsNameTheKey(t *testing.T) {
 		{"automatic:\n  enable: true\n", "automatic.enable", "known keys here"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Key != tc.key || !strings.Contains(err.Error(), tc.hint) {
+		var fe *strategy.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.key || !strings.Contains(err.Error(), tc.hint) {
 			t.Errorf("%q: got %v, want key %s mentioning %q", tc.yaml, err, tc.key, tc.hint)
 		}
 	}

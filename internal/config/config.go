@@ -70,12 +70,6 @@ type API struct {
 	Interval int `yaml:"interval"`
 }
 
-// Bounds of the slice settings, in ns.
-const (
-	MinSliceNs = 50_000        // 50 µs: below this, switching costs dominate
-	MaxSliceNs = 1_000_000_000 // 1 s
-)
-
 // Default returns the configuration used when no file is given.
 func Default() Config {
 	return Config{
@@ -83,20 +77,6 @@ func Default() Config {
 		API:       API{URL: "http://127.0.0.1:8080", Interval: 5},
 		Automatic: Automatic{Class: strategy.Critical, IdleTimeoutMs: 5000},
 	}
-}
-
-// FieldError names the offending key so the user can find and fix it.
-type FieldError struct {
-	Key  string // dotted path, e.g. scheduler.slice_ns_min
-	Line int    // 0 when unknown
-	Msg  string
-}
-
-func (e *FieldError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s (line %d): %s", e.Key, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.Key, e.Msg)
 }
 
 // Load reads and validates a config file. Keys missing from the file keep
@@ -126,19 +106,19 @@ func Parse(data []byte) (Config, error) {
 // Validate checks values; the error names the first bad key.
 func (c *Config) Validate() error {
 	s := c.Scheduler
-	if s.SliceNsDefault < MinSliceNs || s.SliceNsDefault > MaxSliceNs {
-		return &FieldError{Key: "scheduler.slice_ns_default", Msg: fmt.Sprintf("%d is out of range: use %d..%d ns (e.g. 2000000 for 2 ms)", s.SliceNsDefault, MinSliceNs, MaxSliceNs)}
+	if s.SliceNsDefault < strategy.MinSliceNs || s.SliceNsDefault > strategy.MaxSliceNs {
+		return &strategy.FieldError{Field: "scheduler.slice_ns_default", Msg: fmt.Sprintf("%d is out of range: use %d..%d ns (e.g. 2000000 for 2 ms)", s.SliceNsDefault, strategy.MinSliceNs, strategy.MaxSliceNs)}
 	}
-	if s.SliceNsMin < MinSliceNs || s.SliceNsMin > s.SliceNsDefault {
-		return &FieldError{Key: "scheduler.slice_ns_min", Msg: fmt.Sprintf("%d is out of range: use %d ns up to scheduler.slice_ns_default (%d)", s.SliceNsMin, MinSliceNs, s.SliceNsDefault)}
+	if s.SliceNsMin < strategy.MinSliceNs || s.SliceNsMin > s.SliceNsDefault {
+		return &strategy.FieldError{Field: "scheduler.slice_ns_min", Msg: fmt.Sprintf("%d is out of range: use %d ns up to scheduler.slice_ns_default (%d)", s.SliceNsMin, strategy.MinSliceNs, s.SliceNsDefault)}
 	}
 	if c.API.Interval < 1 || c.API.Interval > 3600 {
-		return &FieldError{Key: "api.interval", Msg: fmt.Sprintf("%d is out of range: use 1..3600 seconds", c.API.Interval)}
+		return &strategy.FieldError{Field: "api.interval", Msg: fmt.Sprintf("%d is out of range: use 1..3600 seconds", c.API.Interval)}
 	}
 	if c.API.Enabled || c.API.URL != "" {
 		u, err := url.Parse(c.API.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return &FieldError{Key: "api.url", Msg: fmt.Sprintf("%q is not an http(s) URL: use e.g. https://127.0.0.1:8443", c.API.URL)}
+			return &strategy.FieldError{Field: "api.url", Msg: fmt.Sprintf("%q is not an http(s) URL: use e.g. https://127.0.0.1:8443", c.API.URL)}
 		}
 	}
 	if err := c.Automatic.validate(); err != nil {
@@ -151,13 +131,13 @@ func (c *Config) Validate() error {
 		if err := st.Validate(); err != nil {
 			var fe *strategy.FieldError
 			if errors.As(err, &fe) {
-				return &FieldError{Key: key + "." + fe.Field, Msg: fe.Msg}
+				return &strategy.FieldError{Field: key + "." + fe.Field, Msg: fe.Msg}
 			}
-			return &FieldError{Key: key, Msg: err.Error()}
+			return &strategy.FieldError{Field: key, Msg: err.Error()}
 		}
 		if st.Name != "" {
 			if j, dup := names[st.Name]; dup {
-				return &FieldError{Key: key + ".name", Msg: fmt.Sprintf("%q is already used by strategies[%d]: names must be unique", st.Name, j)}
+				return &strategy.FieldError{Field: key + ".name", Msg: fmt.Sprintf("%q is already used by strategies[%d]: names must be unique", st.Name, j)}
 			}
 			names[st.Name] = i
 		}
@@ -167,22 +147,22 @@ func (c *Config) Validate() error {
 
 func (a *Automatic) validate() error {
 	if a.Class > strategy.Background {
-		return &FieldError{Key: "automatic.class", Msg: fmt.Sprintf("%s is not a class: use critical, high, normal or background", a.Class)}
+		return &strategy.FieldError{Field: "automatic.class", Msg: fmt.Sprintf("%s is not a class: use critical, high, normal or background", a.Class)}
 	}
 	if a.SliceNs != 0 && (a.SliceNs < strategy.MinSliceNs || a.SliceNs > strategy.MaxSliceNs) {
-		return &FieldError{Key: "automatic.slice_ns", Msg: fmt.Sprintf("%d is out of range: use %d..%d ns, or 0 for the scheduler's slice", a.SliceNs, strategy.MinSliceNs, strategy.MaxSliceNs)}
+		return &strategy.FieldError{Field: "automatic.slice_ns", Msg: fmt.Sprintf("%d is out of range: use %d..%d ns, or 0 for the scheduler's slice", a.SliceNs, strategy.MinSliceNs, strategy.MaxSliceNs)}
 	}
 	if a.IdleTimeoutMs < 100 || a.IdleTimeoutMs > 3_600_000 {
-		return &FieldError{Key: "automatic.idle_timeout_ms", Msg: fmt.Sprintf("%d is out of range: use 100..3600000 ms (e.g. 5000)", a.IdleTimeoutMs)}
+		return &strategy.FieldError{Field: "automatic.idle_timeout_ms", Msg: fmt.Sprintf("%d is out of range: use 100..3600000 ms (e.g. 5000)", a.IdleTimeoutMs)}
 	}
 	for i, fn := range a.Functions {
 		if !funcNameRE.MatchString(fn) {
-			return &FieldError{Key: fmt.Sprintf("automatic.functions[%d]", i), Msg: fmt.Sprintf("%q is not a kernel function name: use e.g. gtp_encap_recv", fn)}
+			return &strategy.FieldError{Field: fmt.Sprintf("automatic.functions[%d]", i), Msg: fmt.Sprintf("%q is not a kernel function name: use e.g. gtp_encap_recv", fn)}
 		}
 	}
 	for i, re := range a.Companions {
 		if _, err := regexp.Compile(re); err != nil {
-			return &FieldError{Key: fmt.Sprintf("automatic.companions[%d]", i), Msg: fmt.Sprintf("invalid RE2 regular expression: %v", err)}
+			return &strategy.FieldError{Field: fmt.Sprintf("automatic.companions[%d]", i), Msg: fmt.Sprintf("invalid RE2 regular expression: %v", err)}
 		}
 	}
 	return nil
@@ -212,7 +192,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix string) error {
 			if errors.As(err, &te) && len(te.Errors) > 0 {
 				msg = fmt.Sprintf("%q is not a valid %s", n.Value, t.Kind())
 			}
-			return &FieldError{Key: prefix, Line: n.Line, Msg: msg}
+			return &strategy.FieldError{Field: prefix, Line: n.Line, Msg: msg}
 		}
 		return nil
 	case n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct:
@@ -237,7 +217,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix string) error {
 		}
 		ft, ok := fields[k.Value]
 		if !ok {
-			return &FieldError{Key: path, Line: k.Line, Msg: fmt.Sprintf("unknown key; known keys here: %s", strings.Join(known, ", "))}
+			return &strategy.FieldError{Field: path, Line: k.Line, Msg: fmt.Sprintf("unknown key; known keys here: %s", strings.Join(known, ", "))}
 		}
 		if err := checkKeys(n.Content[i+1], ft, path); err != nil {
 			return err

@@ -77,13 +77,13 @@ func TestErrorsNameTheKey(t *testing.T) {
 			t.Errorf("%q: accepted, want error on %s", c.yaml, c.key)
 			continue
 		}
-		var fe *FieldError
+		var fe *strategy.FieldError
 		if !errors.As(err, &fe) {
 			t.Errorf("%q: error %v is not a FieldError", c.yaml, err)
 			continue
 		}
-		if fe.Key != c.key || !strings.Contains(err.Error(), c.hint) {
-			t.Errorf("%q: got %q (key %s), want key %s and hint %q", c.yaml, err, fe.Key, c.key, c.hint)
+		if fe.Field != c.key || !strings.Contains(err.Error(), c.hint) {
+			t.Errorf("%q: got %q (key %s), want key %s and hint %q", c.yaml, err, fe.Field, c.key, c.hint)
 		}
 	}
 }

@@ -65,7 +65,7 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	var fromEvents atomic.Int32
 	a, err := New(Options{
 		Config: cfg, Node: "n1", SystemNamespace: "swiftlane-system", Cgroups: Resolver{res},
-		Applier: strategy.NewApplier(rec, "/proc", root, nil), Interval: 200 * time.Millisecond,
+		Applier: fakeTreeApplier(rec, root), Interval: 200 * time.Millisecond,
 		OnSynced: func(st SyncTimes) {
 			if st.Start.IsZero() || st.Expanded.Before(st.Start) || st.Applied.Before(st.Expanded) || st.Start.Before(st.Event) {
 				t.Errorf("resync stages out of order: %+v", st)
@@ -267,6 +267,21 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 
 func inode(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
 
+// fakeTreeApplier resolves cgroup ids in the test's cgroup tree, a temporary
+// directory that podcgroup.CgroupID refuses (not cgroup2), by inode as
+// cgroup2 numbers them.
+func fakeTreeApplier(rec *strategy.Recorder, root string) *strategy.Applier {
+	a := strategy.NewApplier(rec, "/proc", root, nil)
+	a.SetCgroupIDFunc(func(dir string) (uint64, error) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return 0, err
+		}
+		return inode(fi), nil
+	})
+	return a
+}
+
 // TestContainerOfProcess: a workload's container is named from the
 // container id in the process's cgroup and the pod's container statuses.
 func TestContainerOfProcess(t *testing.T) {
@@ -289,6 +304,33 @@ func TestContainerOfProcess(t *testing.T) {
 	for pid, want := range map[int][2]string{10: {"gnb", ctr}, 11: {"", ""}, 12: {"", ""}, 13: {"", ""}} {
 		if name, id := a.containerOf(pod, pid); name != want[0] || id != want[1] {
 			t.Errorf("pid %d: container %q %q, want %q %q", pid, name, id, want[0], want[1])
+		}
+	}
+}
+
+// TestCoreStrategy: core errors name the CRD's fields, and a pod-selecting
+// strategy needs no matcher of its own (the pod's cgroup becomes one).
+func TestCoreStrategy(t *testing.T) {
+	spec := func(edit func(*v1alpha1.SchedulingStrategySpec)) *v1alpha1.SchedulingStrategy {
+		s := &v1alpha1.SchedulingStrategy{Spec: v1alpha1.SchedulingStrategySpec{Class: "high", CommandRegex: "x"}}
+		edit(&s.Spec)
+		return s
+	}
+	for name, tc := range map[string]struct {
+		edit func(*v1alpha1.SchedulingStrategySpec)
+		err  string // prefix; "" for none
+	}{
+		"valid":           {func(*v1alpha1.SchedulingStrategySpec) {}, ""},
+		"bad RE2":         {func(s *v1alpha1.SchedulingStrategySpec) { s.CommandRegex = `(\1)` }, "spec.commandRegex: "},
+		"short slice":     {func(s *v1alpha1.SchedulingStrategySpec) { s.Slice = &metav1.Duration{Duration: time.Microsecond} }, "spec.slice: "},
+		"no matcher":      {func(s *v1alpha1.SchedulingStrategySpec) { s.CommandRegex = "" }, "spec.commandRegex: "},
+		"pods only":       {func(s *v1alpha1.SchedulingStrategySpec) { s.CommandRegex, s.PodSelector = "", &metav1.LabelSelector{} }, ""},
+		"unknown class":   {func(s *v1alpha1.SchedulingStrategySpec) { s.Class = "urgent" }, "spec.class: "},
+		"relative cgroup": {func(s *v1alpha1.SchedulingStrategySpec) { s.CgroupPath = "batch" }, "spec.cgroupPath: "},
+	} {
+		_, err := coreStrategy(spec(tc.edit))
+		if (tc.err == "") != (err == nil) || err != nil && !strings.HasPrefix(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want error prefix %q", name, err, tc.err)
 		}
 	}
 }
@@ -329,7 +371,7 @@ func TestMapsDoNotWaitForStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := strategy.NewRecorder()
-	a, err := New(Options{Config: acfg, Node: "n1", Cgroups: Resolver{res}, Applier: strategy.NewApplier(rec, "/proc", root, nil)})
+	a, err := New(Options{Config: acfg, Node: "n1", Cgroups: Resolver{res}, Applier: fakeTreeApplier(rec, root)})
 	if err != nil {
 		t.Fatal(err)
 	}

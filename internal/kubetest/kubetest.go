@@ -14,9 +14,6 @@ import (
 // Option adjusts the Options Start runs the server with.
 type Option func(*Options)
 
-// WithBinDir takes the binaries from dir instead of $SWL_K8S_BIN.
-func WithBinDir(dir string) Option { return func(o *Options) { o.BinDir = dir } }
-
 // WithExtraIPs adds IP SANs to the serving certificate, e.g. GuestHost.
 func WithExtraIPs(ips ...net.IP) Option {
 	return func(o *Options) { o.ExtraIPs = append(o.ExtraIPs, ips...) }

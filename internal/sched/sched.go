@@ -60,6 +60,7 @@ type Scheduler struct {
 	traces []link.Link
 	ops    link.Link
 	events *ringbuf.Reader
+	// The strategy.Target: strategies go straight into BPF maps.
 	*StrategyMaps
 }
 
@@ -235,21 +236,4 @@ func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitIn
 			s.log.Warn("apply strategy", "pid", ev.TGID, "err", err)
 		}
 	}
-}
-
-// The strategy.Target implementation (StrategyMaps): strategies go straight
-// into BPF maps.
-
-// LookupProcess returns the entry BPF holds for a thread group, for tests and
-// diagnostics.
-func (s *Scheduler) LookupProcess(tgid uint32) (strategy.Entry, bool, error) {
-	var v swiftlaneSwlStrategy
-	err := s.objs.TgidStrategy.Lookup(tgid, &v)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return strategy.Entry{}, false, nil
-	}
-	if err != nil {
-		return strategy.Entry{}, false, err
-	}
-	return strategy.Entry{Class: strategy.Class(v.Class), SliceNs: v.SliceNs, Inherit: v.Flags&1 != 0, ID: v.Id}, true, nil
 }

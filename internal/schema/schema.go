@@ -17,14 +17,20 @@ import (
 	"sync"
 )
 
-// FieldError is a validation error naming the JSON field (as in the body,
-// e.g. strategies[1].selectors[0].key) and, in Msg, the fix.
+// FieldError is a validation error naming the field (as in the body or the
+// file, e.g. strategies[1].selectors[0].key) and, in Msg, the fix.
 type FieldError struct {
 	Field string
+	Line  int // in the file the value came from; 0 when unknown or not from a file
 	Msg   string
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+func (e *FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s (line %d): %s", e.Field, e.Line, e.Msg)
+	}
+	return e.Field + ": " + e.Msg
+}
 
 // Rule constrains one JSON field. Zero values mean "no constraint".
 type Rule struct {

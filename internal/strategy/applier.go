@@ -5,13 +5,12 @@ package strategy
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
+
+	"github.com/swiftlane/swiftlane/internal/podcgroup"
 )
 
 // Entry is what the scheduler keeps for a matched process or cgroup.
@@ -59,6 +58,7 @@ type Applier struct {
 	mu         sync.Mutex
 	procRoot   string
 	cgroupRoot string
+	cgroupID   func(dir string) (uint64, error)
 	target     Target
 	log        *slog.Logger
 	set        *Set
@@ -88,6 +88,7 @@ func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *A
 	return &Applier{
 		procRoot:   procRoot,
 		cgroupRoot: cgroupRoot,
+		cgroupID:   podcgroup.CgroupID,
 		target:     target,
 		log:        log,
 		set:        &Set{},
@@ -130,7 +131,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 		if cg == "" || set.At(i).CgroupV1 || set.At(i).CommandRegex != "" || set.At(i).PID != 0 || len(set.At(i).Selectors) > 0 {
 			continue // combined matchers are resolved per process instead
 		}
-		id, err := cgroupID(filepath.Join(a.cgroupRoot, cg))
+		id, err := a.cgroupID(filepath.Join(a.cgroupRoot, cg))
 		if err != nil {
 			a.log.Warn("cgroup strategy not applied", "strategy", strategyName(set, i), "cgroup_path", cg, "err", err)
 			continue
@@ -310,6 +311,15 @@ func (a *Applier) HandleExit(tgid uint32) {
 	}
 }
 
+// SetCgroupIDFunc replaces podcgroup.CgroupID, which refuses directories
+// outside cgroup2, for tests that build a fake cgroup tree in a temporary
+// directory. Call it before the first SetStrategies.
+func (a *Applier) SetCgroupIDFunc(f func(dir string) (uint64, error)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cgroupID = f
+}
+
 // OnExit registers f to be called (without the Applier's lock) for every
 // process exit, so a dynamic source can keep its own state in step.
 func (a *Applier) OnExit(f func(tgid uint32)) {
@@ -382,20 +392,4 @@ func (a *Applier) Applied() []Applied {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out
-}
-
-// cgroupID is the id BPF sees for a cgroup v2 directory: its inode number.
-func cgroupID(dir string) (uint64, error) {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, fmt.Errorf("no such cgroup directory %s", dir)
-		}
-		return 0, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || !fi.IsDir() {
-		return 0, fmt.Errorf("%s is not a cgroup directory", dir)
-	}
-	return st.Ino, nil
 }

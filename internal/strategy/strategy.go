@@ -72,10 +72,11 @@ type Selector struct {
 	Value string `yaml:"value" json:"value"`
 }
 
-// Bounds of execution_time (the per-strategy slice), in ns.
+// Bounds of every slice setting (execution_time, the config's
+// scheduler.slice_ns_* and automatic.slice_ns), in ns.
 const (
-	MinSliceNs = 50_000
-	MaxSliceNs = 1_000_000_000
+	MinSliceNs = 50_000        // 50 µs: below this, switching costs dominate
+	MaxSliceNs = 1_000_000_000 // 1 s
 )
 
 // Strategy gives the processes it matches a class and optionally a slice.

@@ -10,12 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -28,32 +28,16 @@ const AnnotationCreatedRevision = v1alpha1.AnnotationCreatedRevision
 // name); store.Strategy.Namespaces is a namespaceSelector on it.
 const namespaceLabel = "kubernetes.io/metadata.name"
 
-// Bounds on what a heartbeat stores in a SchedulingNode: the object is read
-// by people (kubectl get -o yaml), and etcd refuses values over 1.5 MiB.
-const (
-	maxWorkloads    = 256
-	maxCmdlineBytes = 1024
-)
+// maxCmdlineBytes bounds a workload's command line in a SchedulingNode.
+const maxCmdlineBytes = 1024
 
 // toObject is the SchedulingStrategy for a strategy the API accepted. The
 // API server's own validation (schema, CEL) runs when it is written; this
 // only refuses what the object cannot hold at all.
 func toObject(ns string, s store.Strategy) (*v1alpha1.SchedulingStrategy, error) {
-	spec := v1alpha1.SchedulingStrategySpec{
-		Class:        s.EffectiveClass().String(),
-		CommandRegex: s.CommandRegex,
-		CgroupPath:   s.CgroupPath,
-		Inherit:      s.Inherit,
-	}
-	if s.PID > math.MaxInt32 {
-		return nil, &strategy.FieldError{Field: "pid", Msg: fmt.Sprintf("%d is not a process id: use at most %d", s.PID, math.MaxInt32)}
-	}
-	spec.PID = int32(s.PID)
-	if s.ExecutionTime > 0 {
-		if s.ExecutionTime > math.MaxInt64 {
-			return nil, &strategy.FieldError{Field: "execution_time", Msg: fmt.Sprintf("%d ns is out of range: use %d..%d ns", s.ExecutionTime, strategy.MinSliceNs, strategy.MaxSliceNs)}
-		}
-		spec.Slice = &metav1.Duration{Duration: time.Duration(s.ExecutionTime)}
+	spec, err := crdconv.Spec(s.Strategy)
+	if err != nil {
+		return nil, err
 	}
 	if len(s.Selectors) > 0 {
 		ml := make(map[string]string, len(s.Selectors))
@@ -89,22 +73,10 @@ func toObject(ns string, s store.Strategy) (*v1alpha1.SchedulingStrategy, error)
 // cannot show it faithfully. Revision is left for the caller.
 func fromObject(o *v1alpha1.SchedulingStrategy) (store.Strategy, error) {
 	var s store.Strategy
-	s.Name = o.Name
-	class := o.Spec.Class
-	if class == "" {
-		class = v1alpha1.ClassCritical // the CRD's default, for objects written before it
-	}
-	c, err := strategy.ParseClass(class)
+	core, err := crdconv.Strategy(o.Spec)
+	s.Strategy, s.Name = core, o.Name
 	if err != nil {
-		return s, fmt.Errorf("spec.class: %v", err)
-	}
-	s.Class = &c
-	s.CommandRegex, s.CgroupPath, s.Inherit, s.PID = o.Spec.CommandRegex, o.Spec.CgroupPath, o.Spec.Inherit, int(o.Spec.PID)
-	if sl := o.Spec.Slice; sl != nil && sl.Duration != 0 {
-		if sl.Duration < 0 {
-			return s, fmt.Errorf("spec.slice %v is negative", sl.Duration)
-		}
-		s.ExecutionTime = uint64(sl.Duration)
+		return s, err
 	}
 	if ps := o.Spec.PodSelector; ps != nil {
 		if len(ps.MatchExpressions) > 0 {
@@ -208,19 +180,6 @@ func sameView(a, b store.Strategy) bool {
 		a.CreatedRevision == b.CreatedRevision && a.Owner == b.Owner
 }
 
-// specFields maps SchedulingStrategy spec fields to the API's names.
-var specFields = map[string]string{
-	"class":             "class",
-	"slice":             "execution_time",
-	"commandRegex":      "command_regex",
-	"pid":               "pid",
-	"cgroupPath":        "cgroup_path",
-	"inherit":           "inherit",
-	"podSelector":       "selectors",
-	"namespaceSelector": "namespaces",
-	"nodeSelector":      "node_selector",
-}
-
 // celRules name the API field for the CRD's spec-level CEL rules, which the
 // API server reports against "spec" (the rules carry no fieldPath), with
 // the message in the API's terms.
@@ -260,7 +219,7 @@ func invalidToField(err error, prefix string) (*strategy.FieldError, bool) {
 			}
 		}
 	case len(path) >= 2 && path[0] == "spec":
-		field = specFields[strings.SplitN(path[1], "[", 2)[0]]
+		field = crdconv.APIField(strings.SplitN(path[1], "[", 2)[0])
 	}
 	if field == "" {
 		msg = c.Field + ": " + msg
@@ -300,27 +259,16 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *store.Counters) store.
 }
 
 // workloadsOf converts and caps a heartbeat's workloads: the first
-// maxWorkloads in the agent's order, command lines cut at maxCmdlineBytes.
+// crdconv.MaxWorkloads in the agent's order, command lines cut at maxCmdlineBytes.
 func workloadsOf(ws []store.Workload) []v1alpha1.Workload {
-	out := make([]v1alpha1.Workload, 0, min(len(ws), maxWorkloads))
-	for _, w := range ws[:min(len(ws), maxWorkloads)] {
-		vw := v1alpha1.Workload{PID: int32(min(w.PID, math.MaxInt32)), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: truncate(w.Cmdline, maxCmdlineBytes),
-			PodUID: truncate(w.PodUID, 64), Container: truncate(w.Container, 253), ContainerID: truncate(w.ContainerID, 128)}
+	out := make([]v1alpha1.Workload, 0, min(len(ws), crdconv.MaxWorkloads))
+	for _, w := range ws[:min(len(ws), crdconv.MaxWorkloads)] {
+		vw := v1alpha1.Workload{PID: int32(min(w.PID, math.MaxInt32)), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: crdconv.Truncate(w.Cmdline, maxCmdlineBytes),
+			PodUID: crdconv.Truncate(w.PodUID, 64), Container: crdconv.Truncate(w.Container, 253), ContainerID: crdconv.Truncate(w.ContainerID, 128)}
 		if w.PodName != "" {
 			vw.Pod = w.Namespace + "/" + w.PodName
 		}
 		out = append(out, vw)
 	}
 	return out
-}
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -164,12 +165,12 @@ func TestInvalidBecomesFieldError(t *testing.T) {
 }
 
 func TestWorkloadsAreCapped(t *testing.T) {
-	ws := make([]store.Workload, maxWorkloads+10)
+	ws := make([]store.Workload, crdconv.MaxWorkloads+10)
 	for i := range ws {
 		ws[i] = store.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: strings.Repeat("é", maxCmdlineBytes)}
 	}
 	out := workloadsOf(ws)
-	if len(out) != maxWorkloads || out[0].PID != 1 {
+	if len(out) != crdconv.MaxWorkloads || out[0].PID != 1 {
 		t.Fatalf("%d workloads, first %d", len(out), out[0].PID)
 	}
 	if c := out[0].Cmdline; len(c) > maxCmdlineBytes || !utf8.ValidString(c) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -366,7 +367,7 @@ func TestNodesInKubernetes(t *testing.T) {
 	if err != nil || n.Mode != "observe" || n.Labels["zone"] != "a" || n.RegisteredAt.Unix() != now.Unix() {
 		t.Fatalf("register: %+v %v", n, err)
 	}
-	ws := make([]store.Workload, maxWorkloads+1)
+	ws := make([]store.Workload, crdconv.MaxWorkloads+1)
 	for i := range ws {
 		ws[i] = store.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: "x"}
 	}
@@ -383,7 +384,7 @@ func TestNodesInKubernetes(t *testing.T) {
 	}
 	n, err = s.GetNode(ctx, "n1")
 	if err != nil || n.Mode != "schedule" || len(n.Labels) != 1 || n.Labels["zone"] != "b" || n.AppliedRevision != 42 ||
-		n.SchedulerState != "enabled" || len(n.Workloads) != maxWorkloads || n.Counters == nil || n.Counters.Enqueued["critical"] != 5 ||
+		n.SchedulerState != "enabled" || len(n.Workloads) != crdconv.MaxWorkloads || n.Counters == nil || n.Counters.Enqueued["critical"] != 5 ||
 		n.LastHeartbeat.Unix() != now.Add(time.Second).Unix() || n.Workloads[0] != pod {
 		t.Fatalf("node: %+v %v", n, err)
 	}
