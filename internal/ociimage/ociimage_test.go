@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"gopkg.in/yaml.v3"
 )
 
 var (
@@ -196,15 +198,45 @@ func TestImageContents(t *testing.T) {
 	}
 }
 
-// TestChartRunsAsImageUser: the API Deployment's non-root uid is the
-// image's user, so both name the same account.
-func TestChartRunsAsImageUser(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/helm/swiftlane/templates/api-deployment.yaml")
-	if err != nil {
+// TestChartAgrees: the chart's default image is the name `make image`
+// gives (mk/image.mk: IMAGE_REPO and the chart's appVersion), the LB
+// example runs it too, and the API Deployment's non-root uid is the
+// image's user.
+func TestChartAgrees(t *testing.T) {
+	read := func(p string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var chart struct {
+		AppVersion string `yaml:"appVersion"`
+	}
+	var values struct {
+		Image struct{ Repository, Tag, Digest string }
+	}
+	if err := yaml.Unmarshal(read("deploy/helm/swiftlane/Chart.yaml"), &chart); err != nil {
 		t.Fatal(err)
 	}
+	if err := yaml.Unmarshal(read("deploy/helm/swiftlane/values.yaml"), &values); err != nil {
+		t.Fatal(err)
+	}
+	mk := regexp.MustCompile(`(?m)^IMAGE_REPO \?= (\S+)$`).FindSubmatch(read("mk/image.mk"))
+	if mk == nil {
+		t.Fatal("mk/image.mk: no IMAGE_REPO ?= line")
+	}
+	if string(mk[1]) != values.Image.Repository || values.Image.Tag != "" || values.Image.Digest != "" {
+		t.Fatalf("values.yaml image %+v, make image builds %s:<appVersion>", values.Image, mk[1])
+	}
+	def := values.Image.Repository + ":" + chart.AppVersion
+	if !strings.Contains(string(read("deploy/lb/swiftlane-lb.yaml")), "image: "+def+"\n") {
+		t.Errorf("deploy/lb/swiftlane-lb.yaml does not run %s", def)
+	}
+	api := string(read("deploy/helm/swiftlane/templates/api-deployment.yaml"))
 	for _, want := range []string{"runAsNonRoot: true", "runAsUser: 65532", "runAsGroup: 65532"} {
-		if !strings.Contains(string(b), want) {
+		if !strings.Contains(api, want) {
 			t.Errorf("api-deployment.yaml has no %q (image user %s)", want, User)
 		}
 	}
