@@ -105,6 +105,8 @@ func buildOne(b Binary, o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Best compression: built once, pulled by every node. Compressed once
+	// (cached) for both the digest and the blob.
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
 	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithCompressedCaching)
