@@ -121,7 +121,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 	}
 	f := cmd.Flags()
 	f.StringVarP(&cfgPath, "config", "c", "", "config file (scheduler tunables, api.url, api.interval)")
-	f.StringVar(&server, "server", "https://127.0.0.1:8443", "control-plane URL (default: api.url from --config if given)")
+	f.StringVar(&server, "server", config.DefaultAPIURL, "control-plane URL (default: api.url from --config if given)")
 	f.StringVar(&node, "node", "", "node name (default: the host name)")
 	f.StringSliceVar(&labels, "labels", nil, "node labels, k=v,... (strategies' node_selector matches them)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding this node's agent token (re-read when it changes: rotate by replacing it)")

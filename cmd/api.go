@@ -92,7 +92,7 @@ format, token lifetimes, the signing key's path and default strategies
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config file (docs/control.md); flags override it")
 	f.StringVar(&dataDir, "data-dir", defaultDataDir, "state: database, signing key, admin credential, TLS certificate, token deny list")
-	f.StringVar(&listen, "listen", "127.0.0.1:8443", "address to serve on")
+	f.StringVar(&listen, "listen", config.DefaultListen, "address to serve on")
 	f.StringVar(&certFile, "tls-cert", "", "TLS certificate (PEM) instead of the generated one")
 	f.StringVar(&keyFile, "tls-key", "", "TLS private key (PEM) for --tls-cert")
 	f.StringSliceVar(&sans, "tls-san", nil, "extra host names or IPs for the generated certificate")

@@ -114,3 +114,16 @@ default_strategies:
 		}
 	}
 }
+
+// TestDefaultAddressesAgree: `swiftlane agent` without --server or api.url
+// connects where `swiftlane api` listens without --listen.
+func TestDefaultAddressesAgree(t *testing.T) {
+	listen := newAPICmd().Flags().Lookup("listen").DefValue
+	server := newAgentCmd().Flags().Lookup("server").DefValue
+	if listen != config.DefaultAPIServer().Listen {
+		t.Errorf("api --listen defaults to %s, the config to %s", listen, config.DefaultAPIServer().Listen)
+	}
+	if server != "https://"+listen || config.Default().API.URL != server {
+		t.Errorf("agent --server defaults to %s, api.url to %s; the API serves https on %s", server, config.Default().API.URL, listen)
+	}
+}

@@ -80,8 +80,10 @@ func (c *Client) authorize(req *http.Request) error {
 }
 
 // TokenFile is a token source that reads path again whenever the file
-// changed (another size, modification time or inode: an in-place write or
-// an atomic rename), and keeps the last token read if it cannot be read.
+// changed (another size, modification time or inode: an in-place write, a
+// rename over it, or a Kubernetes Secret volume's swap of its ..data
+// symlink, since the path is resolved at each stat), and keeps the last
+// token read if it cannot be read.
 func TokenFile(path string) func() (string, error) {
 	var mu sync.Mutex
 	var tok string
@@ -89,6 +91,7 @@ func TokenFile(path string) func() (string, error) {
 	return func() (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
+		now := time.Now()
 		fi, err := os.Stat(path)
 		if err != nil {
 			if tok != "" {
@@ -112,6 +115,12 @@ func TokenFile(path string) func() (string, error) {
 		}
 		if t := strings.TrimSpace(string(b)); t != "" {
 			tok, stamp = t, st
+			// Timestamps are coarse (a jiffy, or seconds on some file
+			// systems): a same-size rewrite soon after this one could keep
+			// the stamp. Trust it only once the write is that far back.
+			if now.Sub(fi.ModTime()) < racyWindow {
+				stamp = [3]int64{}
+			}
 		}
 		if tok == "" {
 			return "", fmt.Errorf("token file %s is empty: write the token from `swiftlane token create --role agent --node NAME`", path)
@@ -119,6 +128,10 @@ func TokenFile(path string) func() (string, error) {
 		return tok, nil
 	}
 }
+
+// racyWindow is how long after its modification a token file is read on
+// every request: above the coarsest timestamp granularity in use (2 s, FAT).
+const racyWindow = 3 * time.Second
 
 // Do sends in as JSON (if non-nil) and decodes the answer into out (if
 // non-nil). API errors come back as *Error.

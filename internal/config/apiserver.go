@@ -96,10 +96,14 @@ const (
 	maxTokenTTL = 5 * 365 * 24 * time.Hour
 )
 
+// DefaultListen is where `swiftlane api` serves (HTTPS) unless told
+// otherwise; DefaultAPIURL, the agents' default server, points at it.
+const DefaultListen = "127.0.0.1:8443"
+
 // DefaultAPIServer is the configuration without a file.
 func DefaultAPIServer() APIServer {
 	return APIServer{
-		Listen:   "127.0.0.1:8443",
+		Listen:   DefaultListen,
 		DataDir:  "/var/lib/swiftlane",
 		Timeouts: Timeouts{ReadHeader: 10 * time.Second, Idle: 2 * time.Minute, Shutdown: 5 * time.Second, WatchKeepalive: 15 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},

@@ -70,11 +70,16 @@ type API struct {
 	Interval int `yaml:"interval"`
 }
 
+// DefaultAPIURL is api.url's default: the API server's default address
+// and scheme. (The reference's http://127.0.0.1:8080 is still accepted
+// when written, but our server serves HTTPS on DefaultListen.)
+const DefaultAPIURL = "https://" + DefaultListen
+
 // Default returns the configuration used when no file is given.
 func Default() Config {
 	return Config{
 		Scheduler: Scheduler{SliceNsDefault: 2_000_000, SliceNsMin: 500_000},
-		API:       API{URL: "http://127.0.0.1:8080", Interval: 5},
+		API:       API{URL: DefaultAPIURL, Interval: 5},
 		Automatic: Automatic{Class: strategy.Critical, IdleTimeoutMs: 5000},
 	}
 }

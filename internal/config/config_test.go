@@ -4,6 +4,7 @@ package config
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -17,6 +18,28 @@ func TestDefaultsWithoutFile(t *testing.T) {
 	}
 	if cfg.Scheduler.SliceNsDefault != 2_000_000 || cfg.Scheduler.SliceNsMin != 500_000 || cfg.API.Interval != 5 {
 		t.Fatalf("unexpected defaults: %+v", cfg)
+	}
+}
+
+// TestDefaultAPIURLIsTheServersDefault: a config file that sets no api.url
+// sends the agent where `swiftlane api` serves by default, with the scheme
+// it serves (it used to say http://127.0.0.1:8080, where nothing listens).
+func TestDefaultAPIURLIsTheServersDefault(t *testing.T) {
+	cfg, err := Parse([]byte("api:\n  interval: 7\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(cfg.API.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := DefaultAPIServer()
+	scheme := "https"
+	if srv.TLS.InsecureHTTP {
+		scheme = "http"
+	}
+	if u.Scheme != scheme || u.Host != srv.Listen || (u.Path != "" && u.Path != "/") {
+		t.Fatalf("api.url defaults to %s; the API server serves %s://%s", cfg.API.URL, scheme, srv.Listen)
 	}
 }
 
@@ -45,6 +68,9 @@ strategies:
 	}
 	if !cfg.Debug || !cfg.EarlyProcessing || !cfg.BuiltinIdle || !cfg.API.Enabled {
 		t.Fatalf("booleans not read: %+v", cfg)
+	}
+	if cfg.API.URL != "http://127.0.0.1:8080" {
+		t.Fatalf("api.url = %q, want the reference's value as written", cfg.API.URL)
 	}
 	if got := cfg.Strategies[0].EffectiveClass(); got != strategy.Critical {
 		t.Fatalf("class = %v", got)
