@@ -44,6 +44,7 @@ type Applied struct {
 
 type procState struct {
 	idx       int
+	entry     Entry // as written to the target
 	inherited bool
 	cmdline   string
 }
@@ -244,12 +245,14 @@ func (a *Applier) matchFromLocked(tgid uint32, p Process, from int) error {
 	idx, ok := a.set.MatchFrom(p, from)
 	switch {
 	case ok:
-		if had && old.idx == idx && !old.inherited {
+		e := entryOf(a.set, idx)
+		a.procs[tgid] = procState{idx: idx, entry: e, cmdline: p.Cmdline}
+		// The same index is not enough: a changed strategy can stand there.
+		if had && !old.inherited && old.entry == e {
 			return nil
 		}
-		a.procs[tgid] = procState{idx: idx, cmdline: p.Cmdline}
 		a.log.Debug("strategy applied", "pid", tgid, "strategy", strategyName(a.set, idx), "cmdline", p.Cmdline)
-		return a.target.SetProcess(tgid, entryOf(a.set, idx))
+		return a.target.SetProcess(tgid, e)
 	case had && old.inherited && old.idx < a.set.Len():
 		return nil
 	case had:
@@ -279,7 +282,7 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ps, ok := a.procs[parent]; ok && ps.idx < a.set.Len() && a.set.At(ps.idx).Inherit {
-		a.procs[tgid] = procState{idx: ps.idx, inherited: true, cmdline: ps.cmdline}
+		a.procs[tgid] = procState{idx: ps.idx, entry: entryOf(a.set, ps.idx), inherited: true, cmdline: ps.cmdline}
 		if a.tracking {
 			if p, err := ReadProcess(a.procRoot, int(tgid)); err == nil {
 				a.index[tgid] = p
