@@ -273,7 +273,7 @@ func runOnce[S loadedScheduler](ctx context.Context, cfg config.Config, set *str
 	defer func() { ready.Store(false); slot.set(nil) }()
 
 	if cfg.Automatic.Enabled {
-		a, err := operator.StartAutomatic(cfg.Automatic, applier, cfg.Strategies, log)
+		a, err := operator.StartAutomatic(cfg.Automatic, applier, log)
 		if err != nil {
 			return nil, err
 		}

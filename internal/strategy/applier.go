@@ -62,9 +62,11 @@ type Applier struct {
 	cgroupID   func(dir string) (uint64, error)
 	target     Target
 	log        *slog.Logger
-	set        *Set
-	procs      map[uint32]procState
-	cgroups    map[uint64]int
+	// set is what the target holds: base (SetStrategies) followed by
+	// extra (SetExtra).
+	set, base, extra *Set
+	procs            map[uint32]procState
+	cgroups          map[uint64]int
 	// dynamic entries come from a second source (the GTP-U operator); a
 	// configured strategy that matches the same process wins over them.
 	dynamic map[uint32]dynamicEntry
@@ -93,6 +95,7 @@ func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *A
 		target:     target,
 		log:        log,
 		set:        &Set{},
+		base:       &Set{},
 		procs:      map[uint32]procState{},
 		cgroups:    map[uint64]int{},
 		dynamic:    map[uint32]dynamicEntry{},
@@ -115,9 +118,72 @@ func strategyName(s *Set, idx int) string {
 }
 
 // SetStrategies replaces the strategies and re-matches every process once.
+// Strategies given to SetExtra stay, after them.
 func (a *Applier) SetStrategies(set *Set) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if set == nil {
+		set = &Set{}
+	}
+	a.base = set
+	_, err := a.applyLocked(set.Append(a.extra))
+	return err
+}
+
+// SetExtra sets strategies matched after the ones SetStrategies gives,
+// whatever those become (automatic mode's companions, while GTP-U traffic
+// flows, behind the agent's or the config's strategies); nil removes them.
+// Applied indexes them after the SetStrategies ones.
+func (a *Applier) SetExtra(set *Set) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.extra = set
+	_, err := a.applyLocked(a.base.Append(set))
+	return err
+}
+
+// Retarget moves the Applier to a new, empty Target (the scheduler loaded
+// again after the kernel dropped the old one, and its maps with it) and
+// fills it: the current strategies matched afresh from procfs, entries
+// inherited by processes still alive, and the dynamic entries. Process
+// events stop updating the index until TrackProcesses is called again: the
+// events between the two targets are lost.
+func (a *Applier) Retarget(t Target) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	inherited := map[uint32]procState{}
+	for tgid, ps := range a.procs {
+		if ps.inherited {
+			inherited[tgid] = ps
+		}
+	}
+	a.target = t
+	a.procs, a.cgroups = map[uint32]procState{}, map[uint64]int{}
+	a.tracking, a.index = false, nil
+	alive, err := a.applyLocked(a.set)
+	errs := []error{err}
+	for tgid, ps := range inherited {
+		if _, matched := a.procs[tgid]; alive[tgid] && !matched && ps.idx < a.set.Len() {
+			ps.entry = entryOf(a.set, ps.idx)
+			a.procs[tgid] = ps
+			errs = append(errs, a.target.SetProcess(tgid, ps.entry))
+		}
+	}
+	for tgid, d := range a.dynamic {
+		switch _, matched := a.procs[tgid]; {
+		case !alive[tgid]:
+			delete(a.dynamic, tgid) // its exit event went with the old target
+		case !matched:
+			errs = append(errs, a.target.SetProcess(tgid, d.e))
+		}
+	}
+	errs = append(errs, a.target.Commit())
+	return errors.Join(errs...)
+}
+
+// applyLocked makes set the strategies, matches what a change from the
+// current ones can affect and commits. It returns the processes it listed.
+func (a *Applier) applyLocked(set *Set) (map[uint32]bool, error) {
 	// Strategies before the first that changed still match what they
 	// matched and nothing else: only the rest is matched again (a new
 	// strategy, the newest, is tried on the unmatched processes only).
@@ -155,7 +221,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 	// Processes: from the index when events keep it, else one pass over procfs.
 	pids, err := ListPIDs(a.procRoot)
 	if err != nil {
-		return fmt.Errorf("list processes: %w", err)
+		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	seen := make(map[uint32]bool, len(pids))
 	for _, pid := range pids {
@@ -186,7 +252,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 		}
 	}
 	errs = append(errs, a.target.Commit())
-	return errors.Join(errs...)
+	return seen, errors.Join(errs...)
 }
 
 // TrackProcesses switches strategy changes from re-reading every process in
@@ -380,6 +446,13 @@ func (a *Applier) Dynamic(source string) []uint32 {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// Strategies is how many strategies SetStrategies last gave.
+func (a *Applier) Strategies() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.base.Len()
 }
 
 // Applied lists the processes strategies currently apply to, by PID.
