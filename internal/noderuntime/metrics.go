@@ -82,23 +82,29 @@ func collectProcesses(ch chan<- prometheus.Metric, a *strategy.Applier) {
 	}
 }
 
-// The collectors sit behind collectorSlot, which registers unchecked: they
-// describe nothing.
-
-// kernelCollector exports the in-kernel scheduler's counters.
-type kernelCollector struct {
-	read func() (sched.Stats, error)
-	a    *strategy.Applier // may be nil
+// statsCollector exports a mode's counters, read at each scrape, and the
+// processes per class. It sits behind collectorSlot, which registers
+// unchecked: it describes nothing.
+type statsCollector[T any] struct {
+	read   func() (T, error)
+	export func(chan<- prometheus.Metric, T)
+	a      *strategy.Applier // may be nil
 }
 
-func (kernelCollector) Describe(chan<- *prometheus.Desc) {}
+func (statsCollector[T]) Describe(chan<- *prometheus.Desc) {}
 
-func (c kernelCollector) Collect(ch chan<- prometheus.Metric) {
+func (c statsCollector[T]) Collect(ch chan<- prometheus.Metric) {
 	st, err := c.read()
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descEnqueued, err)
+		ch <- prometheus.NewInvalidMetric(descDispatch, err)
 		return
 	}
+	c.export(ch, st)
+	collectProcesses(ch, c.a)
+}
+
+// exportKernel exports the in-kernel scheduler's counters.
+func exportKernel(ch chan<- prometheus.Metric, st sched.Stats) {
 	for i := range sched.NrClasses {
 		cls := strategy.Class(i).String()
 		counter(ch, descEnqueued, st.Enqueued[i], cls)
@@ -122,24 +128,11 @@ func (c kernelCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, descWaitMax, float64(st.WaitMaxNs)/1e9)
 	gauge(ch, descQueued, float64(st.QueuedCritical), "critical")
 	gauge(ch, descQueued, float64(st.QueuedShared), "shared")
-	collectProcesses(ch, c.a)
 }
 
-// userCollector exports user-space mode's counters: the BPF side's paths
-// and the Go loop's work.
-type userCollector struct {
-	read func() (usersched.Stats, error)
-	a    *strategy.Applier // may be nil
-}
-
-func (userCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c userCollector) Collect(ch chan<- prometheus.Metric) {
-	st, err := c.read()
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descDispatch, err)
-		return
-	}
+// exportUser exports user-space mode's counters: the BPF side's paths and
+// the Go loop's work.
+func exportUser(ch chan<- prometheus.Metric, st usersched.Stats) {
 	for path, v := range userPaths(st) {
 		counter(ch, descDispatch, v, path)
 	}
@@ -156,5 +149,4 @@ func (c userCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descPreempt, st.PreemptKicks)
 	counter(ch, descDemoted, st.CriticalDemoted)
 	counter(ch, descDropped, st.EventsDropped)
-	collectProcesses(ch, c.a)
 }

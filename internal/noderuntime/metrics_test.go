@@ -4,8 +4,7 @@ package noderuntime
 
 import (
 	"errors"
-	"fmt"
-	"os/exec"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -55,22 +54,12 @@ func gather(t *testing.T, c prometheus.Collector) (map[string]float64, map[strin
 	return values, help
 }
 
-// matchedApplier is an Applier whose one critical strategy matches one
-// running process.
+// matchedApplier is an Applier whose one critical strategy matches this
+// test's own process.
 func matchedApplier(t *testing.T) *strategy.Applier {
 	t.Helper()
-	marker := "swiftlane-test-" + t.Name()
-	proc := exec.Command("sh", "-c", "read _; : "+marker)
-	stdin, err := proc.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
 	critical := strategy.Critical
-	set, err := strategy.Compile([]strategy.Strategy{{Name: "m", Class: &critical, CommandRegex: marker}})
+	set, err := strategy.Compile([]strategy.Strategy{{Name: "me", Class: &critical, PID: os.Getpid()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +70,25 @@ func matchedApplier(t *testing.T) *strategy.Applier {
 	return a
 }
 
-func wantValues(t *testing.T, got map[string]float64, want map[string]float64) {
+func kernelStats(st sched.Stats, err error, a *strategy.Applier) prometheus.Collector {
+	return statsCollector[sched.Stats]{read: func() (sched.Stats, error) { return st, err }, export: exportKernel, a: a}
+}
+
+func userStats(st usersched.Stats, err error, a *strategy.Applier) prometheus.Collector {
+	return statsCollector[usersched.Stats]{read: func() (usersched.Stats, error) { return st, err }, export: exportUser, a: a}
+}
+
+// checkCollector compares what c exports with want and lints its names.
+func checkCollector(t *testing.T, c prometheus.Collector, want map[string]float64) {
 	t.Helper()
+	got, _ := gather(t, c)
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
 	}
 }
 
@@ -96,9 +98,7 @@ func TestKernelMetrics(t *testing.T) {
 	st.DirectDispatch, st.HandoffDispatch, st.PreemptKicks, st.EventsDropped = 11, 3, 2, 1
 	st.WaitCount[strategy.Normal], st.WaitHist[strategy.Normal][4] = 5, 5
 	st.WaitMaxNs, st.QueuedShared = 250_000_000, 9
-	c := kernelCollector{read: func() (sched.Stats, error) { return st, nil }, a: matchedApplier(t)}
-	got, _ := gather(t, c)
-	wantValues(t, got, map[string]float64{
+	checkCollector(t, kernelStats(st, nil, matchedApplier(t)), map[string]float64{
 		"swiftlane_enqueued_total{class=high}":          7,
 		"swiftlane_dispatch_total{path=direct}":         11,
 		"swiftlane_dispatch_total{path=handoff}":        3,
@@ -110,17 +110,12 @@ func TestKernelMetrics(t *testing.T) {
 		"swiftlane_strategy_processes{class=critical}":  1,
 		"swiftlane_strategy_processes{class=normal}":    0,
 	})
-	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
-		t.Errorf("lint: %v %+v", err, problems)
-	}
 }
 
 func TestUserMetrics(t *testing.T) {
 	st := usersched.Stats{Sent: 20, Applied: 15, Stale: 2, Fallback: 4, SchedThread: 6, RoundTrips: 10, RoundTripSumNs: 5_000_000,
 		PreemptKicks: 2, CriticalDemoted: 1, Loop: usersched.LoopStats{Iterations: 99}}
-	c := userCollector{read: func() (usersched.Stats, error) { return st, nil }, a: matchedApplier(t)}
-	got, _ := gather(t, c)
-	wantValues(t, got, map[string]float64{
+	checkCollector(t, userStats(st, nil, matchedApplier(t)), map[string]float64{
 		"swiftlane_dispatch_total{path=user}":          15,
 		"swiftlane_dispatch_total{path=fallback}":      4,
 		"swiftlane_dispatch_total{path=scheduler}":     6,
@@ -132,16 +127,13 @@ func TestUserMetrics(t *testing.T) {
 		"swiftlane_critical_demoted_total":             1,
 		"swiftlane_strategy_processes{class=critical}": 1,
 	})
-	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
-		t.Errorf("lint: %v %+v", err, problems)
-	}
 }
 
 // The names both modes export are one definition: same help text, so one
 // dashboard (and `swiftlane stats`) reads either.
 func TestSharedMetricsAreDefinedOnce(t *testing.T) {
-	_, kernel := gather(t, kernelCollector{read: func() (sched.Stats, error) { return sched.Stats{}, nil }, a: matchedApplier(t)})
-	_, user := gather(t, userCollector{read: func() (usersched.Stats, error) { return usersched.Stats{}, nil }, a: matchedApplier(t)})
+	_, kernel := gather(t, kernelStats(sched.Stats{}, nil, matchedApplier(t)))
+	_, user := gather(t, userStats(usersched.Stats{}, nil, matchedApplier(t)))
 	shared := 0
 	for name, h := range kernel {
 		if uh, ok := user[name]; ok {
@@ -158,14 +150,12 @@ func TestSharedMetricsAreDefinedOnce(t *testing.T) {
 
 // A failed read is reported as an invalid metric, not as a panic or a gap.
 func TestMetricsReadError(t *testing.T) {
-	for _, c := range []prometheus.Collector{
-		kernelCollector{read: func() (sched.Stats, error) { return sched.Stats{}, errors.New("map gone") }},
-		userCollector{read: func() (usersched.Stats, error) { return usersched.Stats{}, errors.New("map gone") }},
-	} {
+	gone := errors.New("map gone")
+	for _, c := range []prometheus.Collector{kernelStats(sched.Stats{}, gone, nil), userStats(usersched.Stats{}, gone, nil)} {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(c)
 		if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "map gone") {
-			t.Errorf("%T: gather error %v", c, fmt.Sprint(err))
+			t.Errorf("%T: gather error %v", c, err)
 		}
 	}
 }

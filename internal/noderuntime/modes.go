@@ -30,15 +30,32 @@ type scheduler interface {
 	Close() error
 }
 
-// mode is what differs between the kernel and the user-space mode.
-type mode[S scheduler] struct {
-	name      string // for the attached line
-	load      func() (S, error)
-	collector func(S, *strategy.Applier) prometheus.Collector
-	counters  func(S) (*store.Counters, error)
+// mode is what differs between the kernel and the user-space mode: the
+// scheduler S and its counters T.
+type mode[S scheduler, T any] struct {
+	name  string // for the attached line
+	load  func() (S, error)
+	stats func(S) (T, error)
+	// export gives the counters to /metrics, counters to an agent's heartbeat.
+	export   func(chan<- prometheus.Metric, T)
+	counters func(T) *store.Counters
 	// serve runs while attached: until ctx ends (it returns ctx's error)
 	// or the kernel disables the scheduler (it returns the exit record).
 	serve func(ctx context.Context, s S, a *strategy.Applier) (*sched.ExitInfo, error)
+}
+
+// collector is /metrics for scheduler s.
+func (m mode[S, T]) collector(s S, a *strategy.Applier) prometheus.Collector {
+	return statsCollector[T]{read: func() (T, error) { return m.stats(s) }, export: m.export, a: a}
+}
+
+// readCounters is an agent's heartbeat counters of scheduler s.
+func (m mode[S, T]) readCounters(s S) (*store.Counters, error) {
+	st, err := m.stats(s)
+	if err != nil {
+		return nil, err
+	}
+	return m.counters(st), nil
 }
 
 // checkMode checks the mode and policy as resolved (config, or run's flags).
@@ -58,7 +75,7 @@ func checkMode(s config.Scheduler) error {
 	return nil
 }
 
-func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler] {
+func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler, sched.Stats] {
 	opts := sched.Options{
 		SliceNs:         cfg.Scheduler.SliceNsDefault,
 		SliceMinNs:      cfg.Scheduler.SliceNsMin,
@@ -66,25 +83,18 @@ func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler] {
 		BuiltinIdle:     cfg.BuiltinIdle,
 		Log:             log,
 	}
-	return mode[*sched.Scheduler]{
-		load: func() (*sched.Scheduler, error) { return sched.Load(opts) },
-		collector: func(s *sched.Scheduler, a *strategy.Applier) prometheus.Collector {
-			return kernelCollector{read: s.ReadStats, a: a}
-		},
-		counters: func(s *sched.Scheduler) (*store.Counters, error) {
-			st, err := s.ReadStats()
-			if err != nil {
-				return nil, err
-			}
-			return kernelCounters(st), nil
-		},
+	return mode[*sched.Scheduler, sched.Stats]{
+		load:     func() (*sched.Scheduler, error) { return sched.Load(opts) },
+		stats:    (*sched.Scheduler).ReadStats,
+		export:   exportKernel,
+		counters: kernelCounters,
 		serve: func(ctx context.Context, s *sched.Scheduler, a *strategy.Applier) (*sched.ExitInfo, error) {
 			return s.RunEvents(ctx, a)
 		},
 	}
 }
 
-func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler] {
+func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler, usersched.Stats] {
 	policy := cfg.Scheduler.Policy
 	if policy == "" {
 		policy = "vruntime" // scheduler.policy's documented default
@@ -93,7 +103,7 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler] {
 		log.Warn("early_processing and builtin_idle apply to kernel mode only; ignored")
 	}
 	var p usersched.Policy
-	return mode[*usersched.Scheduler]{
+	return mode[*usersched.Scheduler, usersched.Stats]{
 		name: "user-space policy " + policy,
 		load: func() (*usersched.Scheduler, error) {
 			// A fresh policy for every load (tasks it held belong to the
@@ -105,16 +115,9 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler] {
 			}
 			return usersched.Open(usersched.Options{SliceNs: cfg.Scheduler.SliceNsDefault, Log: log})
 		},
-		collector: func(s *usersched.Scheduler, a *strategy.Applier) prometheus.Collector {
-			return userCollector{read: s.Stats, a: a}
-		},
-		counters: func(s *usersched.Scheduler) (*store.Counters, error) {
-			st, err := s.Stats()
-			if err != nil {
-				return nil, err
-			}
-			return userCounters(st), nil
-		},
+		stats:    (*usersched.Scheduler).Stats,
+		export:   exportUser,
+		counters: userCounters,
 		serve: func(ctx context.Context, s *usersched.Scheduler, a *strategy.Applier) (*sched.ExitInfo, error) {
 			// Process events feed the applier on their own goroutine; the
 			// dispatch loop runs on this one, and reports the exit itself.

@@ -153,12 +153,12 @@ func observe(ctx context.Context, o Options, set *strategy.Set, ep *endpoint, bu
 
 // runner loads, attaches and serves the scheduler of one mode, again and
 // again while the kernel asks for it.
-type runner[S scheduler] struct {
+type runner[S scheduler, T any] struct {
 	o     Options
 	set   *strategy.Set
 	ep    *endpoint
 	build Build
-	m     mode[S]
+	m     mode[S, T]
 	node  Node
 
 	// mu guards the scheduler an agent's Stats reads.
@@ -176,13 +176,13 @@ type runner[S scheduler] struct {
 
 var errNotAttached = errors.New("the scheduler is not attached (it is being loaded again)")
 
-func newRunner[S scheduler](o Options, set *strategy.Set, ep *endpoint, build Build, m mode[S]) *runner[S] {
-	r := &runner[S]{o: o, set: set, ep: ep, build: build, m: m}
+func newRunner[S scheduler, T any](o Options, set *strategy.Set, ep *endpoint, build Build, m mode[S, T]) *runner[S, T] {
+	r := &runner[S, T]{o: o, set: set, ep: ep, build: build, m: m}
 	r.node = Node{Mode: Schedule, SchedulerState: schedulerState, Stats: r.counters}
 	return r
 }
 
-func (r *runner[S]) run(ctx context.Context) error {
+func (r *runner[S, T]) run(ctx context.Context) error {
 	defer r.stop()
 	enableRetries := 0
 	for {
@@ -213,7 +213,7 @@ func (r *runner[S]) run(ctx context.Context) error {
 
 // once loads, attaches and serves until ctx ends (nil exit) or the kernel
 // disables the scheduler (its exit record).
-func (r *runner[S]) once(ctx context.Context) (*sched.ExitInfo, error) {
+func (r *runner[S, T]) once(ctx context.Context) (*sched.ExitInfo, error) {
 	s, err := r.m.load()
 	if err != nil {
 		return nil, err
@@ -273,7 +273,7 @@ func (r *runner[S]) once(ctx context.Context) (*sched.ExitInfo, error) {
 // matched tasks are fast from the start: the first time Options' and the
 // agent's (built now, with the Applier), after a reload all the Applier
 // holds.
-func (r *runner[S]) fill(s S) error {
+func (r *runner[S, T]) fill(s S) error {
 	if r.node.Applier != nil {
 		if err := r.node.Applier.Retarget(s); err != nil {
 			r.o.Log.Warn("some strategies could not be applied", "err", err)
@@ -297,7 +297,7 @@ func (r *runner[S]) fill(s S) error {
 
 // start runs automatic mode and the agent from the first attach on: both
 // outlive reloads (the Applier keeps their entries for the next scheduler).
-func (r *runner[S]) start(ctx context.Context) error {
+func (r *runner[S, T]) start(ctx context.Context) error {
 	if r.started {
 		return nil
 	}
@@ -328,7 +328,7 @@ func (r *runner[S]) start(ctx context.Context) error {
 }
 
 // stop ends what start started.
-func (r *runner[S]) stop() {
+func (r *runner[S, T]) stop() {
 	if r.cancel != nil {
 		r.cancel()
 		<-r.agentDone
@@ -338,7 +338,7 @@ func (r *runner[S]) stop() {
 	}
 }
 
-func (r *runner[S]) setCurrent(s S, loaded bool) {
+func (r *runner[S, T]) setCurrent(s S, loaded bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cur, r.loaded = s, loaded
@@ -346,13 +346,13 @@ func (r *runner[S]) setCurrent(s S, loaded bool) {
 
 // counters reads the attached scheduler's counters, holding mu so that the
 // scheduler is not closed meanwhile.
-func (r *runner[S]) counters() (*store.Counters, error) {
+func (r *runner[S, T]) counters() (*store.Counters, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.loaded {
 		return nil, errNotAttached
 	}
-	return r.m.counters(r.cur)
+	return r.m.readCounters(r.cur)
 }
 
 // schedulerState is sched_ext's state and, when one is attached, its name.

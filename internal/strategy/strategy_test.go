@@ -76,20 +76,7 @@ func newRecorder() *Recorder { return NewRecorder() }
 
 // Real processes and the real /proc: a marker in argv selects them.
 func TestApplierMatchesRealProcesses(t *testing.T) {
-	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
-	// read is a shell builtin: the shell waits on stdin without forking a
-	// child (a forked "sleep" carries the shell's argv until it execs, and
-	// a scan in that window matched it too).
-	proc := exec.Command("sh", "-c", "read _; : "+marker)
-	stdin, err := proc.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
-
+	proc, marker := startMarked(t, "")
 	rec := newRecorder()
 	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
 	set, err := Compile([]Strategy{{Name: "m", Class: class(Critical), CommandRegex: marker, ExecutionTime: 100000}})
@@ -329,6 +316,9 @@ func TestApplierRewritesAChangedStrategyAtTheSameIndex(t *testing.T) {
 func startMarked(t *testing.T, suffix string) (*exec.Cmd, string) {
 	t.Helper()
 	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-") + suffix
+	// read is a shell builtin: the shell waits on stdin without forking a
+	// child (a forked "sleep" carries the shell's argv until it execs, and
+	// a scan in that window matched it too).
 	proc := exec.Command("sh", "-c", "read _; : "+marker)
 	stdin, err := proc.StdinPipe()
 	if err != nil {
