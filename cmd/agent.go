@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,10 +21,8 @@ import (
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/kubeagent"
+	"github.com/swiftlane/swiftlane/internal/noderuntime"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
-	"github.com/swiftlane/swiftlane/internal/sched"
-	"github.com/swiftlane/swiftlane/internal/store"
-	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -38,6 +35,9 @@ func newAgentCmd() *cobra.Command {
 		Long: `Registers this node with the control plane, receives strategy changes by push
 (a watch stream resumed from the last revision), applies them to the scheduler
 and heartbeats its counters and resolved processes every api.interval seconds.
+The scheduler runs as with 'swiftlane run': in the config's scheduler.mode
+(kernel or userspace), with automatic mode if automatic.enabled, loaded again
+when the kernel asks for a restart.
 If the kernel has no sched_ext it runs in observe mode: it resolves and reports
 strategies but schedules nothing. With the server down it keeps applying the
 last strategies it knew (also across restarts, from --state-file).
@@ -52,15 +52,12 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 (from 'swiftlane token create --role agent --node NAME') and --ca-file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := config.Default()
-			if cfgPath != "" {
-				var err error
-				if cfg, err = config.Load(cfgPath); err != nil {
-					return err
-				}
-				if !cmd.Flags().Changed("server") {
-					server = cfg.API.URL
-				}
+			cfg, err := loadConfig(cfgPath)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("server") {
+				server = cfg.API.URL
 			}
 			lbl, err := parseLabels(labels)
 			if err != nil {
@@ -100,7 +97,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 				}
 			}
 			log := newLogger(cfg.Debug)
-			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt nodeRuntime) (func(context.Context) error, error) {
+			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
 				client := api.NewClient(server, token, tlsCfg)
 				if tokenFile != "" {
 					// Re-read when it changes: a rotated token is used
@@ -120,7 +117,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&cfgPath, "config", "c", "", "config file (scheduler tunables, api.url, api.interval)")
+	f.StringVarP(&cfgPath, "config", "c", "", "config file (scheduler tunables and mode, automatic mode, api.url, api.interval)")
 	f.StringVar(&server, "server", config.DefaultAPIURL, "control-plane URL (default: api.url from --config if given)")
 	f.StringVar(&node, "node", "", "node name (default: the host name)")
 	f.StringSliceVar(&labels, "labels", nil, "node labels, k=v,... (strategies' node_selector matches them)")
@@ -163,7 +160,7 @@ func runKubeAgent(ctx context.Context, cfg config.Config, node, kubeconfig, sysN
 		return fmt.Errorf("--kubelet-cgroup-root/--kubelet-cgroup-driver: %w", err)
 	}
 	log := newLogger(cfg.Debug)
-	return runAgent(ctx, cfg, log, metricsAddr, func(rt nodeRuntime) (func(context.Context) error, error) {
+	return runAgent(ctx, cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
 		a, err := kubeagent.New(kubeagent.Options{
 			Config: rc, Node: node, SystemNamespace: sysNamespace, Applier: rt.Applier, Cgroups: kubeagent.Resolver{Resolver: res},
 			Mode: rt.Mode, Reason: rt.Reason, Version: version, Kernel: kernelRelease(),
@@ -224,132 +221,8 @@ func kernelRelease() string {
 	return unix.ByteSliceToString(uts.Release[:])
 }
 
-// nodeRuntime is what an agent gets from the node: the Applier that drives
-// the scheduler's maps (or records, in observe mode) and how to read the
-// scheduler's state.
-type nodeRuntime struct {
-	Applier        *strategy.Applier
-	Mode, Reason   string
-	Stats          func() (*store.Counters, error)
-	SchedulerState func() string
-}
-
-// runAgent attaches the scheduler when the kernel can run it, else runs in
-// observe mode, and runs the agent that build returns until ctx ends or the
-// kernel ejects the scheduler. build runs before the scheduler attaches, so
-// an agent can hand it strategies it already knows.
-func runAgent(ctx context.Context, cfg config.Config, log *slog.Logger, metricsAddr string, build func(nodeRuntime) (func(context.Context) error, error)) error {
-	var slot collectorSlot
-	var ready atomic.Bool
-	if metricsAddr != "" {
-		srv, err := serveHTTP(metricsAddr, &slot, &ready)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-	}
-	rt := nodeRuntime{SchedulerState: func() string {
-		state, ops, err := sched.State()
-		if err != nil {
-			return "unavailable"
-		}
-		if ops != "" {
-			return state + " (" + ops + ")"
-		}
-		return state
-	}}
-	cgroupRoot := cgroupV2Root()
-	if err := sched.Check(); err != nil {
-		var ue *sched.UnsupportedError
-		if !errors.As(err, &ue) {
-			return err
-		}
-		fmt.Fprintln(os.Stderr, "swiftlane: observe mode (strategies are resolved and reported, nothing is scheduled):", ue)
-		rt.Mode, rt.Reason = agent.ModeObserve, ue.Error()
-		rt.Applier = strategy.NewApplier(agent.NewRecordingTarget(), "/proc", cgroupRoot, log)
-		run, err := build(rt)
-		if err != nil {
-			return err
-		}
-		ready.Store(true)
-		return run(ctx)
-	}
-
-	s, err := sched.Load(sched.Options{
-		SliceNs: cfg.Scheduler.SliceNsDefault, SliceMinNs: cfg.Scheduler.SliceNsMin,
-		EarlyProcessing: cfg.EarlyProcessing, BuiltinIdle: cfg.BuiltinIdle, Log: log,
-	})
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	rt.Mode = agent.ModeSchedule
-	rt.Applier = strategy.NewApplier(s, "/proc", cgroupRoot, log)
-	rt.Stats = func() (*store.Counters, error) {
-		st, err := s.ReadStats()
-		if err != nil {
-			return nil, err
-		}
-		return countersOf(st), nil
-	}
-	run, err := build(rt)
-	if err != nil {
-		return err
-	}
-	if err := s.Attach(); err != nil {
-		return err
-	}
-	slot.set(sched.Collector{S: s, A: rt.Applier})
-	defer slot.set(nil)
-	ready.Store(true)
-	fmt.Fprintln(os.Stderr, "swiftlane: scheduler attached; agent running")
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- run(actx) }()
-	exit, err := s.RunEvents(ctx, rt.Applier)
-	cancel()
-	if rerr := <-done; rerr != nil && ctx.Err() == nil {
-		log.Error("agent stopped", "err", rerr)
-	}
-	if ctx.Err() != nil {
-		if derr := s.Detach(); derr != nil {
-			return fmt.Errorf("detach: %w", derr)
-		}
-		fmt.Fprintln(os.Stderr, "swiftlane: detached")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(os.Stderr, "swiftlane: the kernel stopped the scheduler:", exit)
-	return exitError{code: 1}
-}
-
-// cgroupV2Root is the cgroup2 mount: /sys/fs/cgroup, or its unified
-// subdirectory on hybrid hosts; "" on cgroup v1 hosts (no BPF cgroup matching).
-func cgroupV2Root() string {
-	l, err := podcgroup.DetectLayout(podcgroup.DefaultMountinfo, podcgroup.DefaultRoot)
-	if err != nil {
-		return podcgroup.DefaultRoot
-	}
-	return l.Unified
-}
-
-func countersOf(st sched.Stats) *store.Counters {
-	c := &store.Counters{
-		Enqueued: map[string]uint64{},
-		Dispatched: map[string]uint64{
-			"direct": st.DirectDispatch, "shared": st.SharedDispatch, "critical": st.CriticalDispatch, "kthread": st.KthreadDispatch, "overdue": st.OverdueDispatch, "handoff": st.HandoffDispatch,
-		},
-		PreemptKicks: st.PreemptKicks, WakeupPreempts: st.WakeupPreempts, CriticalDemoted: st.CriticalDemoted,
-		StarvationRescues: st.StarvationRescues, EventsDropped: st.EventsDropped,
-		RunqueueWait: map[string]store.WaitHistogram{},
-	}
-	for i := range sched.NrClasses {
-		name := strategy.Class(i).String()
-		c.Enqueued[name] = st.Enqueued[i]
-		c.RunqueueWait[name] = store.WaitHistogram{Count: st.WaitCount[i], SumNs: st.WaitSumNs[i], Buckets: append([]uint64(nil), st.WaitHist[i][:]...)}
-	}
-	return c
+// runAgent runs an agent on the node runtime: beside the scheduler in the
+// configured mode, or observing where the kernel cannot run it.
+func runAgent(ctx context.Context, cfg config.Config, log *slog.Logger, metricsAddr string, build noderuntime.Build) error {
+	return nodeExit(noderuntime.Run(ctx, noderuntime.Options{Config: cfg, MetricsAddr: metricsAddr, Degrade: true, Log: log}, build))
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -57,3 +58,22 @@ func Execute() int {
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func newLogger(debug bool) *slog.Logger {
+	if debug {
+		return newLoggerFormat("debug", "text")
+	}
+	return newLoggerFormat("info", "text")
+}
+
+// newLoggerFormat logs to stderr at level (debug, info, warn, error) as
+// text or JSON (one object a line, for log shippers).
+func newLoggerFormat(level, format string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // validated by the config
+	o := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, o))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}

@@ -4,12 +4,13 @@ package cmd
 
 import (
 	"io"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/swiftlane/swiftlane/internal/agent"
+	"github.com/swiftlane/swiftlane/internal/config"
+	"github.com/swiftlane/swiftlane/internal/kubeagent"
+	"github.com/swiftlane/swiftlane/internal/noderuntime"
 )
 
 // Wrong --mode/--policy combinations fail before anything is loaded, naming
@@ -33,45 +34,46 @@ func TestRunFlagErrors(t *testing.T) {
 	}
 }
 
-// The endpoint `swiftlane run` and `swiftlane agent` share: /healthz always,
-// /readyz only while ready, /metrics from whatever the slot holds.
-func TestServeHTTP(t *testing.T) {
-	var slot collectorSlot
-	var ready atomic.Bool
-	srv, err := serveHTTP("127.0.0.1:0", &slot, &ready)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	base := "http://" + srv.Addr
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(base + path)
-		if err != nil {
+// The flags override the config's mode and policy where given; a policy
+// needs the user-space mode from either.
+func TestRunFlagsOverTheConfig(t *testing.T) {
+	user := config.Scheduler{Mode: config.ModeUserspace, Policy: "fifo"}
+	for _, tc := range []struct {
+		name string
+		cfg  config.Scheduler
+		args []string
+		want config.Scheduler
+		err  string
+	}{
+		{"no flags", user, nil, user, ""},
+		{"policy for the config's user-space mode", config.Scheduler{Mode: config.ModeUserspace}, []string{"--policy", "fifo"}, user, ""},
+		{"kernel mode drops the config's policy", user, []string{"--mode", "kernel"}, config.Scheduler{Mode: config.ModeKernel}, ""},
+		{"user-space mode from the flag", config.Scheduler{Mode: config.ModeKernel}, []string{"--mode", "userspace", "--policy", "fifo"}, user, ""},
+		{"policy for the config's kernel mode", config.Scheduler{Mode: config.ModeKernel}, []string{"--policy", "fifo"}, config.Scheduler{}, "--policy fifo: policies are for --mode userspace"},
+	} {
+		cmd := newRunCmd()
+		if err := cmd.ParseFlags(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		got := tc.cfg
+		err := runFlags(cmd.Flags(), &got)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%s: got %+v (%v), want %+v", tc.name, got, err, tc.want)
+		}
 	}
-	if code, _ := get("/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz: %d", code)
-	}
-	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz before attach: %d, want 503", code)
-	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "swiftlane_test_total", Help: "test"})
-	c.Add(3)
-	slot.set(c)
-	ready.Store(true)
-	if code, _ := get("/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz while attached: %d, want 200", code)
-	}
-	if _, body := get("/metrics"); !strings.Contains(body, "swiftlane_test_total 3") {
-		t.Fatalf("/metrics does not serve the slot's collector:\n%s", body)
-	}
-	slot.set(nil)
-	if _, body := get("/metrics"); strings.Contains(body, "swiftlane_test_total") {
-		t.Fatalf("/metrics still serves a detached scheduler:\n%s", body)
+}
+
+// The agents report the runtime's mode as it is.
+func TestNodeModesAreTheAgents(t *testing.T) {
+	for _, p := range [][2]string{
+		{noderuntime.Schedule, agent.ModeSchedule}, {noderuntime.Schedule, kubeagent.ModeSchedule},
+		{noderuntime.Observe, agent.ModeObserve}, {noderuntime.Observe, kubeagent.ModeObserve},
+	} {
+		if p[0] != p[1] {
+			t.Errorf("the runtime's mode %q is the agents' %q", p[0], p[1])
+		}
 	}
 }

@@ -54,8 +54,15 @@ type Automatic struct {
 	Companions []string `yaml:"companions"`
 }
 
-// Scheduler holds the in-kernel scheduler's tunables.
+// Scheduler holds the scheduler's tunables and where its policy runs.
 type Scheduler struct {
+	// Mode is where the scheduling policy runs: ModeKernel (in BPF) or
+	// ModeUserspace (a Go loop in swiftlane's process, docs/userspace.md).
+	Mode string `yaml:"mode"`
+	// Policy is user-space mode's built-in policy (usersched.PolicyNames;
+	// empty: vruntime). The node runtime checks it against the mode in use,
+	// which `swiftlane run --mode` may override.
+	Policy string `yaml:"policy"`
 	// SliceNsDefault is the slice a task gets when few tasks wait (ns).
 	SliceNsDefault uint64 `yaml:"slice_ns_default"`
 	// SliceNsMin is the smallest slice, reached when many tasks wait (ns).
@@ -70,6 +77,12 @@ type API struct {
 	Interval int `yaml:"interval"`
 }
 
+// Scheduler modes (scheduler.mode).
+const (
+	ModeKernel    = "kernel"
+	ModeUserspace = "userspace"
+)
+
 // DefaultAPIURL is api.url's default: the API server's default address
 // and scheme. (The reference's http://127.0.0.1:8080 is still accepted
 // when written, but our server serves HTTPS on DefaultListen.)
@@ -78,7 +91,7 @@ const DefaultAPIURL = "https://" + DefaultListen
 // Default returns the configuration used when no file is given.
 func Default() Config {
 	return Config{
-		Scheduler: Scheduler{SliceNsDefault: 2_000_000, SliceNsMin: 500_000},
+		Scheduler: Scheduler{Mode: ModeKernel, SliceNsDefault: 2_000_000, SliceNsMin: 500_000},
 		API:       API{URL: DefaultAPIURL, Interval: 5},
 		Automatic: Automatic{Class: strategy.Critical, IdleTimeoutMs: 5000},
 	}
@@ -116,6 +129,9 @@ func (c *Config) Validate() error {
 	}
 	if s.SliceNsMin < strategy.MinSliceNs || s.SliceNsMin > s.SliceNsDefault {
 		return &strategy.FieldError{Field: "scheduler.slice_ns_min", Msg: fmt.Sprintf("%d is out of range: use %d ns up to scheduler.slice_ns_default (%d)", s.SliceNsMin, strategy.MinSliceNs, s.SliceNsDefault)}
+	}
+	if s.Mode != ModeKernel && s.Mode != ModeUserspace {
+		return &strategy.FieldError{Field: "scheduler.mode", Msg: fmt.Sprintf("%q is not a mode: use %s (the policy runs in BPF) or %s (in swiftlane's process)", s.Mode, ModeKernel, ModeUserspace)}
 	}
 	if c.API.Interval < 1 || c.API.Interval > 3600 {
 		return &strategy.FieldError{Field: "api.interval", Msg: fmt.Sprintf("%d is out of range: use 1..3600 seconds", c.API.Interval)}

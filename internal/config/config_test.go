@@ -16,7 +16,8 @@ func TestDefaultsWithoutFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Scheduler.SliceNsDefault != 2_000_000 || cfg.Scheduler.SliceNsMin != 500_000 || cfg.API.Interval != 5 {
+	if cfg.Scheduler.SliceNsDefault != 2_000_000 || cfg.Scheduler.SliceNsMin != 500_000 || cfg.API.Interval != 5 ||
+		cfg.Scheduler.Mode != ModeKernel || cfg.Scheduler.Policy != "" {
 		t.Fatalf("unexpected defaults: %+v", cfg)
 	}
 }
@@ -87,6 +88,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"scheduler:\n  slice_ns_min: abc\n", "scheduler.slice_ns_min", "not a valid"},
 		{"scheduler:\n  slice_ns_default: 10\n", "scheduler.slice_ns_default", "out of range"},
 		{"scheduler:\n  slice_ns_min: 3000000\n", "scheduler.slice_ns_min", "up to scheduler.slice_ns_default"},
+		{"scheduler:\n  mode: hybrid\n", "scheduler.mode", "use kernel (the policy runs in BPF) or userspace"},
 		{"api:\n  url: ftp://x\n", "api.url", "http(s)"},
 		{"api:\n  interval: 0\n", "api.interval", "1..3600"},
 		{"strategies:\n  - class: critical\n", "strategies[0].command_regex", "at least one matcher"},
@@ -111,5 +113,16 @@ func TestErrorsNameTheKey(t *testing.T) {
 		if fe.Field != c.key || !strings.Contains(err.Error(), c.hint) {
 			t.Errorf("%q: got %q (key %s), want key %s and hint %q", c.yaml, err, fe.Field, c.key, c.hint)
 		}
+	}
+}
+
+// The user-space mode is chosen in the file too (the agent has no --mode).
+func TestSchedulerModeKeys(t *testing.T) {
+	cfg, err := Parse([]byte("scheduler:\n  mode: userspace\n  policy: fifo\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Scheduler.Mode != ModeUserspace || cfg.Scheduler.Policy != "fifo" || cfg.Scheduler.SliceNsDefault != 2_000_000 {
+		t.Fatalf("scheduler: %+v", cfg.Scheduler)
 	}
 }

@@ -42,30 +42,30 @@ func Companions(cfg config.Automatic) []strategy.Strategy {
 }
 
 // StartAutomatic loads the tracer and runs the operator over applier until
-// Stop. base are the configured strategies: while GTP-U traffic is carried,
-// the companions are matched after them.
-func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, base []strategy.Strategy, log *slog.Logger) (*Automatic, error) {
+// Stop. While GTP-U traffic is carried, the companions are matched after
+// the applier's strategies, whatever those are then (the config's or an
+// agent's).
+func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.Logger) (*Automatic, error) {
+	companions, err := strategy.Compile(Companions(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("automatic.companions: %w", err)
+	}
 	idle := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
 	tr, err := trace.Load(trace.Options{Functions: cfg.Functions, EmitInterval: EmitInterval(idle), Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("automatic.enabled: %w (or set automatic.enabled: false)", err)
 	}
-	companions := Companions(cfg)
 	op := New(applier, Options{
 		Class: cfg.Class, SliceNs: cfg.SliceNs, IdleTimeout: idle, Log: log,
 		OnActive: func(active bool) {
-			if len(companions) == 0 {
+			if companions.Len() == 0 {
 				return
 			}
-			list := append([]strategy.Strategy(nil), base...)
+			var extra *strategy.Set
 			if active {
-				list = append(list, companions...)
+				extra = companions
 			}
-			set, err := strategy.Compile(list)
-			if err == nil {
-				err = applier.SetStrategies(set)
-			}
-			if err != nil {
+			if err := applier.SetExtra(extra); err != nil {
 				log.Warn("companion strategies", "active", active, "err", err)
 			}
 		},

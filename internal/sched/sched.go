@@ -222,18 +222,25 @@ func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitIn
 			}
 			return nil, err
 		}
-		switch ev.Type {
-		case EventExec:
-			err = a.HandleExec(ev.TGID)
-		case EventFork:
-			err = a.HandleFork(ev.TGID, ev.PPID)
-		case EventExit:
-			a.HandleExit(ev.TGID)
-		case EventSchedExit:
+		if ev.Type == EventSchedExit {
 			return s.Exit()
 		}
-		if err != nil {
+		if err := ApplyEvent(a, ev); err != nil {
 			s.log.Warn("apply strategy", "pid", ev.TGID, "err", err)
 		}
 	}
+}
+
+// ApplyEvent hands an exec, fork or exit event to the Applier; the user-space
+// mode's event loop uses it too. Other events are the caller's.
+func ApplyEvent(a *strategy.Applier, ev Event) error {
+	switch ev.Type {
+	case EventExec:
+		return a.HandleExec(ev.TGID)
+	case EventFork:
+		return a.HandleFork(ev.TGID, ev.PPID)
+	case EventExit:
+		a.HandleExit(ev.TGID)
+	}
+	return nil
 }

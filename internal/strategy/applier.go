@@ -44,6 +44,7 @@ type Applied struct {
 
 type procState struct {
 	idx       int
+	entry     Entry // as written to the target
 	inherited bool
 	cmdline   string
 }
@@ -61,9 +62,11 @@ type Applier struct {
 	cgroupID   func(dir string) (uint64, error)
 	target     Target
 	log        *slog.Logger
-	set        *Set
-	procs      map[uint32]procState
-	cgroups    map[uint64]int
+	// set is what the target holds: base (SetStrategies) followed by
+	// extra (SetExtra).
+	set, base, extra *Set
+	procs            map[uint32]procState
+	cgroups          map[uint64]int
 	// dynamic entries come from a second source (the GTP-U operator); a
 	// configured strategy that matches the same process wins over them.
 	dynamic map[uint32]dynamicEntry
@@ -92,6 +95,7 @@ func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *A
 		target:     target,
 		log:        log,
 		set:        &Set{},
+		base:       &Set{},
 		procs:      map[uint32]procState{},
 		cgroups:    map[uint64]int{},
 		dynamic:    map[uint32]dynamicEntry{},
@@ -114,9 +118,72 @@ func strategyName(s *Set, idx int) string {
 }
 
 // SetStrategies replaces the strategies and re-matches every process once.
+// Strategies given to SetExtra stay, after them.
 func (a *Applier) SetStrategies(set *Set) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if set == nil {
+		set = &Set{}
+	}
+	a.base = set
+	_, err := a.applyLocked(set.Append(a.extra))
+	return err
+}
+
+// SetExtra sets strategies matched after the ones SetStrategies gives,
+// whatever those become (automatic mode's companions, while GTP-U traffic
+// flows, behind the agent's or the config's strategies); nil removes them.
+// Applied indexes them after the SetStrategies ones.
+func (a *Applier) SetExtra(set *Set) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.extra = set
+	_, err := a.applyLocked(a.base.Append(set))
+	return err
+}
+
+// Retarget moves the Applier to a new, empty Target (the scheduler loaded
+// again after the kernel dropped the old one, and its maps with it) and
+// fills it: the current strategies matched afresh from procfs, entries
+// inherited by processes still alive, and the dynamic entries. Process
+// events stop updating the index until TrackProcesses is called again: the
+// events between the two targets are lost.
+func (a *Applier) Retarget(t Target) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	inherited := map[uint32]procState{}
+	for tgid, ps := range a.procs {
+		if ps.inherited {
+			inherited[tgid] = ps
+		}
+	}
+	a.target = t
+	a.procs, a.cgroups = map[uint32]procState{}, map[uint64]int{}
+	a.tracking, a.index = false, nil
+	alive, err := a.applyLocked(a.set)
+	errs := []error{err}
+	for tgid, ps := range inherited {
+		if _, matched := a.procs[tgid]; alive[tgid] && !matched && ps.idx < a.set.Len() {
+			ps.entry = entryOf(a.set, ps.idx)
+			a.procs[tgid] = ps
+			errs = append(errs, a.target.SetProcess(tgid, ps.entry))
+		}
+	}
+	for tgid, d := range a.dynamic {
+		switch _, matched := a.procs[tgid]; {
+		case !alive[tgid]:
+			delete(a.dynamic, tgid) // its exit event went with the old target
+		case !matched:
+			errs = append(errs, a.target.SetProcess(tgid, d.e))
+		}
+	}
+	errs = append(errs, a.target.Commit())
+	return errors.Join(errs...)
+}
+
+// applyLocked makes set the strategies, matches what a change from the
+// current ones can affect and commits. It returns the processes it listed.
+func (a *Applier) applyLocked(set *Set) (map[uint32]bool, error) {
 	// Strategies before the first that changed still match what they
 	// matched and nothing else: only the rest is matched again (a new
 	// strategy, the newest, is tried on the unmatched processes only).
@@ -154,7 +221,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 	// Processes: from the index when events keep it, else one pass over procfs.
 	pids, err := ListPIDs(a.procRoot)
 	if err != nil {
-		return fmt.Errorf("list processes: %w", err)
+		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	seen := make(map[uint32]bool, len(pids))
 	for _, pid := range pids {
@@ -185,7 +252,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 		}
 	}
 	errs = append(errs, a.target.Commit())
-	return errors.Join(errs...)
+	return seen, errors.Join(errs...)
 }
 
 // TrackProcesses switches strategy changes from re-reading every process in
@@ -244,12 +311,14 @@ func (a *Applier) matchFromLocked(tgid uint32, p Process, from int) error {
 	idx, ok := a.set.MatchFrom(p, from)
 	switch {
 	case ok:
-		if had && old.idx == idx && !old.inherited {
+		e := entryOf(a.set, idx)
+		a.procs[tgid] = procState{idx: idx, entry: e, cmdline: p.Cmdline}
+		// The same index is not enough: a changed strategy can stand there.
+		if had && !old.inherited && old.entry == e {
 			return nil
 		}
-		a.procs[tgid] = procState{idx: idx, cmdline: p.Cmdline}
 		a.log.Debug("strategy applied", "pid", tgid, "strategy", strategyName(a.set, idx), "cmdline", p.Cmdline)
-		return a.target.SetProcess(tgid, entryOf(a.set, idx))
+		return a.target.SetProcess(tgid, e)
 	case had && old.inherited && old.idx < a.set.Len():
 		return nil
 	case had:
@@ -279,7 +348,7 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ps, ok := a.procs[parent]; ok && ps.idx < a.set.Len() && a.set.At(ps.idx).Inherit {
-		a.procs[tgid] = procState{idx: ps.idx, inherited: true, cmdline: ps.cmdline}
+		a.procs[tgid] = procState{idx: ps.idx, entry: entryOf(a.set, ps.idx), inherited: true, cmdline: ps.cmdline}
 		if a.tracking {
 			if p, err := ReadProcess(a.procRoot, int(tgid)); err == nil {
 				a.index[tgid] = p
@@ -377,6 +446,13 @@ func (a *Applier) Dynamic(source string) []uint32 {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// Strategies is how many strategies SetStrategies last gave.
+func (a *Applier) Strategies() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.base.Len()
 }
 
 // Applied lists the processes strategies currently apply to, by PID.

@@ -48,6 +48,18 @@ func (e *IndexError) Unwrap() error { return e.Err }
 // Len is the number of strategies.
 func (s *Set) Len() int { return len(s.items) }
 
+// Append returns the strategies of s followed by those of more (either may
+// be nil), without compiling them again.
+func (s *Set) Append(more *Set) *Set {
+	out := &Set{}
+	for _, x := range []*Set{s, more} {
+		if x != nil {
+			out.items = append(out.items, x.items...)
+		}
+	}
+	return out
+}
+
 // At returns strategy i.
 func (s *Set) At(i int) Strategy { return s.items[i].s }
 

@@ -3,6 +3,7 @@
 package strategy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,20 +76,7 @@ func newRecorder() *Recorder { return NewRecorder() }
 
 // Real processes and the real /proc: a marker in argv selects them.
 func TestApplierMatchesRealProcesses(t *testing.T) {
-	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
-	// read is a shell builtin: the shell waits on stdin without forking a
-	// child (a forked "sleep" carries the shell's argv until it execs, and
-	// a scan in that window matched it too).
-	proc := exec.Command("sh", "-c", "read _; : "+marker)
-	stdin, err := proc.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
-
+	proc, marker := startMarked(t, "")
 	rec := newRecorder()
 	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
 	set, err := Compile([]Strategy{{Name: "m", Class: class(Critical), CommandRegex: marker, ExecutionTime: 100000}})
@@ -298,4 +286,58 @@ func TestTrackedChangeMatchesOnlyWhatItCanAffect(t *testing.T) {
 	if _, ok := rec.Process(100); ok {
 		t.Fatal("pid 100 kept a changed strategy it no longer matches")
 	}
+}
+
+// A strategy replaced by another at the same index (its class edited) is
+// written again, whether processes are matched from procfs or the index.
+func TestApplierRewritesAChangedStrategyAtTheSameIndex(t *testing.T) {
+	for _, tracking := range []bool{false, true} {
+		proc, marker := startMarked(t, fmt.Sprint(tracking))
+		rec := newRecorder()
+		a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
+		if tracking {
+			if err := a.TrackProcesses(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []Class{Critical, Background} {
+			if err := a.SetStrategies(mustCompile(t, Strategy{Name: "s", Class: class(c), CommandRegex: marker})); err != nil {
+				t.Fatal(err)
+			}
+			if e, _ := rec.Process(pidOf(proc)); e.Class != c {
+				t.Errorf("tracking %v: entry %+v after the strategy became %s", tracking, e, c)
+			}
+		}
+	}
+}
+
+// startMarked starts a process whose command line carries a marker unique
+// to the test, and returns the process and the marker.
+func startMarked(t *testing.T, suffix string) (*exec.Cmd, string) {
+	t.Helper()
+	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-") + suffix
+	// read is a shell builtin: the shell waits on stdin without forking a
+	// child (a forked "sleep" carries the shell's argv until it execs, and
+	// a scan in that window matched it too).
+	proc := exec.Command("sh", "-c", "read _; : "+marker)
+	stdin, err := proc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
+	return proc, marker
+}
+
+func pidOf(c *exec.Cmd) uint32 { return uint32(c.Process.Pid) }
+
+func mustCompile(t *testing.T, list ...Strategy) *Set {
+	t.Helper()
+	set, err := Compile(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }

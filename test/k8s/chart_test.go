@@ -171,6 +171,9 @@ func TestChartLint(t *testing.T) {
 		{"pinned digest, extra SANs", []string{
 			"--set", "image.digest=sha256:" + strings.Repeat("ab", 32), "--set", "api.tls.extraSANs={swiftlane.example.com,192.0.2.7}",
 		}},
+		{"user-space mode, automatic mode", []string{
+			"--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.scheduler.policy=fifo", "--set", "agent.config.automatic.enabled=true",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := run(t, nil, helm, append([]string{"lint", "--strict", chartDir, "--namespace", testNamespace, "--kube-version", kubeVersion}, tc.args...)...)
@@ -275,8 +278,62 @@ func TestChartAgentPod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rendered agent config rejected: %v\n%s", err, cm.Data["config.yaml"])
 	}
-	if cfg.Scheduler.SliceNsDefault != 2000000 || cfg.API.Interval != 5 {
+	if cfg.Scheduler.SliceNsDefault != 2000000 || cfg.API.Interval != 5 || cfg.Scheduler.Mode != config.ModeKernel || cfg.Automatic.Enabled {
 		t.Errorf("rendered config %+v: want the chart's defaults", cfg)
+	}
+}
+
+// agentCapabilities renders the chart and returns the agent container's
+// added capabilities, sorted, and the config it would load.
+func agentCapabilities(t *testing.T, args ...string) ([]corev1.Capability, config.Config) {
+	t.Helper()
+	objs := render(t, args...)
+	var ds appsv1.DaemonSet
+	find(t, objs, "DaemonSet", "swl-swiftlane-agent", &ds)
+	add := slices.Clone(ds.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Add)
+	slices.Sort(add)
+	var cm corev1.ConfigMap
+	find(t, objs, "ConfigMap", "swl-swiftlane-agent", &cm)
+	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("rendered agent config rejected: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	return add, cfg
+}
+
+// The scheduler mode and automatic mode reach the agent's config file, and
+// each adds only the capability it needs: IPC_LOCK to lock the user-space
+// scheduler's memory, SYS_ADMIN for the GTP-U tracer's module BTF.
+func TestChartAgentModes(t *testing.T) {
+	base := []corev1.Capability{"BPF", "PERFMON", "SYS_PTRACE"}
+	with := func(extra ...corev1.Capability) []corev1.Capability {
+		out := append(slices.Clone(base), extra...)
+		slices.Sort(out)
+		return out
+	}
+
+	add, cfg := agentCapabilities(t, "--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.scheduler.policy=fifo")
+	if cfg.Scheduler.Mode != config.ModeUserspace || cfg.Scheduler.Policy != "fifo" || cfg.Automatic.Enabled {
+		t.Errorf("user-space mode: rendered scheduler %+v, automatic %+v", cfg.Scheduler, cfg.Automatic)
+	}
+	if want := with("IPC_LOCK"); !slices.Equal(add, want) {
+		t.Errorf("user-space mode: capabilities %v, want %v", add, want)
+	}
+
+	add, cfg = agentCapabilities(t, "--set", "agent.config.automatic.enabled=true", "--set", "agent.config.automatic.class=high",
+		"--set", "agent.config.automatic.slice_ns=200000", "--set", "agent.config.automatic.idle_timeout_ms=2000",
+		"--set", "agent.config.automatic.functions={gtp_encap_recv}", "--set", "agent.config.automatic.companions={nr-ue}")
+	a := cfg.Automatic
+	if !a.Enabled || a.Class != strategy.High || a.SliceNs != 200000 || a.IdleTimeoutMs != 2000 ||
+		!slices.Equal(a.Functions, []string{"gtp_encap_recv"}) || !slices.Equal(a.Companions, []string{"nr-ue"}) || cfg.Scheduler.Mode != config.ModeKernel {
+		t.Errorf("automatic mode: rendered %+v, scheduler %+v", a, cfg.Scheduler)
+	}
+	if want := with("SYS_ADMIN"); !slices.Equal(add, want) {
+		t.Errorf("automatic mode: capabilities %v, want %v", add, want)
+	}
+
+	if add, _ = agentCapabilities(t, "--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.automatic.enabled=true"); !slices.Equal(add, with("IPC_LOCK", "SYS_ADMIN")) {
+		t.Errorf("both: capabilities %v", add)
 	}
 }
 
@@ -399,6 +456,14 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"digest", []string{"--set", "image.digest=latest"}, []string{"digest"}},
 		{"service account name without create", []string{"--set", "agent.serviceAccount.create=false"}, []string{"agent.serviceAccount.name"}},
 		{"ServiceMonitor without its API", []string{"--set", "metrics.serviceMonitor.enabled=true"}, []string{"monitoring.coreos.com/v1", "--api-versions"}},
+		{"scheduler mode", []string{"--set", "agent.config.scheduler.mode=hybrid"}, []string{"/agent/config/scheduler/mode", "'kernel', 'userspace'"}},
+		{"user-space policy", []string{"--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.scheduler.policy=lottery"}, []string{"/agent/config/scheduler/policy", "'vruntime', 'fifo'"}},
+		{"policy in kernel mode", []string{"--set", "agent.config.scheduler.policy=fifo"}, []string{"agent.config.scheduler.policy fifo: policies are for agent.config.scheduler.mode userspace"}},
+		{"automatic key misspelt", []string{"--set", "agent.config.automatic.enable=true"}, []string{"/agent/config/automatic", "'enable' not allowed"}},
+		{"automatic class", []string{"--set", "agent.config.automatic.class=urgent"}, []string{"/agent/config/automatic/class", "'critical', 'high', 'normal', 'background'"}},
+		{"automatic slice", []string{"--set", "agent.config.automatic.slice_ns=10"}, []string{"/agent/config/automatic/slice_ns", "must be 0", "want 50,000"}},
+		{"automatic idle timeout", []string{"--set", "agent.config.automatic.idle_timeout_ms=5"}, []string{"/agent/config/automatic/idle_timeout_ms", "want 100"}},
+		{"automatic function name", []string{"--set", "agent.config.automatic.functions={gtp encap}"}, []string{"/agent/config/automatic/functions/0", "does not match pattern"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := template(t, tc.args...)

@@ -19,11 +19,18 @@ import (
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-// The node agent in schedule mode: the real API server and agent, a strategy
-// pushed through the API lands in the attached scheduler's map (its class
-// shows in the scheduler's counters), is reported back as a workload, and
-// goes away when the strategy is deleted.
+// The node agent in schedule mode, with the scheduler in either mode
+// (scheduler.mode): the real API server and agent, a strategy pushed
+// through the API lands in the attached scheduler's map (kernel mode: its
+// class shows in the scheduler's counters too), is reported back as a
+// workload, and goes away when the strategy is deleted.
 func TestAgentAppliesPushedStrategy(t *testing.T) {
+	for _, mode := range []string{"kernel", "userspace"} {
+		t.Run(mode, func(t *testing.T) { agentAppliesPushedStrategy(t, mode) })
+	}
+}
+
+func agentAppliesPushedStrategy(t *testing.T, mode string) {
 	bin := swiftlaneBin(t)
 	data := t.TempDir()
 	const addr = "127.0.0.1:18443"
@@ -50,13 +57,17 @@ func TestAgentAppliesPushedStrategy(t *testing.T) {
 	}, server)
 
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
-	if err := os.WriteFile(cfg, []byte("api:\n  interval: 1\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("api:\n  interval: 1\nscheduler:\n  mode: "+mode+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	agent := startProcess(t, "agent", bin, "agent", "--config", cfg, "--data-dir", data,
 		"--server", "https://"+addr, "--node", "vm1", "--state-file", "")
-	agent.waitLine(t, "scheduler attached; agent running")
-	requireState(t, "enabled", "swiftlane")
+	ops, attach := "swiftlane", attachTimeout
+	if mode == "userspace" {
+		ops, attach = userOps, userAttachTimeout
+	}
+	agent.waitLineWithin(t, "scheduler attached; agent running", attach)
+	requireState(t, "enabled", ops)
 
 	marker := "swl-agent-marker"
 	proc := exec.Command("sh", "-c", "while :; do sleep 0.01; done; : "+marker)
@@ -84,16 +95,23 @@ func TestAgentAppliesPushedStrategy(t *testing.T) {
 	if !strings.HasPrefix(n0.SchedulerState, "enabled") {
 		t.Fatalf("agent reports scheduler state %q", n0.SchedulerState)
 	}
-	// The class is in BPF: the marker's wakeups are queued as high.
-	waitFor(t, "high-class enqueues in the agent's counters", func() bool {
-		n, err := client.GetNode(ctx, "vm1")
-		return err == nil && n.Counters != nil && n.Counters.Enqueued["high"] >= n0.Counters.Enqueued["high"]+50
-	}, agent)
+	// The class is in BPF: in the scheduler's process map and, in kernel
+	// mode (user-space mode does not count per class), in its enqueues.
+	procMap := schedulerMap(t, "tgid_strategy")
+	defer procMap.Close()
+	waitFor(t, "the marker in the scheduler's process map", func() bool { return inMap(procMap, uint32(proc.Process.Pid)) }, agent)
+	if mode == "kernel" {
+		waitFor(t, "high-class enqueues in the agent's counters", func() bool {
+			n, err := client.GetNode(ctx, "vm1")
+			return err == nil && n.Counters != nil && n.Counters.Enqueued["high"] >= n0.Counters.Enqueued["high"]+50
+		}, agent)
+	}
 
 	if _, err := client.DeleteStrategy(ctx, "marker"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the workload to go after the strategy was deleted", func() bool { return !hasMarker() }, agent)
+	waitFor(t, "the marker to leave the process map", func() bool { return !inMap(procMap, uint32(proc.Process.Pid)) }, agent)
 }
 
 // proc is a background swiftlane process whose output is kept for failures.
@@ -147,7 +165,12 @@ func startProcess(t *testing.T, name, bin string, args ...string) *proc {
 
 func (p *proc) waitLine(t *testing.T, substr string) {
 	t.Helper()
-	deadline := time.After(attachTimeout)
+	p.waitLineWithin(t, substr, attachTimeout)
+}
+
+func (p *proc) waitLineWithin(t *testing.T, substr string, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
 	for {
 		select {
 		case l := <-p.lines:
@@ -157,7 +180,7 @@ func (p *proc) waitLine(t *testing.T, substr string) {
 		case <-p.done:
 			t.Fatalf("%s exited before printing %q:\n%s", p.name, substr, p.out)
 		case <-deadline:
-			t.Fatalf("%s did not print %q within %v:\n%s", p.name, substr, attachTimeout, p.out)
+			t.Fatalf("%s did not print %q within %v:\n%s", p.name, substr, d, p.out)
 		}
 	}
 }

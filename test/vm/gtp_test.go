@@ -6,7 +6,9 @@ package vm
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"syscall"
@@ -58,6 +60,29 @@ automatic:
 	}
 	uePing(t, 5)
 	waitOutput(t, p.out, regexp.MustCompile(`GTP-U work in softirq: reported as its CPU, not prioritised" cpu=\d+ context=(idle|kthread|interrupt)`), "a softirq report")
+}
+
+// The same automatic mode in the node agent, beside the agent's own
+// strategies. The agent's control plane is left unreachable: the agent keeps
+// scheduling without it, and it is not what this test is about.
+func TestGTPAutomaticAgent(t *testing.T) {
+	startLab(t)
+	cfg := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(cfg, []byte("automatic:\n  enabled: true\n  idle_timeout_ms: 1500\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(swiftlaneBin(t), "agent", "--config", cfg, "--server", "https://127.0.0.1:1", "--node", "vm1",
+		"--state-file", "", "--metrics-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "SWIFTLANE_TOKEN=unused")
+	p := startProc(t, cmd, "scheduler attached; agent running", "swiftlane")
+	waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U`), "the tracer to attach")
+
+	g := startGnb(t)
+	uePing(t, 5)
+	lat := waitCarrier(t, p, g.Process.Pid)
+	t.Logf("gNB pid %d prioritised by the agent %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
+	g.kill()
+	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, g.Process.Pid)), "the exit to be handled")
 }
 
 func startLab(t *testing.T) {

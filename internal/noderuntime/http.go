@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package noderuntime
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// collectorSlot lets the metrics endpoint outlive scheduler reloads: it
+// serves whichever scheduler is loaded now, or nothing between loads.
+type collectorSlot struct {
+	mu sync.Mutex
+	c  prometheus.Collector
+}
+
+func (s *collectorSlot) set(c prometheus.Collector) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.c = c
+}
+
+func (s *collectorSlot) get() prometheus.Collector {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c
+}
+
+func (s *collectorSlot) Describe(chan<- *prometheus.Desc) {} // unchecked collector
+
+func (s *collectorSlot) Collect(ch chan<- prometheus.Metric) {
+	if c := s.get(); c != nil {
+		c.Collect(ch)
+	}
+}
+
+// endpoint is what the node's HTTP server reports: the loaded scheduler's
+// metrics and whether the node is ready (the scheduler attached, or an
+// agent observing).
+type endpoint struct {
+	slot  collectorSlot
+	ready atomic.Bool
+}
+
+// serve serves the endpoint's /metrics, /healthz (the process answers) and
+// /readyz on addr. It prints the address it listens on to out, also in the
+// server's Addr (useful with port 0).
+func (e *endpoint) serve(addr string, out io.Writer) (*http.Server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&e.slot)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w (pick another address, or pass --metrics-addr='' to turn it off)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !e.ready.Load() {
+			http.Error(w, "scheduler not attached", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	fmt.Fprintf(out, "swiftlane: metrics on http://%s/metrics\n", srv.Addr)
+	return srv, nil
+}
