@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -157,10 +158,34 @@ func (p *schedProc) stop() error {
 	case <-p.done:
 	case <-time.After(stateTimeout):
 		p.cmd.Process.Kill()
-		<-p.done
+		select {
+		case <-p.done:
+		case <-time.After(stateTimeout):
+			// Stuck in the kernel (SIGKILL cannot end it): fail with the
+			// blocked tasks' stacks instead of hanging the whole VM run.
+			p.t.Errorf("swiftlane ignored SIGTERM, and SIGKILL for %v: stuck in the kernel; sched_ext %s\n%s\n--- kernel log (blocked tasks last):\n%s",
+				stateTimeout, strings.Join(strings.Fields(fmt.Sprint(readState())), " "), p.out, lastBytes(blockedTasks(), 64<<10))
+			return errors.New("swiftlane did not exit")
+		}
 		p.t.Errorf("swiftlane ignored SIGTERM for %v", stateTimeout)
 	}
 	return p.exitErr
+}
+
+// blockedTasks has the kernel print every blocked task's stack (sysrq w)
+// and returns the kernel log.
+func blockedTasks() []byte {
+	os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0)
+	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	log, _ := exec.Command("dmesg").CombinedOutput()
+	return log
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
 
 func (p *schedProc) alive() bool {

@@ -290,10 +290,8 @@ func stuckGuard(p *schedProc, mark int, what string, write func() error) error {
 		return err
 	case <-time.After(stuckAfter):
 	}
-	os.WriteFile("/proc/sys/kernel/sysrq", []byte("1"), 0)
-	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	log := blockedTasks()
 	state, ops := readState()
-	log, _ := exec.Command("dmesg").CombinedOutput()
 	if mark > len(log) {
 		mark = 0
 	}
