@@ -233,7 +233,7 @@ func runVariant(v variant, work []workload) *VariantRun {
 			r.Error = err.Error()
 			return r
 		}
-		defer s.stop()
+		defer s.Stop()
 		r.Ops = s.ops
 	}
 	for _, w := range work {
@@ -257,7 +257,7 @@ func runVariant(v variant, work []workload) *VariantRun {
 		if s.metrics {
 			r.SchedCounters = scrapeCounters()
 		}
-		if err := s.stop(); err != nil {
+		if err := s.Stop(); err != nil {
 			r.Error = fmt.Sprintf("scheduler stopped badly: %v", err)
 		}
 	}

@@ -10,11 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
 // ProbeResult is `swiftlane probe rtt --json`'s report of one phase.
@@ -126,7 +127,7 @@ func startHogs(d time.Duration) (*hogs, error) {
 		return nil, fmt.Errorf("stress-ng: %w", err)
 	}
 	go func() { h.done <- h.cmd.Wait() }()
-	if err := waitChildren(h.cmd.Process.Pid, nHogs(), 30*time.Second); err != nil {
+	if err := benchlab.WaitChildren(h.cmd.Process.Pid, nHogs(), 30*time.Second); err != nil {
 		h.stop()
 		return nil, err
 	}
@@ -200,24 +201,4 @@ func parseHogYAML(b []byte) (perReal, perCPU float64, err error) {
 		}
 	}
 	return 0, 0, fmt.Errorf("no cpu stressor rate in stress-ng's metrics: %.200q", b)
-}
-
-// waitChildren waits until process pid has n children (stress-ng's hogs
-// all forked, so every CPU has a queue). procfs cannot notify it: poll.
-func waitChildren(pid, n int, timeout time.Duration) error {
-	path := fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)
-	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("stress-ng: %w", err)
-		}
-		if len(strings.Fields(string(b))) >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("stress-ng started %d of its %d workers in %v", len(strings.Fields(string(b))), n, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -45,13 +43,9 @@ const metricsAddr = "127.0.0.1:9462"
 
 // scheduler is a running sched_ext scheduler process.
 type scheduler struct {
-	name    string
+	*benchlab.Scheduler
 	ops     string // as the kernel names it in /sys/kernel/sched_ext/root/ops
 	metrics bool   // serves swiftlane's metrics on metricsAddr
-	cmd     *exec.Cmd
-	log     string
-	exited  chan error
-	stopped bool
 }
 
 func startSwiftlane(config string) func() (*scheduler, error) {
@@ -101,34 +95,11 @@ func startLayered() (*scheduler, error) {
 // startScheduler starts a sched_ext scheduler and waits until the kernel
 // reports it enabled.
 func startScheduler(bin string, args ...string) (*scheduler, error) {
-	logf, err := os.CreateTemp("", "sched-*.log")
+	b, err := benchlab.StartScheduler(90*time.Second, bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
-	s := &scheduler{name: filepath.Base(bin), log: logf.Name(), exited: make(chan error, 1)}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	// Its own process group, with default signal dispositions (a job a
-	// non-interactive shell starts ignores SIGINT).
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { s.exited <- s.cmd.Wait() }()
-	err = benchlab.WaitState("enabled", 90*time.Second, func() error {
-		select {
-		case err := <-s.exited:
-			s.exited <- err
-			return fmt.Errorf("exited before enabling (%v)", err)
-		default:
-			return nil
-		}
-	})
-	if err != nil {
-		s.cmd.Process.Kill()
-		return nil, fmt.Errorf("%s: %w: %s", s.name, err, s.tail())
-	}
+	s := &scheduler{Scheduler: b}
 	_, s.ops = benchlab.SchedState()
 	return s, nil
 }
@@ -137,42 +108,15 @@ func startScheduler(bin string, args ...string) (*scheduler, error) {
 // the kernel ejected it (watchdog, error) or the process died.
 func (s *scheduler) attached() error {
 	select {
-	case err := <-s.exited:
-		s.exited <- err
-		return fmt.Errorf("%s exited (%v): %s", s.name, err, s.tail())
+	case err := <-s.Exited:
+		s.Exited <- err
+		return fmt.Errorf("%s exited (%v): %s", s.Name, err, s.Tail())
 	default:
 	}
 	if state, ops := benchlab.SchedState(); state != "enabled" || ops != s.ops {
-		return fmt.Errorf("sched_ext is %q (%s), not %s: the kernel ejected it: %s", state, ops, s.ops, s.tail())
+		return fmt.Errorf("sched_ext is %q (%s), not %s: the kernel ejected it: %s", state, ops, s.ops, s.Tail())
 	}
 	return nil
-}
-
-// stop detaches the scheduler (SIGINT, then SIGTERM, then SIGKILL) and
-// waits for the kernel's default scheduler.
-func (s *scheduler) stop() error {
-	if s.stopped {
-		return nil
-	}
-	s.stopped = true
-	s.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-s.exited:
-	case <-time.After(15 * time.Second):
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(15 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.exited
-		}
-	}
-	return benchlab.WaitState("disabled", 30*time.Second, nil)
-}
-
-func (s *scheduler) tail() string {
-	b, _ := os.ReadFile(s.log)
-	return strings.TrimSpace(string(b[max(0, len(b)-600):]))
 }
 
 // scrapeCounters reads swiftlane's counters and run-queue wait per class.

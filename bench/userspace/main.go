@@ -178,7 +178,7 @@ func runVariant(name string) (*Variant, error) {
 		return nil, err
 	}
 	if sched != nil {
-		defer sched.stop()
+		defer sched.Stop()
 	}
 
 	v := &Variant{}
@@ -232,7 +232,7 @@ func runVariant(name string) (*Variant, error) {
 		v.CriticalAvgUs, v.CriticalP99Us = r.AvgUs, r.P99Us
 	}
 	if sched != nil {
-		if err := sched.stop(); err != nil {
+		if err := sched.Stop(); err != nil {
 			return v, fmt.Errorf("scheduler stopped badly: %w", err)
 		}
 	}
@@ -267,7 +267,7 @@ func probeUnderLoad() (probeResult, error) {
 		return probeResult{}, fmt.Errorf("stress-ng: %w", err)
 	}
 	defer func() { hog.Process.Signal(syscall.SIGTERM); hog.Wait() }()
-	if err := waitChildren(hog.Process.Pid, 2*runtime.NumCPU(), 30*time.Second); err != nil {
+	if err := benchlab.WaitChildren(hog.Process.Pid, 2*runtime.NumCPU(), 30*time.Second); err != nil {
 		return probeResult{}, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -292,26 +292,6 @@ func probeUnderLoad() (probeResult, error) {
 		err = fmt.Errorf("probe got no replies")
 	}
 	return r, err
-}
-
-// waitChildren waits until process pid has n children (stress-ng's hogs
-// all forked, so every CPU has a queue). procfs cannot notify it: poll.
-func waitChildren(pid, n int, timeout time.Duration) error {
-	path := fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)
-	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("stress-ng: %w", err)
-		}
-		if len(strings.Fields(string(b))) >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("stress-ng started %d of its %d workers in %v", len(strings.Fields(string(b))), n, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // scrape reads swiftlane's counters as name.label -> value.
@@ -344,49 +324,23 @@ func scrape() map[string]float64 {
 	return out
 }
 
-type scheduler struct {
-	cmd     *exec.Cmd
-	exited  chan error
-	stopped bool
-}
+type scheduler struct{ *benchlab.Scheduler }
 
 // startScheduler starts a sched_ext scheduler and waits until the kernel
-// reports it enabled.
+// reports it enabled. User-space mode locks all its memory before
+// attaching: in the lab that reads the whole binary over 9p, tens of
+// seconds under TCG.
 func startScheduler(bin string, args ...string) (*scheduler, error) {
-	cmd := exec.Command(bin, args...)
-	logf, _ := os.CreateTemp("", "sched-*.log")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, with default signal dispositions.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	s, err := benchlab.StartScheduler(3*time.Minute, bin, args...)
+	if err != nil {
 		return nil, err
 	}
-	s := &scheduler{cmd: cmd, exited: make(chan error, 1)}
-	go func() { s.exited <- cmd.Wait() }()
-	tail := func() string {
-		b, _ := os.ReadFile(logf.Name())
-		return strings.TrimSpace(string(b[max(0, len(b)-600):]))
-	}
-	// User-space mode locks all its memory before attaching: in the lab that
-	// reads the whole binary over 9p, tens of seconds under TCG.
-	err := benchlab.WaitState("enabled", 3*time.Minute, func() error {
-		select {
-		case err := <-s.exited:
-			return fmt.Errorf("%s exited before enabling (%v): %s", filepath.Base(bin), err, tail())
-		default:
-			return nil
-		}
-	})
-	if err != nil {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("%s: %w", filepath.Base(bin), err)
-	}
-	return s, nil
+	return &scheduler{s}, nil
 }
 
 // cpuTime is the scheduler process's user+system CPU time so far.
 func (s *scheduler) cpuTime() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Cmd.Process.Pid))
 	if err != nil {
 		return 0
 	}
@@ -394,28 +348,6 @@ func (s *scheduler) cpuTime() time.Duration {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return time.Duration((utime + stime) / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
-}
-
-// stop detaches the scheduler (SIGINT, then SIGTERM, then SIGKILL) and
-// waits for the default scheduler.
-func (s *scheduler) stop() error {
-	if s.stopped {
-		return nil
-	}
-	s.stopped = true
-	s.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-s.exited:
-	case <-time.After(15 * time.Second):
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(15 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.exited
-		}
-	}
-	return benchlab.WaitState("disabled", 30*time.Second, nil)
 }
 
 func printTable(rep Report) {
