@@ -865,14 +865,11 @@ void BPF_STRUCT_OPS(usr_update_idle, s32 cpu, bool idle)
 }
 
 /*
- * Not sleepable, unlike the in-kernel scheduler's, for now: with a sleepable
- * one TestUserspaceCriticalStaysInBPF failed in 2 of 4 full VM runs, but it
- * failed without it too, after the user-space torture left the guest
- * degraded (README, "Torture suite"); to revisit once that is fixed. The
- * atomic allocation can fail right after a fork storm (-ENOMEM at attach),
- * which `swiftlane run` retries.
+ * Sleepable, like the in-kernel scheduler's: the task storage is then
+ * allocated with GFP_KERNEL, so a fork storm just before attach cannot make
+ * the kernel refuse us with -ENOMEM.
  */
-s32 BPF_STRUCT_OPS(usr_init_task, struct task_struct *p, struct scx_init_task_args *args)
+s32 BPF_STRUCT_OPS_SLEEPABLE(usr_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
 	struct task_ctx *tctx;
 
