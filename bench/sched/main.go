@@ -48,6 +48,7 @@ var (
 	pipeLoops  = flag.Int("pipe-loops", 20000, "perf bench sched pipe: round trips")
 	hogMethod  = flag.String("hog-method", "int64", "stress-ng --cpu-method of the hogs (one fixed method: 'all' cycles through methods of very different cost per bogo op)")
 	wrkConns   = flag.Int("wrk-connections", 8, "wrk: open connections")
+	nginxRate  = flag.Int("nginx-rate", 400, "requests/s wrk offers nginx in the paced phases that give the p99 (well under what nginx serves idle)")
 	wrkRT      = flag.Bool("wrk-rt", true, "run wrk SCHED_FIFO, above every variant: it stands for a remote client, so only nginx's own scheduling is measured")
 	merge      = flag.Bool("merge", false, "merge the boot reports given as arguments into -out")
 	tortureIn  = flag.String("torture", "bench/results/torture.json", "with -merge: the torture tally to copy into the report")
@@ -99,6 +100,7 @@ type Settings struct {
 	Hogs        int     `json:"hogs"`
 	WrkConns    int     `json:"wrk_connections"`
 	WrkRT       bool    `json:"wrk_rt"`
+	NginxRate   int     `json:"nginx_rate"`
 }
 
 // VariantRun is one variant's results in one boot.
@@ -210,7 +212,7 @@ func settings(work []workload) Settings {
 		Quick: *quick, Workloads: strings.Join(names, ","), PhaseS: phase.Seconds(), Samples: *samples,
 		IntervalMs: float64(*interval) / float64(time.Millisecond), CyclictestS: cycDur.Seconds(), Runs: *runs,
 		Groups: *groups, Loops: *loops, PipeLoops: *pipeLoops, HogMethod: *hogMethod, Hogs: nHogs(),
-		WrkConns: *wrkConns, WrkRT: *wrkRT,
+		WrkConns: *wrkConns, WrkRT: *wrkRT, NginxRate: *nginxRate,
 	}
 }
 

@@ -37,8 +37,8 @@ var metrics = []Metric{
 	{"messaging_msgs_per_s", "perf messaging (msgs/s)", "higher"},
 	{"hackbench_s", "hackbench threads+pipes (s)", "lower"},
 	{"hog_ops_per_cpu_s", "hog bogo ops per CPU-second", "higher"},
-	{"nginx_rps", "nginx req/s, hogs", "higher"},
-	{"nginx_p99_us", "nginx p99, hogs (µs)", "lower"},
+	{"nginx_rps", "nginx req/s at full speed, hogs", "higher"},
+	{"nginx_p99_us", "nginx p99 paced, hogs (µs)", "lower"},
 	{"probe_idle_p99_us", "probe RTT p99, idle (µs)", "lower"},
 	{"cyclictest_p99_us", "cyclictest latency p99, hogs (µs)", "lower"},
 	{"cyclictest_max_us", "cyclictest latency max, hogs (µs)", "lower"},
@@ -46,8 +46,10 @@ var metrics = []Metric{
 	{"ctx_switches_per_s", "context switches/s, messaging", ""},
 	{"migrations_per_s", "migrations/s, messaging", ""},
 	{"hog_ops_per_s", "hog bogo ops per second", "higher"},
-	{"nginx_idle_rps", "nginx req/s, idle", "higher"},
-	{"nginx_idle_p99_us", "nginx p99, idle (µs)", "lower"},
+	{"nginx_idle_rps", "nginx req/s at full speed, idle", "higher"},
+	{"nginx_idle_p99_us", "nginx p99 paced, idle (µs)", "lower"},
+	{"nginx_full_p99_us", "nginx p99 at full speed, hogs (µs)", "lower"},
+	{"nginx_idle_full_p99_us", "nginx p99 at full speed, idle (µs)", "lower"},
 }
 
 // Stat is one metric of one variant over the boots that measured it.
