@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package sched loads swiftlane's BPF scheduler (bpf/swiftlane.bpf.c),
-// attaches it as the kernel's sched_ext scheduler, and exposes its maps:
-// strategies in, process events and statistics out.
+// Package sched is the kernel-mode scheduler: it loads swiftlane's BPF
+// scheduler (bpf/swiftlane.bpf.c), attaches it as the kernel's sched_ext
+// scheduler, and exposes its maps: strategies in, process events and
+// statistics out. What it shares with the user-space mode (usersched) is in
+// internal/schedext: the kernel check, the object's API level, the strategy
+// maps, the event ring and the exit record.
 package sched
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,9 +20,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -34,24 +35,6 @@ type Options struct {
 	Log             *slog.Logger
 }
 
-// Event is a process lifecycle event from the kernel.
-type Event struct {
-	Type EventType
-	PID  uint32
-	TGID uint32
-	PPID uint32
-}
-
-// EventType says what happened to a process.
-type EventType uint32
-
-const (
-	EventExec      EventType = 1
-	EventFork      EventType = 2
-	EventExit      EventType = 3
-	EventSchedExit EventType = 4 // the scheduler is being disabled
-)
-
 // Scheduler is a loaded swiftlane scheduler. Methods are safe for concurrent
 // use, except that Attach and Close must not race each other.
 type Scheduler struct {
@@ -59,16 +42,16 @@ type Scheduler struct {
 	log    *slog.Logger
 	traces []link.Link
 	ops    link.Link
-	events *ringbuf.Reader
+	events *schedext.EventReader
 	// The strategy.Target: strategies go straight into BPF maps.
-	*StrategyMaps
+	*schedext.StrategyMaps
 }
 
 // Load checks the kernel, loads and verifies the BPF object with the given
 // tunables and attaches the process-event tracepoints. The scheduler is not
 // active until Attach.
 func Load(opts Options) (*Scheduler, error) {
-	if err := Check(); err != nil {
+	if err := schedext.Check(); err != nil {
 		return nil, err
 	}
 	log := opts.Log
@@ -80,7 +63,7 @@ func Load(opts Options) (*Scheduler, error) {
 	}
 
 	cache := btf.NewCache()
-	spec, level, err := loadSpec(cache)
+	spec, level, err := schedext.LoadSpec(cache, schedext.Objects{loadSwiftlane, loadSwiftlaneV2, loadSwiftlaneV3})
 	if err != nil {
 		return nil, fmt.Errorf("parse BPF object: %w", err)
 	}
@@ -112,7 +95,7 @@ func Load(opts Options) (*Scheduler, error) {
 		}
 		return nil, fmt.Errorf("load BPF scheduler: %w", err)
 	}
-	s.StrategyMaps = NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
+	s.StrategyMaps = schedext.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	if err := s.fillLLC(ncpu); err != nil {
 		s.Close()
 		return nil, err
@@ -125,9 +108,9 @@ func Load(opts Options) (*Scheduler, error) {
 		}
 		s.traces = append(s.traces, l)
 	}
-	if s.events, err = ringbuf.NewReader(s.objs.Events); err != nil {
+	if s.events, err = schedext.NewEventReader(s.objs.Events); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("open event ring: %w", err)
+		return nil, err
 	}
 	return s, nil
 }
@@ -156,8 +139,8 @@ func (s *Scheduler) fillLLC(ncpu int) error {
 func (s *Scheduler) Attach() error {
 	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.SwiftlaneOps})
 	if err != nil {
-		if state, ops, _ := State(); state != "" && state != "disabled" {
-			return &UnsupportedError{Err: ErrBusy, What: ops, Hint: "stop that scheduler first"}
+		if state, ops, _ := schedext.State(); state != "" && state != "disabled" {
+			return &schedext.UnsupportedError{Err: schedext.ErrBusy, What: ops, Hint: "stop that scheduler first"}
 		}
 		return fmt.Errorf("attach scheduler: %w", err)
 	}
@@ -192,21 +175,11 @@ func (s *Scheduler) Close() error {
 
 // ReadEvent blocks until the next process event. It returns an error once
 // the scheduler is closed.
-func (s *Scheduler) ReadEvent() (Event, error) {
-	rec, err := s.events.Read()
-	if err != nil {
-		return Event{}, err
-	}
-	var raw swiftlaneSwlEvent
-	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
-		return Event{}, fmt.Errorf("decode event: %w", err)
-	}
-	return Event{Type: EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
-}
+func (s *Scheduler) ReadEvent() (schedext.Event, error) { return s.events.Read() }
 
 // RunEvents feeds process events to the applier until the scheduler exits
 // (it returns the kernel's exit record) or ctx ends (it returns ctx's error).
-func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitInfo, error) {
+func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*schedext.ExitInfo, error) {
 	stop := context.AfterFunc(ctx, func() { s.events.Close() })
 	defer stop()
 	// From here on exec/fork/exit events keep the applier's process index,
@@ -222,25 +195,14 @@ func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitIn
 			}
 			return nil, err
 		}
-		if ev.Type == EventSchedExit {
+		if ev.Type == schedext.EventSchedExit {
 			return s.Exit()
 		}
-		if err := ApplyEvent(a, ev); err != nil {
+		if err := schedext.ApplyEvent(a, ev); err != nil {
 			s.log.Warn("apply strategy", "pid", ev.TGID, "err", err)
 		}
 	}
 }
 
-// ApplyEvent hands an exec, fork or exit event to the Applier; the user-space
-// mode's event loop uses it too. Other events are the caller's.
-func ApplyEvent(a *strategy.Applier, ev Event) error {
-	switch ev.Type {
-	case EventExec:
-		return a.HandleExec(ev.TGID)
-	case EventFork:
-		return a.HandleFork(ev.TGID, ev.PPID)
-	case EventExit:
-		a.HandleExit(ev.TGID)
-	}
-	return nil
-}
+// Exit returns the exit record the BPF side kept, or nil if it has none yet.
+func (s *Scheduler) Exit() (*schedext.ExitInfo, error) { return schedext.ReadExit(s.objs.ExitInfo) }
