@@ -16,9 +16,6 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/schedext"
@@ -126,9 +123,7 @@ type Scheduler struct {
 	opts   Options
 	objs   userschedObjects
 	ncpu   int
-	traces []link.Link
-	ops    link.Link
-	events *schedext.EventReader
+	links  schedext.Links // process events, struct_ops
 	maps   []*userringbuf.Mapping
 	shared []byte // the mmap'ed struct usr_shared
 	loop   loop
@@ -171,16 +166,12 @@ func Open(opts Options) (*Scheduler, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
-	}
 	start := time.Now()
-	cache := btf.NewCache()
-	spec, level, err := schedext.LoadSpec(cache, schedext.Objects{loadUsersched, loadUserschedV2, loadUserschedV3})
+	spec, err := schedext.OpenSpec(schedext.Objects{loadUsersched, loadUserschedV2, loadUserschedV3})
 	if err != nil {
-		return nil, fmt.Errorf("parse BPF object: %w", err)
+		return nil, err
 	}
-	opts.Log.Debug("loading user-space scheduler", "kfunc_api", level)
+	opts.Log.Debug("loading user-space scheduler", "kfunc_api", spec.Level)
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("possible CPUs: %w", err)
@@ -188,17 +179,14 @@ func Open(opts Options) (*Scheduler, error) {
 	if ncpu > MaxCPUs {
 		return nil, fmt.Errorf("%d possible CPUs: user-space mode supports up to %d", ncpu, MaxCPUs)
 	}
-	consts := map[string]any{
+	if err := spec.SetConstants(map[string]any{
 		"slice_ns":     opts.SliceNs,
 		"heartbeat_ns": opts.HeartbeatNs,
 		"stall_ns":     opts.StallNs,
 		"nr_cpus":      uint32(ncpu),
 		"sched_tgid":   uint32(os.Getpid()),
-	}
-	for name, v := range consts {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	}); err != nil {
+		return nil, err
 	}
 	queueBytes := pow2Bytes(opts.QueueSize, int(unsafe.Sizeof(userschedUsrTask{})))
 	decisionBytes := pow2Bytes(opts.DecisionSize, int(unsafe.Sizeof(userschedUsrDecision{})))
@@ -207,12 +195,8 @@ func Open(opts Options) (*Scheduler, error) {
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
 
 	s := &Scheduler{opts: opts, ncpu: ncpu}
-	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("BPF verifier rejected the user-space scheduler: %+v", ve)
-		}
-		return nil, fmt.Errorf("load BPF scheduler: %w", err)
+	if err := spec.Load(&s.objs, "the user-space scheduler"); err != nil {
+		return nil, err
 	}
 	s.strategies = schedext.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	opts.Log.Debug("user-space scheduler loaded", "took", time.Since(start))
@@ -255,15 +239,7 @@ func (s *Scheduler) prepareProcess() error {
 }
 
 func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
-	for _, p := range []*ebpf.Program{s.objs.UsrOnExec, s.objs.UsrOnFork, s.objs.UsrOnExit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			return fmt.Errorf("attach %s: %w", p, err)
-		}
-		s.traces = append(s.traces, l)
-	}
-	var err error
-	if s.events, err = schedext.NewEventReader(s.objs.Events); err != nil {
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.UsrOnExec, s.objs.UsrOnFork, s.objs.UsrOnExit); err != nil {
 		return err
 	}
 	queued, qm, err := userringbuf.MapConsumer(s.objs.Queued.FD(), queueBytes)
@@ -286,39 +262,15 @@ func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
 
 // Attach makes the user-space scheduler the kernel's scheduler. From then
 // on, runnable tasks queue for Run: call it right away.
-func (s *Scheduler) Attach() error {
-	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.UserschedOps})
-	if err != nil {
-		if state, ops, _ := schedext.State(); state != "" && state != "disabled" {
-			return &UnsupportedError{Err: ErrBusy, What: ops, Hint: "stop that scheduler first"}
-		}
-		return fmt.Errorf("attach scheduler: %w", err)
-	}
-	s.ops = l
-	return nil
-}
+func (s *Scheduler) Attach() error { return s.links.Attach(s.objs.UserschedOps) }
 
 // Detach hands scheduling back to the kernel's default scheduler. The kernel
 // runs the scheduler's exit path synchronously: Exit reports it afterwards.
-func (s *Scheduler) Detach() error {
-	if s.ops == nil {
-		return nil
-	}
-	err := s.ops.Close()
-	s.ops = nil
-	return err
-}
+func (s *Scheduler) Detach() error { return s.links.Detach() }
 
 // Close detaches and releases everything. Run must have returned.
 func (s *Scheduler) Close() error {
-	errs := []error{s.Detach()}
-	if s.events != nil {
-		errs = append(errs, s.events.Close())
-	}
-	for _, l := range s.traces {
-		errs = append(errs, l.Close())
-	}
-	s.traces = nil
+	errs := []error{s.links.Close()}
 	for _, m := range s.maps {
 		errs = append(errs, m.Close())
 	}
@@ -358,10 +310,10 @@ func (s *Scheduler) Exit() (*ExitInfo, error) { return schedext.ReadExit(s.objs.
 // ReadProcessEvent blocks until the next process event. After Close or
 // CloseEvents it returns an error. The scheduler being disabled shows up as
 // an event of type EventSchedExit.
-func (s *Scheduler) ReadProcessEvent() (ProcessEvent, error) { return s.events.Read() }
+func (s *Scheduler) ReadProcessEvent() (ProcessEvent, error) { return s.links.ReadEvent() }
 
 // CloseEvents makes a blocked ReadProcessEvent return.
-func (s *Scheduler) CloseEvents() error { return s.events.Close() }
+func (s *Scheduler) CloseEvents() error { return s.links.CloseEvents() }
 
 // Strategies: the same maps, with the same layout, as the in-kernel
 // scheduler's, so a strategy.Applier drives either (Scheduler is a

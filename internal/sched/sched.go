@@ -18,9 +18,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -38,11 +35,9 @@ type Options struct {
 // Scheduler is a loaded swiftlane scheduler. Methods are safe for concurrent
 // use, except that Attach and Close must not race each other.
 type Scheduler struct {
-	objs   swiftlaneObjects
-	log    *slog.Logger
-	traces []link.Link
-	ops    link.Link
-	events *schedext.EventReader
+	objs  swiftlaneObjects
+	log   *slog.Logger
+	links schedext.Links // process events, struct_ops
 	// The strategy.Target: strategies go straight into BPF maps.
 	*schedext.StrategyMaps
 }
@@ -58,57 +53,37 @@ func Load(opts Options) (*Scheduler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
-	}
-
-	cache := btf.NewCache()
-	spec, level, err := schedext.LoadSpec(cache, schedext.Objects{loadSwiftlane, loadSwiftlaneV2, loadSwiftlaneV3})
+	spec, err := schedext.OpenSpec(schedext.Objects{loadSwiftlane, loadSwiftlaneV2, loadSwiftlaneV3})
 	if err != nil {
-		return nil, fmt.Errorf("parse BPF object: %w", err)
+		return nil, err
 	}
-	log.Debug("loading scheduler", "kfunc_api", level)
+	log.Debug("loading scheduler", "kfunc_api", spec.Level)
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("possible CPUs: %w", err)
 	}
-	consts := map[string]any{
+	if err := spec.SetConstants(map[string]any{
 		"slice_ns":         opts.SliceNs,
 		"slice_min_ns":     opts.SliceMinNs,
 		"early_processing": opts.EarlyProcessing,
 		"builtin_idle":     opts.BuiltinIdle,
 		"nr_cpus":          uint32(ncpu),
-	}
-	for name, v := range consts {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	}); err != nil {
+		return nil, err
 	}
 	spec.Maps["cpu_llc"].MaxEntries = uint32(ncpu)
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
 
 	s := &Scheduler{log: log}
-	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("BPF verifier rejected the scheduler: %+v", ve)
-		}
-		return nil, fmt.Errorf("load BPF scheduler: %w", err)
+	if err := spec.Load(&s.objs, "the scheduler"); err != nil {
+		return nil, err
 	}
 	s.StrategyMaps = schedext.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	if err := s.fillLLC(ncpu); err != nil {
 		s.Close()
 		return nil, err
 	}
-	for _, p := range []*ebpf.Program{s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("attach %s: %w", p, err)
-		}
-		s.traces = append(s.traces, l)
-	}
-	if s.events, err = schedext.NewEventReader(s.objs.Events); err != nil {
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -136,51 +111,25 @@ func (s *Scheduler) fillLLC(ncpu int) error {
 }
 
 // Attach makes swiftlane the kernel's scheduler.
-func (s *Scheduler) Attach() error {
-	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.SwiftlaneOps})
-	if err != nil {
-		if state, ops, _ := schedext.State(); state != "" && state != "disabled" {
-			return &schedext.UnsupportedError{Err: schedext.ErrBusy, What: ops, Hint: "stop that scheduler first"}
-		}
-		return fmt.Errorf("attach scheduler: %w", err)
-	}
-	s.ops = l
-	return nil
-}
+func (s *Scheduler) Attach() error { return s.links.Attach(s.objs.SwiftlaneOps) }
 
 // Detach hands scheduling back to the kernel's default scheduler. The kernel
 // then reports the exit (kind "unregistered") through Events.
-func (s *Scheduler) Detach() error {
-	if s.ops == nil {
-		return nil
-	}
-	err := s.ops.Close()
-	s.ops = nil
-	return err
-}
+func (s *Scheduler) Detach() error { return s.links.Detach() }
 
 // Close detaches and releases everything.
 func (s *Scheduler) Close() error {
-	errs := []error{s.Detach()}
-	if s.events != nil {
-		errs = append(errs, s.events.Close())
-	}
-	for _, l := range s.traces {
-		errs = append(errs, l.Close())
-	}
-	s.traces = nil
-	errs = append(errs, s.objs.Close())
-	return errors.Join(errs...)
+	return errors.Join(s.links.Close(), s.objs.Close())
 }
 
 // ReadEvent blocks until the next process event. It returns an error once
 // the scheduler is closed.
-func (s *Scheduler) ReadEvent() (schedext.Event, error) { return s.events.Read() }
+func (s *Scheduler) ReadEvent() (schedext.Event, error) { return s.links.ReadEvent() }
 
 // RunEvents feeds process events to the applier until the scheduler exits
 // (it returns the kernel's exit record) or ctx ends (it returns ctx's error).
 func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*schedext.ExitInfo, error) {
-	stop := context.AfterFunc(ctx, func() { s.events.Close() })
+	stop := context.AfterFunc(ctx, func() { s.links.CloseEvents() })
 	defer stop()
 	// From here on exec/fork/exit events keep the applier's process index,
 	// so strategy changes match in memory instead of re-reading /proc.

@@ -3,10 +3,8 @@
 package schedext
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 )
 
@@ -31,23 +29,4 @@ func APILevel(cache *btf.Cache) (int, error) {
 	default:
 		return 1, nil
 	}
-}
-
-// Objects are a scheduler's bpf2go loaders, one per API level: Objects[0]
-// parses the level 1 object, Objects[2] the level 3 one.
-type Objects [3]func() (*ebpf.CollectionSpec, error)
-
-// LoadSpec picks and parses the object for the running kernel's API level
-// (level 1 where the kernel has no BTF to tell), and returns the level. The
-// kernel BTF decoded for the choice stays in cache for the load itself
-// (decoding it is slow under TCG).
-func LoadSpec(cache *btf.Cache, objs Objects) (*ebpf.CollectionSpec, int, error) {
-	level, err := APILevel(cache)
-	if errors.Is(err, btf.ErrNotSupported) {
-		level = 1
-	} else if err != nil {
-		return nil, 0, err
-	}
-	spec, err := objs[level-1]()
-	return spec, level, err
 }

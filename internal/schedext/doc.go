@@ -10,10 +10,12 @@
 //   - Check and State: can a scheduler attach here, and if not, an
 //     *UnsupportedError naming the cause (ErrNoSchedExt, ErrBusy,
 //     ErrPrivilege) and the fix.
-//   - APILevel: which sched_ext kfunc names the running kernel has, and so
-//     which of a scheduler's objects to load.
+//   - APILevel, OpenSpec: which sched_ext kfunc names the running kernel
+//     has, and so which of a scheduler's objects to load; Spec sets its
+//     constants and loads it.
+//   - Links: the process-event programs and their ring (Event,
+//     ApplyEvent), and the struct_ops that Attach and Detach.
 //   - StrategyMaps: strategies into the strategy maps (a strategy.Target).
-//   - Event, EventReader, ApplyEvent: process events out of the event ring.
 //   - ExitInfo, ReadExit: why the kernel stopped a scheduler.
 //
 // The generated bpf2go bindings stay with their schedulers: this package

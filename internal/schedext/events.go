@@ -3,13 +3,7 @@
 package schedext
 
 import (
-	"bytes"
-	"encoding/binary"
-	"fmt"
 	"structs"
-
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -32,7 +26,8 @@ const (
 	EventSchedExit EventType = 4 // the scheduler is being disabled
 )
 
-// rawEvent mirrors struct swl_event (intf.h), a record of the events ring.
+// rawEvent mirrors struct swl_event (intf.h), a record of the events ring
+// (Links.ReadEvent).
 type rawEvent struct {
 	_    structs.HostLayout
 	Type uint32
@@ -40,39 +35,6 @@ type rawEvent struct {
 	Tgid uint32
 	Ppid uint32
 }
-
-// EventReader reads a scheduler's events ring. Read and Close may be called
-// from different goroutines: Close makes a blocked Read return.
-type EventReader struct {
-	r *ringbuf.Reader
-}
-
-// NewEventReader opens the events ring (a BPF_MAP_TYPE_RINGBUF of struct
-// swl_event).
-func NewEventReader(events *ebpf.Map) (*EventReader, error) {
-	r, err := ringbuf.NewReader(events)
-	if err != nil {
-		return nil, fmt.Errorf("open event ring: %w", err)
-	}
-	return &EventReader{r: r}, nil
-}
-
-// Read blocks until the next event. After Close it returns an error
-// wrapping os.ErrClosed.
-func (e *EventReader) Read() (Event, error) {
-	rec, err := e.r.Read()
-	if err != nil {
-		return Event{}, err
-	}
-	var raw rawEvent
-	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
-		return Event{}, fmt.Errorf("decode event: %w", err)
-	}
-	return Event{Type: EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
-}
-
-// Close releases the ring and makes a blocked Read return.
-func (e *EventReader) Close() error { return e.r.Close() }
 
 // ApplyEvent hands an exec, fork or exit event to the Applier; both modes'
 // event loops use it. Other events are the caller's.
