@@ -14,7 +14,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/noderuntime"
-	"github.com/swiftlane/swiftlane/internal/sched"
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/usersched"
 )
 
@@ -92,7 +92,7 @@ func loadConfig(path string) (config.Config, error) {
 // agent: 2 where the kernel cannot run the scheduler, 1 when the kernel
 // stopped it (the runtime has said why).
 func nodeExit(err error) error {
-	var ue *sched.UnsupportedError
+	var ue *schedext.UnsupportedError
 	switch {
 	case errors.As(err, &ue):
 		fmt.Fprintln(os.Stderr, "swiftlane: cannot run here:", ue)

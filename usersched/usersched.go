@@ -3,9 +3,7 @@
 package usersched
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,13 +16,9 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
-	"github.com/swiftlane/swiftlane/internal/sched"
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/userringbuf"
 )
@@ -49,22 +43,37 @@ const (
 // reporting).
 type Strategy = strategy.Entry
 
-// ExitInfo is why the kernel disabled the scheduler.
-type ExitInfo = sched.ExitInfo
+// ExitInfo is why the kernel disabled the scheduler: Kind, ExitCode,
+// Reason and Message from the kernel's scx_exit_info. Its IsError says the
+// kernel ejected the scheduler for misbehaving, WantsRestart that the
+// kernel asks for it to be loaded again.
+type ExitInfo = schedext.ExitInfo
+
+// UnsupportedError is why Open or Attach cannot run the scheduler here: Err
+// is one of ErrNoSchedExt, ErrBusy and ErrPrivilege (errors.Is matches
+// them), What the details and Hint what to do about it.
+type UnsupportedError = schedext.UnsupportedError
+
+// The reasons in an UnsupportedError.
+var (
+	ErrNoSchedExt = schedext.ErrNoSchedExt // the kernel has no sched_ext
+	ErrBusy       = schedext.ErrBusy       // another sched_ext scheduler is attached
+	ErrPrivilege  = schedext.ErrPrivilege  // not root
+)
 
 // ProcessEvent is a process exec, fork or exit, for matching processes
 // against strategies as they appear.
-type ProcessEvent = sched.Event
+type ProcessEvent = schedext.Event
 
 // EventType is what a ProcessEvent reports.
-type EventType = sched.EventType
+type EventType = schedext.EventType
 
 // The process events.
 const (
-	EventExec      = sched.EventExec
-	EventFork      = sched.EventFork
-	EventExit      = sched.EventExit
-	EventSchedExit = sched.EventSchedExit // the kernel is disabling the scheduler
+	EventExec      = schedext.EventExec
+	EventFork      = schedext.EventFork
+	EventExit      = schedext.EventExit
+	EventSchedExit = schedext.EventSchedExit // the kernel is disabling the scheduler
 )
 
 // Options configure the scheduler. The zero value is usable.
@@ -114,16 +123,14 @@ type Scheduler struct {
 	opts   Options
 	objs   userschedObjects
 	ncpu   int
-	traces []link.Link
-	ops    link.Link
-	events *ringbuf.Reader
+	links  schedext.Links // process events, struct_ops
 	maps   []*userringbuf.Mapping
 	shared []byte // the mmap'ed struct usr_shared
 	loop   loop
 	active atomic.Bool // Run is running
 	undo   []func()    // process-wide settings to restore on Close
 
-	strategies *sched.StrategyMaps
+	strategies *schedext.StrategyMaps
 }
 
 func pow2Bytes(records, recordSize int) int {
@@ -135,9 +142,10 @@ func pow2Bytes(records, recordSize int) int {
 }
 
 // Open checks the kernel, then loads and verifies the BPF side and maps its
-// rings. The scheduler is not active until Attach.
+// rings. The scheduler is not active until Attach. Where the kernel cannot
+// run it, the error is an *UnsupportedError.
 func Open(opts Options) (*Scheduler, error) {
-	if err := sched.Check(); err != nil {
+	if err := schedext.Check(); err != nil {
 		return nil, err
 	}
 	if opts.SliceNs == 0 {
@@ -158,16 +166,12 @@ func Open(opts Options) (*Scheduler, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
-	}
 	start := time.Now()
-	cache := btf.NewCache()
-	spec, level, err := loadSpec(cache)
+	spec, err := schedext.OpenSpec(schedext.Objects{loadUsersched, loadUserschedV2, loadUserschedV3})
 	if err != nil {
-		return nil, fmt.Errorf("parse BPF object: %w", err)
+		return nil, err
 	}
-	opts.Log.Debug("loading user-space scheduler", "kfunc_api", level)
+	opts.Log.Debug("loading user-space scheduler", "kfunc_api", spec.Level)
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("possible CPUs: %w", err)
@@ -175,17 +179,14 @@ func Open(opts Options) (*Scheduler, error) {
 	if ncpu > MaxCPUs {
 		return nil, fmt.Errorf("%d possible CPUs: user-space mode supports up to %d", ncpu, MaxCPUs)
 	}
-	consts := map[string]any{
+	if err := spec.SetConstants(map[string]any{
 		"slice_ns":     opts.SliceNs,
 		"heartbeat_ns": opts.HeartbeatNs,
 		"stall_ns":     opts.StallNs,
 		"nr_cpus":      uint32(ncpu),
 		"sched_tgid":   uint32(os.Getpid()),
-	}
-	for name, v := range consts {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	}); err != nil {
+		return nil, err
 	}
 	queueBytes := pow2Bytes(opts.QueueSize, int(unsafe.Sizeof(userschedUsrTask{})))
 	decisionBytes := pow2Bytes(opts.DecisionSize, int(unsafe.Sizeof(userschedUsrDecision{})))
@@ -194,14 +195,10 @@ func Open(opts Options) (*Scheduler, error) {
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
 
 	s := &Scheduler{opts: opts, ncpu: ncpu}
-	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("BPF verifier rejected the user-space scheduler: %+v", ve)
-		}
-		return nil, fmt.Errorf("load BPF scheduler: %w", err)
+	if err := spec.Load(&s.objs, "the user-space scheduler"); err != nil {
+		return nil, err
 	}
-	s.strategies = sched.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
+	s.strategies = schedext.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	opts.Log.Debug("user-space scheduler loaded", "took", time.Since(start))
 	if err := s.setup(queueBytes, decisionBytes); err != nil {
 		s.Close()
@@ -242,16 +239,8 @@ func (s *Scheduler) prepareProcess() error {
 }
 
 func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
-	for _, p := range []*ebpf.Program{s.objs.UsrOnExec, s.objs.UsrOnFork, s.objs.UsrOnExit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			return fmt.Errorf("attach %s: %w", p, err)
-		}
-		s.traces = append(s.traces, l)
-	}
-	var err error
-	if s.events, err = ringbuf.NewReader(s.objs.Events); err != nil {
-		return fmt.Errorf("open event ring: %w", err)
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.UsrOnExec, s.objs.UsrOnFork, s.objs.UsrOnExit); err != nil {
+		return err
 	}
 	queued, qm, err := userringbuf.MapConsumer(s.objs.Queued.FD(), queueBytes)
 	if err != nil {
@@ -273,39 +262,15 @@ func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
 
 // Attach makes the user-space scheduler the kernel's scheduler. From then
 // on, runnable tasks queue for Run: call it right away.
-func (s *Scheduler) Attach() error {
-	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.UserschedOps})
-	if err != nil {
-		if state, ops, _ := sched.State(); state != "" && state != "disabled" {
-			return &sched.UnsupportedError{Err: sched.ErrBusy, What: ops, Hint: "stop that scheduler first"}
-		}
-		return fmt.Errorf("attach scheduler: %w", err)
-	}
-	s.ops = l
-	return nil
-}
+func (s *Scheduler) Attach() error { return s.links.Attach(s.objs.UserschedOps) }
 
 // Detach hands scheduling back to the kernel's default scheduler. The kernel
 // runs the scheduler's exit path synchronously: Exit reports it afterwards.
-func (s *Scheduler) Detach() error {
-	if s.ops == nil {
-		return nil
-	}
-	err := s.ops.Close()
-	s.ops = nil
-	return err
-}
+func (s *Scheduler) Detach() error { return s.links.Detach() }
 
 // Close detaches and releases everything. Run must have returned.
 func (s *Scheduler) Close() error {
-	errs := []error{s.Detach()}
-	if s.events != nil {
-		errs = append(errs, s.events.Close())
-	}
-	for _, l := range s.traces {
-		errs = append(errs, l.Close())
-	}
-	s.traces = nil
+	errs := []error{s.links.Close()}
 	for _, m := range s.maps {
 		errs = append(errs, m.Close())
 	}
@@ -340,38 +305,15 @@ func (s *Scheduler) Run(ctx context.Context, p Policy) (*ExitInfo, error) {
 }
 
 // Exit returns why the kernel disabled the scheduler, or nil if it has not.
-func (s *Scheduler) Exit() (*ExitInfo, error) {
-	var raw userschedSwlExitInfo
-	if err := s.objs.ExitInfo.Get(&raw); err != nil {
-		return nil, err
-	}
-	if raw.Valid == 0 {
-		return nil, nil
-	}
-	return &ExitInfo{Kind: raw.Kind, ExitCode: raw.ExitCode, Reason: cstr(raw.Reason[:]), Message: cstr(raw.Msg[:])}, nil
-}
-
-func cstr(b []int8) string {
-	return unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), len(b)))
-}
+func (s *Scheduler) Exit() (*ExitInfo, error) { return schedext.ReadExit(s.objs.ExitInfo) }
 
 // ReadProcessEvent blocks until the next process event. After Close or
 // CloseEvents it returns an error. The scheduler being disabled shows up as
 // an event of type EventSchedExit.
-func (s *Scheduler) ReadProcessEvent() (ProcessEvent, error) {
-	rec, err := s.events.Read()
-	if err != nil {
-		return ProcessEvent{}, err
-	}
-	var raw userschedSwlEvent
-	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
-		return ProcessEvent{}, fmt.Errorf("decode event: %w", err)
-	}
-	return ProcessEvent{Type: sched.EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
-}
+func (s *Scheduler) ReadProcessEvent() (ProcessEvent, error) { return s.links.ReadEvent() }
 
 // CloseEvents makes a blocked ReadProcessEvent return.
-func (s *Scheduler) CloseEvents() error { return s.events.Close() }
+func (s *Scheduler) CloseEvents() error { return s.links.CloseEvents() }
 
 // Strategies: the same maps, with the same layout, as the in-kernel
 // scheduler's, so a strategy.Applier drives either (Scheduler is a

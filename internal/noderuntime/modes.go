@@ -15,6 +15,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/sched"
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/usersched"
@@ -26,7 +27,7 @@ type scheduler interface {
 	strategy.Target
 	Attach() error
 	Detach() error
-	Exit() (*sched.ExitInfo, error)
+	Exit() (*schedext.ExitInfo, error)
 	Close() error
 }
 
@@ -41,7 +42,7 @@ type mode[S scheduler, T any] struct {
 	counters func(T) *store.Counters
 	// serve runs while attached: until ctx ends (it returns ctx's error)
 	// or the kernel disables the scheduler (it returns the exit record).
-	serve func(ctx context.Context, s S, a *strategy.Applier) (*sched.ExitInfo, error)
+	serve func(ctx context.Context, s S, a *strategy.Applier) (*schedext.ExitInfo, error)
 }
 
 // collector is /metrics for scheduler s.
@@ -88,7 +89,7 @@ func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler, sche
 		stats:    (*sched.Scheduler).ReadStats,
 		export:   exportKernel,
 		counters: kernelCounters,
-		serve: func(ctx context.Context, s *sched.Scheduler, a *strategy.Applier) (*sched.ExitInfo, error) {
+		serve: func(ctx context.Context, s *sched.Scheduler, a *strategy.Applier) (*schedext.ExitInfo, error) {
 			return s.RunEvents(ctx, a)
 		},
 	}
@@ -118,7 +119,7 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler, us
 		stats:    (*usersched.Scheduler).Stats,
 		export:   exportUser,
 		counters: userCounters,
-		serve: func(ctx context.Context, s *usersched.Scheduler, a *strategy.Applier) (*sched.ExitInfo, error) {
+		serve: func(ctx context.Context, s *usersched.Scheduler, a *strategy.Applier) (*schedext.ExitInfo, error) {
 			// Process events feed the applier on their own goroutine; the
 			// dispatch loop runs on this one, and reports the exit itself.
 			events := make(chan struct{})
@@ -138,7 +139,7 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler, us
 						log.Warn("process event", "err", err)
 						continue
 					}
-					if err := sched.ApplyEvent(a, ev); err != nil {
+					if err := schedext.ApplyEvent(a, ev); err != nil {
 						log.Warn("apply strategy", "pid", ev.TGID, "err", err)
 					}
 				}

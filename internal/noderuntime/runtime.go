@@ -24,7 +24,7 @@ import (
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/operator"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
-	"github.com/swiftlane/swiftlane/internal/sched"
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -85,7 +85,7 @@ type Build func(*Node) (Agent, error)
 // stops the scheduler without asking for a restart (ErrStopped). build may
 // be nil (swiftlane run); otherwise its agent runs from the first attach
 // on, across reloads. Where the kernel cannot run the scheduler the error
-// is a *sched.UnsupportedError, unless Options.Degrade.
+// is a *schedext.UnsupportedError, unless Options.Degrade.
 func Run(ctx context.Context, o Options, build Build) error {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -112,8 +112,8 @@ func Run(ctx context.Context, o Options, build Build) error {
 		defer srv.Close()
 	}
 	if o.Degrade {
-		var ue *sched.UnsupportedError
-		if err := sched.Check(); errors.As(err, &ue) {
+		var ue *schedext.UnsupportedError
+		if err := schedext.Check(); errors.As(err, &ue) {
 			return observe(ctx, o, set, ep, build, ue)
 		} else if err != nil {
 			return err
@@ -126,7 +126,7 @@ func Run(ctx context.Context, o Options, build Build) error {
 }
 
 // observe runs the agent with strategies resolved into a recorder.
-func observe(ctx context.Context, o Options, set *strategy.Set, ep *endpoint, build Build, ue *sched.UnsupportedError) error {
+func observe(ctx context.Context, o Options, set *strategy.Set, ep *endpoint, build Build, ue *schedext.UnsupportedError) error {
 	fmt.Fprintln(o.Out, "swiftlane: observe mode (strategies are resolved and reported, nothing is scheduled):", ue)
 	n := &Node{
 		Mode: Observe, Reason: ue.Error(), SchedulerState: schedulerState,
@@ -213,7 +213,7 @@ func (r *runner[S, T]) run(ctx context.Context) error {
 
 // once loads, attaches and serves until ctx ends (nil exit) or the kernel
 // disables the scheduler (its exit record).
-func (r *runner[S, T]) once(ctx context.Context) (*sched.ExitInfo, error) {
+func (r *runner[S, T]) once(ctx context.Context) (*schedext.ExitInfo, error) {
 	s, err := r.m.load()
 	if err != nil {
 		return nil, err
@@ -231,7 +231,7 @@ func (r *runner[S, T]) once(ctx context.Context) (*sched.ExitInfo, error) {
 	}
 	r.setCurrent(s, true)
 	a := r.node.Applier
-	state, ops, _ := sched.State()
+	state, ops, _ := schedext.State()
 	what := ""
 	if r.m.name != "" {
 		what = ", " + r.m.name
@@ -357,7 +357,7 @@ func (r *runner[S, T]) counters() (*store.Counters, error) {
 
 // schedulerState is sched_ext's state and, when one is attached, its name.
 func schedulerState() string {
-	state, ops, err := sched.State()
+	state, ops, err := schedext.State()
 	if err != nil {
 		return "unavailable"
 	}

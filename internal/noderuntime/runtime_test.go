@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/config"
-	"github.com/swiftlane/swiftlane/internal/sched"
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -44,10 +44,10 @@ func TestCheckMode(t *testing.T) {
 // needsNoSchedExt skips where this machine could attach the scheduler:
 // these tests are about the paths of a kernel that cannot (the VM tests
 // cover the others, on real sched_ext kernels).
-func needsNoSchedExt(t *testing.T) *sched.UnsupportedError {
+func needsNoSchedExt(t *testing.T) *schedext.UnsupportedError {
 	t.Helper()
-	var ue *sched.UnsupportedError
-	if err := sched.Check(); !errors.As(err, &ue) {
+	var ue *schedext.UnsupportedError
+	if err := schedext.Check(); !errors.As(err, &ue) {
 		t.Skip("this machine can run the scheduler: the VM tests cover it")
 	}
 	return ue
@@ -62,7 +62,7 @@ func TestRunWithoutSchedExt(t *testing.T) {
 		cfg.Scheduler.Mode = mode
 		var out bytes.Buffer
 		err := Run(context.Background(), Options{Config: cfg, Out: &out}, nil)
-		var ue *sched.UnsupportedError
+		var ue *schedext.UnsupportedError
 		if !errors.As(err, &ue) {
 			t.Errorf("%s mode: got %v, want an UnsupportedError", mode, err)
 		}

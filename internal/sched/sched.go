@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package sched loads swiftlane's BPF scheduler (bpf/swiftlane.bpf.c),
-// attaches it as the kernel's sched_ext scheduler, and exposes its maps:
-// strategies in, process events and statistics out.
+// Package sched is the kernel-mode scheduler: it loads swiftlane's BPF
+// scheduler (bpf/swiftlane.bpf.c), attaches it as the kernel's sched_ext
+// scheduler, and exposes its maps: strategies in, process events and
+// statistics out. What it shares with the user-space mode (usersched) is in
+// internal/schedext: the kernel check, the object's API level, the strategy
+// maps, the event ring and the exit record.
 package sched
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,11 +18,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -34,100 +32,60 @@ type Options struct {
 	Log             *slog.Logger
 }
 
-// Event is a process lifecycle event from the kernel.
-type Event struct {
-	Type EventType
-	PID  uint32
-	TGID uint32
-	PPID uint32
-}
-
-// EventType says what happened to a process.
-type EventType uint32
-
-const (
-	EventExec      EventType = 1
-	EventFork      EventType = 2
-	EventExit      EventType = 3
-	EventSchedExit EventType = 4 // the scheduler is being disabled
-)
-
 // Scheduler is a loaded swiftlane scheduler. Methods are safe for concurrent
 // use, except that Attach and Close must not race each other.
 type Scheduler struct {
-	objs   swiftlaneObjects
-	log    *slog.Logger
-	traces []link.Link
-	ops    link.Link
-	events *ringbuf.Reader
+	objs  swiftlaneObjects
+	log   *slog.Logger
+	links schedext.Links // process events, struct_ops
 	// The strategy.Target: strategies go straight into BPF maps.
-	*StrategyMaps
+	*schedext.StrategyMaps
 }
 
 // Load checks the kernel, loads and verifies the BPF object with the given
 // tunables and attaches the process-event tracepoints. The scheduler is not
 // active until Attach.
 func Load(opts Options) (*Scheduler, error) {
-	if err := Check(); err != nil {
+	if err := schedext.Check(); err != nil {
 		return nil, err
 	}
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
-	}
-
-	cache := btf.NewCache()
-	spec, level, err := loadSpec(cache)
+	spec, err := schedext.OpenSpec(schedext.Objects{loadSwiftlane, loadSwiftlaneV2, loadSwiftlaneV3})
 	if err != nil {
-		return nil, fmt.Errorf("parse BPF object: %w", err)
+		return nil, err
 	}
-	log.Debug("loading scheduler", "kfunc_api", level)
+	log.Debug("loading scheduler", "kfunc_api", spec.Level)
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("possible CPUs: %w", err)
 	}
-	consts := map[string]any{
+	if err := spec.SetConstants(map[string]any{
 		"slice_ns":         opts.SliceNs,
 		"slice_min_ns":     opts.SliceMinNs,
 		"early_processing": opts.EarlyProcessing,
 		"builtin_idle":     opts.BuiltinIdle,
 		"nr_cpus":          uint32(ncpu),
-	}
-	for name, v := range consts {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("set %s: %w", name, err)
-		}
+	}); err != nil {
+		return nil, err
 	}
 	spec.Maps["cpu_llc"].MaxEntries = uint32(ncpu)
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
 
 	s := &Scheduler{log: log}
-	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("BPF verifier rejected the scheduler: %+v", ve)
-		}
-		return nil, fmt.Errorf("load BPF scheduler: %w", err)
+	if err := spec.Load(&s.objs, "the scheduler"); err != nil {
+		return nil, err
 	}
-	s.StrategyMaps = NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
+	s.StrategyMaps = schedext.NewStrategyMaps(s.objs.TgidStrategy, s.objs.CgroupStrategy, s.objs.NrCgroupStrategies, s.objs.StrategyGen)
 	if err := s.fillLLC(ncpu); err != nil {
 		s.Close()
 		return nil, err
 	}
-	for _, p := range []*ebpf.Program{s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("attach %s: %w", p, err)
-		}
-		s.traces = append(s.traces, l)
-	}
-	if s.events, err = ringbuf.NewReader(s.objs.Events); err != nil {
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("open event ring: %w", err)
+		return nil, err
 	}
 	return s, nil
 }
@@ -153,61 +111,25 @@ func (s *Scheduler) fillLLC(ncpu int) error {
 }
 
 // Attach makes swiftlane the kernel's scheduler.
-func (s *Scheduler) Attach() error {
-	l, err := link.AttachStructOps(link.StructOpsOptions{Map: s.objs.SwiftlaneOps})
-	if err != nil {
-		if state, ops, _ := State(); state != "" && state != "disabled" {
-			return &UnsupportedError{Err: ErrBusy, What: ops, Hint: "stop that scheduler first"}
-		}
-		return fmt.Errorf("attach scheduler: %w", err)
-	}
-	s.ops = l
-	return nil
-}
+func (s *Scheduler) Attach() error { return s.links.Attach(s.objs.SwiftlaneOps) }
 
 // Detach hands scheduling back to the kernel's default scheduler. The kernel
 // then reports the exit (kind "unregistered") through Events.
-func (s *Scheduler) Detach() error {
-	if s.ops == nil {
-		return nil
-	}
-	err := s.ops.Close()
-	s.ops = nil
-	return err
-}
+func (s *Scheduler) Detach() error { return s.links.Detach() }
 
 // Close detaches and releases everything.
 func (s *Scheduler) Close() error {
-	errs := []error{s.Detach()}
-	if s.events != nil {
-		errs = append(errs, s.events.Close())
-	}
-	for _, l := range s.traces {
-		errs = append(errs, l.Close())
-	}
-	s.traces = nil
-	errs = append(errs, s.objs.Close())
-	return errors.Join(errs...)
+	return errors.Join(s.links.Close(), s.objs.Close())
 }
 
 // ReadEvent blocks until the next process event. It returns an error once
 // the scheduler is closed.
-func (s *Scheduler) ReadEvent() (Event, error) {
-	rec, err := s.events.Read()
-	if err != nil {
-		return Event{}, err
-	}
-	var raw swiftlaneSwlEvent
-	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
-		return Event{}, fmt.Errorf("decode event: %w", err)
-	}
-	return Event{Type: EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
-}
+func (s *Scheduler) ReadEvent() (schedext.Event, error) { return s.links.ReadEvent() }
 
 // RunEvents feeds process events to the applier until the scheduler exits
 // (it returns the kernel's exit record) or ctx ends (it returns ctx's error).
-func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitInfo, error) {
-	stop := context.AfterFunc(ctx, func() { s.events.Close() })
+func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*schedext.ExitInfo, error) {
+	stop := context.AfterFunc(ctx, func() { s.links.CloseEvents() })
 	defer stop()
 	// From here on exec/fork/exit events keep the applier's process index,
 	// so strategy changes match in memory instead of re-reading /proc.
@@ -222,25 +144,14 @@ func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*ExitIn
 			}
 			return nil, err
 		}
-		if ev.Type == EventSchedExit {
+		if ev.Type == schedext.EventSchedExit {
 			return s.Exit()
 		}
-		if err := ApplyEvent(a, ev); err != nil {
+		if err := schedext.ApplyEvent(a, ev); err != nil {
 			s.log.Warn("apply strategy", "pid", ev.TGID, "err", err)
 		}
 	}
 }
 
-// ApplyEvent hands an exec, fork or exit event to the Applier; the user-space
-// mode's event loop uses it too. Other events are the caller's.
-func ApplyEvent(a *strategy.Applier, ev Event) error {
-	switch ev.Type {
-	case EventExec:
-		return a.HandleExec(ev.TGID)
-	case EventFork:
-		return a.HandleFork(ev.TGID, ev.PPID)
-	case EventExit:
-		a.HandleExit(ev.TGID)
-	}
-	return nil
-}
+// Exit returns the exit record the BPF side kept, or nil if it has none yet.
+func (s *Scheduler) Exit() (*schedext.ExitInfo, error) { return schedext.ReadExit(s.objs.ExitInfo) }

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package sched
+package schedext
 
 import (
 	"fmt"
 	"strings"
+	"structs"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,10 +81,22 @@ func (e *ExitInfo) String() string {
 	return s
 }
 
-// Exit returns the exit record the BPF side kept, or nil if it has none yet.
-func (s *Scheduler) Exit() (*ExitInfo, error) {
-	var raw swiftlaneSwlExitInfo
-	if err := s.objs.ExitInfo.Get(&raw); err != nil {
+// rawExitInfo mirrors struct swl_exit_info (intf.h): the exit_info global
+// both BPF schedulers fill in from the kernel's scx_exit_info.
+type rawExitInfo struct {
+	_        structs.HostLayout
+	ExitCode int64
+	Kind     uint32
+	Valid    uint32
+	Reason   [128]int8
+	Msg      [1024]int8
+}
+
+// ReadExit reads a scheduler's exit_info global: the exit record its BPF
+// side kept, or nil if it has none yet.
+func ReadExit(v *ebpf.Variable) (*ExitInfo, error) {
+	var raw rawExitInfo
+	if err := v.Get(&raw); err != nil {
 		return nil, err
 	}
 	if raw.Valid == 0 {

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package sched
+package schedext
 
 import (
 	"errors"
+	"structs"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -13,7 +14,7 @@ import (
 
 // StrategyMaps is the strategy.Target over the strategy maps of bpf/intf.h:
 // tgid_strategy, cgroup_strategy, nr_cgroup_strategies and strategy_gen.
-// Both BPF schedulers (this package's and usersched's) declare them, so
+// Both BPF schedulers (internal/sched's and usersched's) declare them, so
 // both write their strategies through it.
 type StrategyMaps struct {
 	tgid, cgroup *ebpf.Map
@@ -29,9 +30,18 @@ func NewStrategyMaps(tgid, cgroup *ebpf.Map, nrCgroups, gen *ebpf.Variable) *Str
 	return &StrategyMaps{tgid: tgid, cgroup: cgroup, nrCgroupsVar: nrCgroups, genVar: gen}
 }
 
-// struct swl_strategy is the same in every object that includes intf.h.
-func toBPF(e strategy.Entry) swiftlaneSwlStrategy {
-	v := swiftlaneSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
+// rawStrategy mirrors struct swl_strategy (intf.h), the maps' value.
+type rawStrategy struct {
+	_       structs.HostLayout
+	Class   uint32
+	Flags   uint32
+	SliceNs uint64
+	Id      uint32
+	Pad     uint32
+}
+
+func toBPF(e strategy.Entry) rawStrategy {
+	v := rawStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
 	if e.Inherit {
 		v.Flags |= 1 // SWL_STRAT_INHERIT
 	}
@@ -58,7 +68,7 @@ func (m *StrategyMaps) SetCgroup(id uint64, e strategy.Entry) error {
 	v := toBPF(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var old swiftlaneSwlStrategy
+	var old rawStrategy
 	if err := m.cgroup.Lookup(id, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
 		m.nrCgroups++
 	}

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package schedext
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestExitInfoWording(t *testing.T) {
+	e := ExitInfo{Kind: ExitSysRq, Reason: "disabled by sysrq-S"}
+	if got := e.String(); got != "disabled by sysrq-S (kind 67)" {
+		t.Fatalf("%q", got)
+	}
+	e = ExitInfo{Kind: ExitErrorStall, ExitCode: ECodeActRestart, Reason: "runnable task stall", Message: "swapper[0] failed to run for 30s"}
+	if !e.IsError() || !e.WantsRestart() || !strings.Contains(e.String(), "failed to run for 30s") {
+		t.Fatalf("%q", e.String())
+	}
+}
+
+func TestOutOfMemoryAtEnable(t *testing.T) {
+	for _, c := range []struct {
+		e    ExitInfo
+		want bool
+	}{
+		{ExitInfo{Kind: ExitError, Reason: "runtime error", Message: "ops.init_task() failed (-12) for kworker/R-sync_[5]"}, true},
+		{ExitInfo{Kind: ExitError, Message: "ops.init_task() failed (-22) for x[1]"}, false},
+		{ExitInfo{Kind: ExitErrorStall, Message: "init_task() failed (-12)"}, false},
+		{ExitInfo{Kind: ExitUnreg}, false},
+	} {
+		if got := c.e.OutOfMemoryAtEnable(); got != c.want {
+			t.Errorf("%v: OutOfMemoryAtEnable %v, want %v", &c.e, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package schedext
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// Links are what a loaded scheduler holds on the kernel: its process-event
+// programs, attached from load to Close, the reader of the ring they write
+// to, and its struct_ops, attached from Attach to Detach. The zero value
+// holds nothing.
+//
+// ReadEvent and CloseEvents may run concurrently with the other methods;
+// Attach, Detach and Close must not race each other.
+type Links struct {
+	traces []link.Link
+	events *ringbuf.Reader
+	ops    link.Link
+}
+
+// OpenEvents attaches a scheduler's exec, fork and exit tracing programs
+// and opens the ring they write struct swl_event records to. On error, Close
+// releases what it did attach.
+func (l *Links) OpenEvents(ring *ebpf.Map, progs ...*ebpf.Program) error {
+	for _, p := range progs {
+		t, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", p, err)
+		}
+		l.traces = append(l.traces, t)
+	}
+	r, err := ringbuf.NewReader(ring)
+	if err != nil {
+		return fmt.Errorf("open event ring: %w", err)
+	}
+	l.events = r
+	return nil
+}
+
+// ReadEvent blocks until the next process event. After CloseEvents or
+// Close it returns an error wrapping os.ErrClosed.
+func (l *Links) ReadEvent() (Event, error) {
+	rec, err := l.events.Read()
+	if err != nil {
+		return Event{}, err
+	}
+	var raw rawEvent
+	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
+		return Event{}, fmt.Errorf("decode event: %w", err)
+	}
+	return Event{Type: EventType(raw.Type), PID: raw.Pid, TGID: raw.Tgid, PPID: raw.Ppid}, nil
+}
+
+// CloseEvents makes a blocked ReadEvent return and closes the ring. The
+// programs stay attached until Close: they do more than report (a forked
+// process inherits its parent's strategy in BPF).
+func (l *Links) CloseEvents() error {
+	if l.events == nil {
+		return nil
+	}
+	return l.events.Close()
+}
+
+// Attach attaches ops, the scheduler's struct_ops map: from then on it is
+// the kernel's scheduler. If another sched_ext scheduler holds the kernel,
+// the error is an *UnsupportedError wrapping ErrBusy.
+func (l *Links) Attach(ops *ebpf.Map) error {
+	o, err := link.AttachStructOps(link.StructOpsOptions{Map: ops})
+	if err != nil {
+		if state, name, _ := State(); state != "" && state != "disabled" {
+			return &UnsupportedError{Err: ErrBusy, What: name, Hint: "stop that scheduler first"}
+		}
+		return fmt.Errorf("attach scheduler: %w", err)
+	}
+	l.ops = o
+	return nil
+}
+
+// Detach hands scheduling back to the kernel's default scheduler; the
+// kernel runs the scheduler's exit path before it returns. Without Attach
+// it does nothing.
+func (l *Links) Detach() error {
+	if l.ops == nil {
+		return nil
+	}
+	err := l.ops.Close()
+	l.ops = nil
+	return err
+}
+
+// Close detaches the scheduler, closes the ring and detaches the programs.
+func (l *Links) Close() error {
+	errs := []error{l.Detach(), l.CloseEvents()}
+	for _, t := range l.traces {
+		errs = append(errs, t.Close())
+	}
+	l.traces = nil
+	return errors.Join(errs...)
+}

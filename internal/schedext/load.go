@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package schedext
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Objects are a scheduler's bpf2go loaders, one per API level: Objects[0]
+// parses the level 1 object, Objects[2] the level 3 one.
+type Objects [3]func() (*ebpf.CollectionSpec, error)
+
+// Spec is a scheduler's object as picked for the running kernel, parsed
+// and not loaded yet: the scheduler sets its constants and sizes its maps,
+// then loads it with Load.
+type Spec struct {
+	*ebpf.CollectionSpec
+	Level int        // the kfunc API level (APILevel)
+	cache *btf.Cache // the kernel BTF decoded for the choice
+}
+
+// OpenSpec lifts the memlock limit, then picks and parses the object for
+// the running kernel's API level (level 1 where the kernel has no BTF to
+// tell).
+func OpenSpec(objs Objects) (*Spec, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	cache := btf.NewCache()
+	level, err := APILevel(cache)
+	if errors.Is(err, btf.ErrNotSupported) {
+		level = 1
+	} else if err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
+	spec, err := objs[level-1]()
+	if err != nil {
+		return nil, fmt.Errorf("parse BPF object: %w", err)
+	}
+	return &Spec{CollectionSpec: spec, Level: level, cache: cache}, nil
+}
+
+// SetConstants sets the object's const volatile globals, by name.
+func (s *Spec) SetConstants(consts map[string]any) error {
+	for name, v := range consts {
+		if err := s.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Load loads the object into objs, a bpf2go objects struct, reusing
+// the kernel BTF decoded for the choice (decoding it again is slow under
+// TCG). When the verifier rejects the object, the error carries its log,
+// naming the scheduler as what ("the scheduler").
+func (s *Spec) Load(objs any, what string) error {
+	err := s.CollectionSpec.LoadAndAssign(objs, &ebpf.CollectionOptions{Cache: s.cache})
+	if err == nil {
+		return nil
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("BPF verifier rejected %s: %+v", what, ve)
+	}
+	return fmt.Errorf("load BPF scheduler: %w", err)
+}
