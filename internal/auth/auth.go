@@ -14,6 +14,7 @@ import (
 	"crypto/subtle"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -248,7 +249,9 @@ func (a *Authority) Issue(subject string, role Role, node string, ttl time.Durat
 		IssuedAt:  jwt.NewNumericDate(now),
 		NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)), // tolerate small clock skew
 		ExpiresAt: jwt.NewNumericDate(exp),
-		ID:        base64.RawURLEncoding.EncodeToString(jti),
+		// Hex, not base64url: an ID that began with '-' read as a flag in
+		// `swiftlane token revoke ID`.
+		ID: hex.EncodeToString(jti),
 	}}
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c).SignedString(a.priv)
 	return tok, exp, err
