@@ -42,6 +42,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -284,7 +285,7 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 	}
 	c := strategy.Critical
 	for i := range n {
-		s := store.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("prop-%d", i%10), Class: &c, CommandRegex: fmt.Sprintf("bench-%d-never", i)}}
+		s := apitypes.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("prop-%d", i%10), Class: &c, CommandRegex: fmt.Sprintf("bench-%d-never", i)}}
 		start := time.Now()
 		out, err := admin.PutStrategy(ctx, s)
 		if err != nil {
@@ -437,7 +438,7 @@ func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, admin
 		if err != nil {
 			return nil, err
 		}
-		var out store.Strategy
+		var out apitypes.Strategy
 		err = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode >= 300 {
@@ -517,7 +518,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 		node := fmt.Sprintf("sim-%d", i)
 		c := api.NewClient(url, mint(auth.Agent, node), tlsCfg)
 		go func() {
-			if _, err := c.RegisterNode(wctx, node, store.Registration{Version: "sim", Mode: agent.ModeObserve, HeartbeatSeconds: max(1, int(heartbeat.Seconds()))}); err != nil {
+			if _, err := c.RegisterNode(wctx, node, apitypes.Registration{Version: "sim", Mode: agent.ModeObserve, HeartbeatSeconds: max(1, int(heartbeat.Seconds()))}); err != nil {
 				log.Printf("%s: register: %v", node, err)
 			}
 			go func() { // heartbeats, spread over the period
@@ -529,7 +530,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 						return
 					case <-t.C:
 					}
-					_, _ = c.Heartbeat(wctx, node, store.Heartbeat{SchedulerState: "disabled", Workloads: []store.Workload{}})
+					_, _ = c.Heartbeat(wctx, node, apitypes.Heartbeat{SchedulerState: "disabled", Workloads: []apitypes.Workload{}})
 					t.Reset(heartbeat)
 				}
 			}()
@@ -555,7 +556,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 	var rev uint64
 	for k := range changes {
 		<-tick.C
-		s := store.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("fan-%d", k%5), Class: &c, CommandRegex: fmt.Sprintf("fan-%d", k)}}
+		s := apitypes.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("fan-%d", k%5), Class: &c, CommandRegex: fmt.Sprintf("fan-%d", k)}}
 		start := time.Now()
 		out, err := admin.PutStrategy(ctx, s)
 		if err != nil {

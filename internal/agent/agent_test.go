@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -152,9 +153,9 @@ func (h *harness) waitBeat(t *testing.T) {
 	}
 }
 
-func crit(name, re string) store.Strategy {
+func crit(name, re string) apitypes.Strategy {
 	c := strategy.Critical
-	return store.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
+	return apitypes.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
 }
 
 func TestAgentAppliesPushAndReports(t *testing.T) {
@@ -349,7 +350,7 @@ func TestGeneration1ClientKeepsAdminStrategies(t *testing.T) {
 		if n.AppliedRevision < l.Revision {
 			continue
 		}
-		var got *store.Workload
+		var got *apitypes.Workload
 		for i := range n.Workloads {
 			if n.Workloads[i].PID == 100 {
 				got = &n.Workloads[i]

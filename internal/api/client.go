@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 )
 
 // Client talks to the API (used by the agent, `swiftlane ctl` and tests).
@@ -224,13 +224,13 @@ func (c *Client) GetStrategy(ctx context.Context, name string) (StrategyView, er
 	return s, c.Do(ctx, "GET", "/api/v1/strategies/"+esc(name), nil, &s)
 }
 
-func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
+func (c *Client) CreateStrategy(ctx context.Context, st apitypes.Strategy) (StrategyView, error) {
 	var s StrategyView
 	return s, c.Do(ctx, "POST", "/api/v1/strategies", st, &s)
 }
 
 // PutStrategy creates or replaces a strategy by name.
-func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
+func (c *Client) PutStrategy(ctx context.Context, st apitypes.Strategy) (StrategyView, error) {
 	var s StrategyView
 	return s, c.Do(ctx, "PUT", "/api/v1/strategies/"+esc(st.Name), st, &s)
 }
@@ -245,8 +245,8 @@ func (c *Client) ListNodes(ctx context.Context) (NodeList, error) {
 	return l, c.Do(ctx, "GET", "/api/v1/nodes", nil, &l)
 }
 
-func (c *Client) GetNode(ctx context.Context, name string) (store.Node, error) {
-	var n store.Node
+func (c *Client) GetNode(ctx context.Context, name string) (apitypes.Node, error) {
+	var n apitypes.Node
 	return n, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name), nil, &n)
 }
 
@@ -254,12 +254,12 @@ func (c *Client) DeleteNode(ctx context.Context, name string) error {
 	return c.Do(ctx, "DELETE", "/api/v1/nodes/"+esc(name), nil, nil)
 }
 
-func (c *Client) RegisterNode(ctx context.Context, name string, r store.Registration) (store.Node, error) {
-	var n store.Node
+func (c *Client) RegisterNode(ctx context.Context, name string, r apitypes.Registration) (apitypes.Node, error) {
+	var n apitypes.Node
 	return n, c.Do(ctx, "PUT", "/api/v1/nodes/"+esc(name), r, &n)
 }
 
-func (c *Client) Heartbeat(ctx context.Context, name string, h store.Heartbeat) (HeartbeatReply, error) {
+func (c *Client) Heartbeat(ctx context.Context, name string, h apitypes.Heartbeat) (HeartbeatReply, error) {
 	var r HeartbeatReply
 	return r, c.Do(ctx, "POST", "/api/v1/nodes/"+esc(name)+"/heartbeat", h, &r)
 }

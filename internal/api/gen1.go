@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -17,8 +18,8 @@ import (
 // The generation-1 (reference) endpoints. Their strategies carry
 // priority: bool; a list POST replaces the whole set.
 
-func gen1Form(list []store.Strategy) []store.Strategy {
-	out := make([]store.Strategy, len(list))
+func gen1Form(list []apitypes.Strategy) []apitypes.Strategy {
+	out := make([]apitypes.Strategy, len(list))
 	for i, st := range list {
 		p := st.EffectiveClass() == strategy.Critical
 		st.Priority = &p
@@ -52,7 +53,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	owner := c.Subject
 	warnings := []string{}
 	seen := map[string]int{}
-	list := make([]store.Strategy, len(body.Strategies))
+	list := make([]apitypes.Strategy, len(body.Strategies))
 	for i, g := range body.Strategies {
 		st := &list[i]
 		*st = g.Strategy

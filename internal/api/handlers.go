@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -176,7 +177,7 @@ func (s *Server) listStrategies(w http.ResponseWriter, r *http.Request, c *auth.
 // any other store they are accepted (so generation-1 clients, whose
 // strategies all carry selectors, keep working) but flagged, here and in
 // the UI, rather than silently matching nothing.
-func (s *Server) view(st store.Strategy) StrategyView {
+func (s *Server) view(st apitypes.Strategy) StrategyView {
 	v := StrategyView{Strategy: st}
 	if s.podLabels {
 		return v
@@ -190,7 +191,7 @@ func (s *Server) view(st store.Strategy) StrategyView {
 	return v
 }
 
-func (s *Server) views(list []store.Strategy) []StrategyView {
+func (s *Server) views(list []apitypes.Strategy) []StrategyView {
 	out := make([]StrategyView, len(list))
 	for i, st := range list {
 		out[i] = s.view(st)
@@ -201,7 +202,7 @@ func (s *Server) views(list []store.Strategy) []StrategyView {
 // EnsureStrategies creates each strategy no strategy is named like (the
 // config file's default_strategies) and returns the names it created;
 // existing strategies, edited or not, are left alone.
-func EnsureStrategies(ctx context.Context, st store.Store, list []store.Strategy) ([]string, error) {
+func EnsureStrategies(ctx context.Context, st store.Store, list []apitypes.Strategy) ([]string, error) {
 	var created []string
 	for i, s := range list {
 		if err := s.Validate(); err != nil {
@@ -234,7 +235,7 @@ func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if err != nil {
 		return storeError("strategy "+name, err)
 	}
-	if len(s.forClaims(r.Context(), c, []store.Strategy{st})) == 0 {
+	if len(s.forClaims(r.Context(), c, []apitypes.Strategy{st})) == 0 {
 		return storeError("strategy "+name, store.ErrNotFound) // not for this agent's node
 	}
 	writeJSON(w, http.StatusOK, s.view(st))
@@ -243,8 +244,8 @@ func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Cla
 
 // readStrategy decodes and validates a strategy body; the store is not
 // touched when this fails.
-func (s *Server) readStrategy(r *http.Request, name string) (store.Strategy, error) {
-	var st store.Strategy
+func (s *Server) readStrategy(r *http.Request, name string) (apitypes.Strategy, error) {
+	var st apitypes.Strategy
 	if err := s.decode(r, &st); err != nil {
 		return st, err
 	}
@@ -318,10 +319,10 @@ func (s *Server) deleteStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 	return nil
 }
 
-func (s *Server) withHealth(n store.Node) store.Node {
+func (s *Server) withHealth(n apitypes.Node) apitypes.Node {
 	n.Healthy = n.IsHealthy(time.Now())
 	if n.Workloads == nil {
-		n.Workloads = []store.Workload{}
+		n.Workloads = []apitypes.Workload{}
 	}
 	return n
 }
@@ -354,7 +355,7 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 	if !auth.ValidNodeName(name) {
 		return errorf(http.StatusBadRequest, "name", "use lower-case letters, digits, '.', '_' or '-'", "%q is not a node name", name)
 	}
-	var reg store.Registration // mode and heartbeat_seconds: checked by decode (their rules)
+	var reg apitypes.Registration // mode and heartbeat_seconds: checked by decode (their rules)
 	if err := s.decode(r, &reg); err != nil {
 		return err
 	}
@@ -368,7 +369,7 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	name := r.PathValue("name")
-	var hb store.Heartbeat // at most 64 buckets per histogram: checked by decode
+	var hb apitypes.Heartbeat // at most 64 buckets per histogram: checked by decode
 	if err := s.decode(r, &hb); err != nil {
 		return err
 	}

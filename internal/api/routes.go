@@ -5,8 +5,8 @@ package api
 import (
 	"net/http"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // route is one endpoint. The server's mux and the OpenAPI document are both
@@ -63,12 +63,12 @@ func routes() []route {
 		{method: "GET", path: "/api/v1/strategies", op: "listStrategies", summary: "List strategies in precedence order (agents: those for their node)",
 			roles: anyRole, out: StrategyList{}, handle: (*Server).listStrategies},
 		{method: "POST", path: "/api/v1/strategies", op: "createStrategy", summary: "Create a strategy",
-			roles: adminOnly, in: store.Strategy{}, inRequire: []string{"name"}, inDef: "StrategyCreateInput", out: StrategyView{}, status: http.StatusCreated, handle: (*Server).createStrategy},
+			roles: adminOnly, in: apitypes.Strategy{}, inRequire: []string{"name"}, inDef: "StrategyCreateInput", out: StrategyView{}, status: http.StatusCreated, handle: (*Server).createStrategy},
 		{method: "GET", path: "/api/v1/strategies/{name}", op: "getStrategy", summary: "Read one strategy",
 			roles: anyRole, out: StrategyView{}, handle: (*Server).getStrategy},
 		{method: "PUT", path: "/api/v1/strategies/{name}", op: "putStrategy",
 			summary: "Create or replace a strategy (200 replaced, 201 created). The name is the URL's; a body that repeats it must repeat it exactly",
-			roles:   adminOnly, in: store.Strategy{}, inOmit: []string{"name"}, inDef: "StrategyPutInput", out: StrategyView{}, handle: (*Server).putStrategy},
+			roles:   adminOnly, in: apitypes.Strategy{}, inOmit: []string{"name"}, inDef: "StrategyPutInput", out: StrategyView{}, handle: (*Server).putStrategy},
 		{method: "DELETE", path: "/api/v1/strategies/{name}", op: "deleteStrategy", summary: "Delete a strategy",
 			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteStrategy},
 		{method: "GET", path: "/api/v1/watch/strategies", op: "watchStrategies",
@@ -79,13 +79,13 @@ func routes() []route {
 		{method: "GET", path: "/api/v1/nodes", op: "listNodes", summary: "Registered nodes with health, state and counters",
 			roles: readers, out: NodeList{}, handle: (*Server).listNodes},
 		{method: "GET", path: "/api/v1/nodes/{name}", op: "getNode", summary: "One node",
-			roles: anyRole, nodeScoped: true, out: store.Node{}, handle: (*Server).getNode},
+			roles: anyRole, nodeScoped: true, out: apitypes.Node{}, handle: (*Server).getNode},
 		{method: "PUT", path: "/api/v1/nodes/{name}", op: "registerNode", summary: "Register (or re-register) a node's agent",
-			roles: nodeWriter, nodeScoped: true, in: store.Registration{}, out: store.Node{}, handle: (*Server).registerNode},
+			roles: nodeWriter, nodeScoped: true, in: apitypes.Registration{}, out: apitypes.Node{}, handle: (*Server).registerNode},
 		{method: "DELETE", path: "/api/v1/nodes/{name}", op: "deleteNode", summary: "Forget a node",
 			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteNode},
 		{method: "POST", path: "/api/v1/nodes/{name}/heartbeat", op: "heartbeat", summary: "An agent's status: scheduler state, counters, resolved workloads",
-			roles: nodeWriter, nodeScoped: true, in: store.Heartbeat{}, out: HeartbeatReply{}, handle: (*Server).heartbeat},
+			roles: nodeWriter, nodeScoped: true, in: apitypes.Heartbeat{}, out: HeartbeatReply{}, handle: (*Server).heartbeat},
 		{method: "GET", path: "/api/v1/nodes/{name}/workloads", op: "listWorkloads", summary: "Processes the strategies resolved to on a node",
 			roles: anyRole, nodeScoped: true, out: WorkloadList{}, handle: (*Server).workloads},
 

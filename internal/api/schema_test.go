@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // validBodies is one accepted body per route that takes one.
@@ -35,7 +35,7 @@ var validBodies = map[string]string{
 func TestEveryEndpointRefusesUnknownFields(t *testing.T) {
 	ts := startServer(t, t.TempDir(), serverOpt{})
 	admin := ts.token(auth.Admin, "")
-	if _, err := ts.client(admin).RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+	if _, err := ts.client(admin).RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := ts.client(admin).ListStrategies(bg())

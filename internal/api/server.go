@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
@@ -326,7 +327,7 @@ func (s *Server) nodeLabels(ctx context.Context, node string) map[string]string 
 }
 
 // forClaims filters strategies for an agent's node.
-func (s *Server) forClaims(ctx context.Context, c *auth.Claims, list []store.Strategy) []store.Strategy {
+func (s *Server) forClaims(ctx context.Context, c *auth.Claims, list []apitypes.Strategy) []apitypes.Strategy {
 	if c == nil || c.Role != auth.Agent {
 		return list
 	}
@@ -340,6 +341,6 @@ func (s *Server) forClaims(ctx context.Context, c *auth.Claims, list []store.Str
 	return out
 }
 
-func sortNodes(ns []store.Node) {
+func sortNodes(ns []apitypes.Node) {
 	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -72,7 +72,7 @@ func testAuthMatrix(t *testing.T, bk backend) {
 	}
 	// The node and strategy the {name} routes address exist.
 	admin := ts.client(callers[0].token)
-	if _, err := admin.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+	if _, err := admin.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreateStrategy(bg(), critical("s1", "nr-gnb")); err != nil {
@@ -152,7 +152,7 @@ func testStrategyCRUD(t *testing.T, bk backend) {
 	upd.Selectors = []strategy.Selector{{Key: "app", Value: "gnb"}}
 	upd.Namespaces = []string{"free5gc"}
 	upd.NodeSelector = map[string]string{"zone": "a"}
-	var s2, s3 store.Strategy
+	var s2, s3 apitypes.Strategy
 	code, body := ts.raw("PUT", "/api/v1/strategies/gnb", ts.token(auth.Admin, ""), mustJSON(upd))
 	if code != http.StatusOK || json.Unmarshal(body, &s2) != nil || s2.Revision <= s1.Revision {
 		t.Fatalf("put existing (after revision %d): %d %s", s1.Revision, code, body)
@@ -285,10 +285,10 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 		}
 	}
 	ag := ts.client(agentTok.Token)
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n1", store.Heartbeat{AppliedRevision: 5, Workloads: []store.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}}}); err != nil {
+	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{AppliedRevision: 5, Workloads: []apitypes.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.ListStrategies(bg())
@@ -320,14 +320,14 @@ func testAgentSeesOnlyItsNode(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	ag := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	a := critical("for-a", "x")
 	a.NodeSelector = map[string]string{"zone": "a"}
 	b := critical("for-b", "y")
 	b.NodeSelector = map[string]string{"zone": "b"}
-	for _, s := range []store.Strategy{a, b, critical("all", "z")} {
+	for _, s := range []apitypes.Strategy{a, b, critical("all", "z")} {
 		if _, err := admin.CreateStrategy(bg(), s); err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func testAgentSeesOnlyItsNode(t *testing.T, bk backend) {
 	if _, err := ag.GetStrategy(bg(), "for-b"); !IsStatus(err, http.StatusNotFound) {
 		t.Fatalf("agent get of another node's strategy: %v", err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n2", store.Heartbeat{}); !IsStatus(err, http.StatusForbidden) {
+	if _, err := ag.Heartbeat(bg(), "n2", apitypes.Heartbeat{}); !IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("agent heartbeat for another node: %v", err)
 	}
 	if _, err := ag.CreateStrategy(bg(), critical("evil", "x")); !IsStatus(err, http.StatusForbidden) {
@@ -449,12 +449,12 @@ func TestPrometheusMetrics(t *testing.T) { eachStore(t, testPrometheusMetrics) }
 func testPrometheusMetrics(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	ag := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}
-	hb := store.Heartbeat{Counters: &store.Counters{
+	hb := apitypes.Heartbeat{Counters: &apitypes.Counters{
 		Enqueued:     map[string]uint64{"critical": 5},
-		RunqueueWait: map[string]store.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
+		RunqueueWait: map[string]apitypes.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
 	}}
 	if _, err := ag.Heartbeat(bg(), "n1", hb); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
@@ -112,7 +113,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 	}
 }
 
-func filterForNode(list []store.Strategy, labels map[string]string) []store.Strategy {
+func filterForNode(list []apitypes.Strategy, labels map[string]string) []apitypes.Strategy {
 	out := list[:0:0]
 	for _, st := range list {
 		if st.ForNode(labels) {

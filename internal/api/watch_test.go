@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // watcher runs Client.Watch in the background and hands events over.
@@ -51,7 +51,7 @@ func next(t *testing.T, ch <-chan WatchEvent) WatchEvent {
 }
 
 // apply folds events into a name -> strategy map.
-func apply(state map[string]store.Strategy, ev WatchEvent) {
+func apply(state map[string]apitypes.Strategy, ev WatchEvent) {
 	switch ev.Type {
 	case "sync":
 		clear(state)
@@ -94,7 +94,7 @@ func testWatchResumesWithoutGapsOrDuplicates(t *testing.T, bk backend) {
 	for i := range 5 {
 		create(fmt.Sprintf("s%d", i))
 	}
-	state := map[string]store.Strategy{}
+	state := map[string]apitypes.Strategy{}
 	ch, cancel := watcher(t, agent, 0)
 	ev := next(t, ch)
 	if ev.Type != "sync" || ev.Revision != revs[4] || len(ev.Strategies) != 5 {
@@ -181,7 +181,7 @@ func testWatchTurnsUnselectedIntoDelete(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	agent := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := agent.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
+	if _, err := agent.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	ch, _ := watcher(t, agent, 0)

@@ -46,10 +46,10 @@ import (
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/kubetest"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -841,14 +841,14 @@ spec:
 	}
 	admin := c.WithToken(login.Token)
 	critical := strategy.Critical
-	if _, err := admin.CreateStrategy(ctx, store.Strategy{Strategy: strategy.Strategy{Name: "upf", Class: &critical, CommandRegex: "upf"}}); err != nil {
+	if _, err := admin.CreateStrategy(ctx, apitypes.Strategy{Strategy: strategy.Strategy{Name: "upf", Class: &critical, CommandRegex: "upf"}}); err != nil {
 		t.Fatalf("create a strategy through the API: %v\napi:\n%s", err, apiProc.log.String())
 	}
 	if _, err := k.kubectl(t, nil, "get", "-n", testNamespace, "schedulingstrategy", "upf"); err != nil {
 		t.Errorf("the API's strategy is no SchedulingStrategy: %v", err)
 	}
 	nodes, err := admin.ListNodes(ctx)
-	if err != nil || !slices.ContainsFunc(nodes.Nodes, func(n store.Node) bool { return n.Name == node }) {
+	if err != nil || !slices.ContainsFunc(nodes.Nodes, func(n apitypes.Node) bool { return n.Name == node }) {
 		t.Errorf("the API does not list the agent's node %s: %v %+v", node, err, nodes)
 	}
 	// An agent outside the cluster registers and heartbeats through the API.
@@ -857,9 +857,9 @@ spec:
 		t.Fatal(err)
 	}
 	rest := c.WithToken(tok.Token)
-	if _, err := rest.RegisterNode(ctx, "chart-rest-node", store.Registration{Version: "test", Kernel: "6.18", Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+	if _, err := rest.RegisterNode(ctx, "chart-rest-node", apitypes.Registration{Version: "test", Kernel: "6.18", Mode: "observe", HeartbeatSeconds: 5}); err != nil {
 		t.Errorf("register a node through the API: %v", err)
-	} else if _, err := rest.Heartbeat(ctx, "chart-rest-node", store.Heartbeat{SchedulerState: "disabled", Workloads: []store.Workload{}}); err != nil {
+	} else if _, err := rest.Heartbeat(ctx, "chart-rest-node", apitypes.Heartbeat{SchedulerState: "disabled", Workloads: []apitypes.Workload{}}); err != nil {
 		t.Errorf("heartbeat through the API: %v", err)
 	}
 	if err := admin.DeleteNode(ctx, "chart-rest-node"); err != nil {
