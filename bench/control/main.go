@@ -535,7 +535,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 				}
 			}()
 			once := sync.Once{}
-			_ = c.Watch(wctx, 0, func() { once.Do(connected.Done) }, func(ev api.WatchEvent) error {
+			_ = c.Watch(wctx, 0, func() { once.Do(connected.Done) }, func(ev apitypes.WatchEvent) error {
 				now := time.Now()
 				mu.Lock()
 				recv[i][ev.Revision] = now

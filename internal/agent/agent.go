@@ -209,7 +209,7 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 }
 
 // handle folds one watch event into the strategy set and applies it.
-func (a *Agent) handle(ev api.WatchEvent) error {
+func (a *Agent) handle(ev apitypes.WatchEvent) error {
 	if a.o.OnReceived != nil {
 		a.o.OnReceived(ev.Revision)
 	}

@@ -3,7 +3,7 @@
 // Package api is swiftlane's control-plane REST server (and its Go client):
 // strategies with a push watch, nodes with heartbeats and resolved
 // workloads, tokens, the generation-1 endpoints, the OpenAPI document and
-// the web UI.
+// the web UI. The JSON it exchanges is defined in internal/apitypes.
 package api
 
 import (
@@ -72,7 +72,7 @@ type Server struct {
 	podLabels bool
 
 	mu   sync.Mutex
-	gen1 map[string]*Gen1Metrics // pushed generation-1 metrics by node (not persisted)
+	gen1 map[string]*apitypes.Gen1Metrics // pushed generation-1 metrics by node (not persisted)
 }
 
 // New builds a server over a store and an authority.
@@ -100,7 +100,7 @@ func New(o Options) (*Server, error) {
 			*d.v = d.def
 		}
 	}
-	s := &Server{o: o, gen1: map[string]*Gen1Metrics{}}
+	s := &Server{o: o, gen1: map[string]*apitypes.Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
 	// A store that others write too (Kubernetes: kubectl, other replicas)
 	// reports their changes, so watch streams see them at once.

@@ -1,10 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package apitypes holds the JSON bodies of the control plane's REST API and
-// the rules that validate them: what the server (internal/api) decodes and
-// answers, what its client, the node agent and `swiftlane ctl` send and
-// read, and what /openapi.json is generated from. The stores keep these
-// values in their own record form (internal/store).
 package apitypes
 
 import (

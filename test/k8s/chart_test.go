@@ -852,7 +852,7 @@ spec:
 		t.Errorf("the API does not list the agent's node %s: %v %+v", node, err, nodes)
 	}
 	// An agent outside the cluster registers and heartbeats through the API.
-	tok, err := admin.CreateToken(ctx, api.TokenRequest{Role: string(auth.Agent), Node: "chart-rest-node"})
+	tok, err := admin.CreateToken(ctx, apitypes.TokenRequest{Role: string(auth.Agent), Node: "chart-rest-node"})
 	if err != nil {
 		t.Fatal(err)
 	}
