@@ -247,7 +247,7 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 	// As in schedule mode: the process index, not a /proc rescan per change
 	// (no scheduler here to send exec/exit events, so nothing updates it
 	// during the run; the strategies match no process anyway).
-	applier := strategy.NewApplier(agent.NewRecordingTarget(), "/proc", "/sys/fs/cgroup", nil)
+	applier := strategy.NewApplier(strategy.NewRecorder(), "/proc", "/sys/fs/cgroup", nil)
 	if err := applier.TrackProcesses(); err != nil {
 		return nil, nil, err
 	}
@@ -366,7 +366,7 @@ func (t *timedTarget) Commit() error { return t.time(t.Target.Commit) }
 
 // stages runs n changes through one real agent and times each stage.
 func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, adminTok string, n int, track bool) (*breakdown, error) {
-	target := &timedTarget{Target: agent.NewRecordingTarget()}
+	target := &timedTarget{Target: strategy.NewRecorder()}
 	applier := strategy.NewApplier(target, "/proc", "/sys/fs/cgroup", nil)
 	b := &breakdown{Mode: "rescan: every change re-reads each process in /proc (observe mode)", ProcfsReadsPer: "4 files per process"}
 	if track {

@@ -46,7 +46,7 @@ type Options struct {
 	// Interval is the heartbeat period (default 5 s).
 	Interval time.Duration
 	// Applier applies strategies: to the scheduler's maps, or to a
-	// RecordingTarget in observe mode.
+	// strategy.Recorder in observe mode.
 	Applier *strategy.Applier
 	// Mode is ModeSchedule or ModeObserve; Reason says why observe.
 	Mode, Reason string

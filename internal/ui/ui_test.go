@@ -79,7 +79,7 @@ func TestUIInChromium(t *testing.T) {
 	var tick atomic.Uint64
 	ag, err := agent.New(agent.Options{
 		Client: api.NewClient(url, tok, nil), Node: "n1", Version: "ui-test", Kernel: "6.18.15", Interval: time.Second,
-		Applier: strategy.NewApplier(agent.NewRecordingTarget(), proc, t.TempDir(), nil),
+		Applier: strategy.NewApplier(strategy.NewRecorder(), proc, t.TempDir(), nil),
 		Mode:    agent.ModeSchedule, SchedulerState: func() string { return "enabled (swiftlane)" },
 		Stats: func() (*apitypes.Counters, error) { return syntheticCounters(tick.Add(1)), nil },
 	})
