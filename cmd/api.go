@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -116,9 +117,9 @@ func runAPI(ctx context.Context, cfg config.APIServer) error {
 		return err
 	}
 	defer st.Close()
-	defaults := make([]store.Strategy, len(cfg.DefaultStrategies))
+	defaults := make([]apitypes.Strategy, len(cfg.DefaultStrategies))
 	for i, s := range cfg.DefaultStrategies {
-		defaults[i] = store.Strategy{Strategy: s}
+		defaults[i] = apitypes.Strategy{Strategy: s}
 	}
 	created, err := api.EnsureStrategies(ctx, st, defaults)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
 )
@@ -85,7 +86,7 @@ default_strategies:
 		t.Errorf("login token lives %s, want tokens.login_ttl 2h", d)
 	}
 	admin := c.WithToken(login.Token)
-	viewer, err := admin.CreateToken(context.Background(), api.TokenRequest{Role: "viewer"})
+	viewer, err := admin.CreateToken(context.Background(), apitypes.TokenRequest{Role: "viewer"})
 	if err != nil || time.Until(viewer.ExpiresAt) < 3*time.Hour-time.Minute {
 		t.Errorf("viewer token: %+v %v, want tokens.ttl 3h", viewer, err)
 	}

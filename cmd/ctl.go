@@ -16,8 +16,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // clientFlags are the connection flags shared by ctl and token.
@@ -206,7 +206,7 @@ func newCtlCmd() *cobra.Command {
 	return ctl
 }
 
-func matchers(s store.Strategy) string {
+func matchers(s apitypes.Strategy) string {
 	var m []string
 	if s.CommandRegex != "" {
 		m = append(m, "cmd~"+s.CommandRegex)
@@ -259,7 +259,7 @@ func show(format string, v any, table func(io.Writer)) error {
 
 // readStrategies accepts one strategy, a list, or {strategies: [...]} in
 // YAML or JSON, strictly (unknown fields are errors, as in the API).
-func readStrategies(file string) ([]store.Strategy, error) {
+func readStrategies(file string) ([]apitypes.Strategy, error) {
 	var data []byte
 	var err error
 	if file == "-" {
@@ -288,7 +288,7 @@ func readStrategies(file string) ([]store.Strategy, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
-	var list []store.Strategy
+	var list []apitypes.Strategy
 	if err := dec.Decode(&list); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}

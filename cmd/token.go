@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 )
 
@@ -47,7 +47,7 @@ an admin token (--token-file or SWIFTLANE_TOKEN) to mint through the API.
 				if err != nil {
 					return err
 				}
-				t, err := c.CreateToken(cmd.Context(), api.TokenRequest{Role: role, Node: node, TTLSeconds: int64(ttl / time.Second), Subject: subject})
+				t, err := c.CreateToken(cmd.Context(), apitypes.TokenRequest{Role: role, Node: node, TTLSeconds: int64(ttl / time.Second), Subject: subject})
 				if err != nil {
 					return err
 				}
@@ -96,9 +96,9 @@ token would have expired.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			arg := strings.TrimSpace(args[0])
-			req := api.RevokeRequest{ID: arg}
+			req := apitypes.RevokeRequest{ID: arg}
 			if strings.Count(arg, ".") == 2 {
-				req = api.RevokeRequest{Token: arg}
+				req = apitypes.RevokeRequest{Token: arg}
 			}
 			if cmd.Flags().Changed("server") {
 				c, err := cf.client()

@@ -42,6 +42,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -246,7 +247,7 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 	// As in schedule mode: the process index, not a /proc rescan per change
 	// (no scheduler here to send exec/exit events, so nothing updates it
 	// during the run; the strategies match no process anyway).
-	applier := strategy.NewApplier(agent.NewRecordingTarget(), "/proc", "/sys/fs/cgroup", nil)
+	applier := strategy.NewApplier(strategy.NewRecorder(), "/proc", "/sys/fs/cgroup", nil)
 	if err := applier.TrackProcesses(); err != nil {
 		return nil, nil, err
 	}
@@ -284,7 +285,7 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 	}
 	c := strategy.Critical
 	for i := range n {
-		s := store.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("prop-%d", i%10), Class: &c, CommandRegex: fmt.Sprintf("bench-%d-never", i)}}
+		s := apitypes.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("prop-%d", i%10), Class: &c, CommandRegex: fmt.Sprintf("bench-%d-never", i)}}
 		start := time.Now()
 		out, err := admin.PutStrategy(ctx, s)
 		if err != nil {
@@ -365,7 +366,7 @@ func (t *timedTarget) Commit() error { return t.time(t.Target.Commit) }
 
 // stages runs n changes through one real agent and times each stage.
 func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, adminTok string, n int, track bool) (*breakdown, error) {
-	target := &timedTarget{Target: agent.NewRecordingTarget()}
+	target := &timedTarget{Target: strategy.NewRecorder()}
 	applier := strategy.NewApplier(target, "/proc", "/sys/fs/cgroup", nil)
 	b := &breakdown{Mode: "rescan: every change re-reads each process in /proc (observe mode)", ProcfsReadsPer: "4 files per process"}
 	if track {
@@ -437,7 +438,7 @@ func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, admin
 		if err != nil {
 			return nil, err
 		}
-		var out store.Strategy
+		var out apitypes.Strategy
 		err = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode >= 300 {
@@ -517,7 +518,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 		node := fmt.Sprintf("sim-%d", i)
 		c := api.NewClient(url, mint(auth.Agent, node), tlsCfg)
 		go func() {
-			if _, err := c.RegisterNode(wctx, node, store.Registration{Version: "sim", Mode: agent.ModeObserve, HeartbeatSeconds: max(1, int(heartbeat.Seconds()))}); err != nil {
+			if _, err := c.RegisterNode(wctx, node, apitypes.Registration{Version: "sim", Mode: agent.ModeObserve, HeartbeatSeconds: max(1, int(heartbeat.Seconds()))}); err != nil {
 				log.Printf("%s: register: %v", node, err)
 			}
 			go func() { // heartbeats, spread over the period
@@ -529,12 +530,12 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 						return
 					case <-t.C:
 					}
-					_, _ = c.Heartbeat(wctx, node, store.Heartbeat{SchedulerState: "disabled", Workloads: []store.Workload{}})
+					_, _ = c.Heartbeat(wctx, node, apitypes.Heartbeat{SchedulerState: "disabled", Workloads: []apitypes.Workload{}})
 					t.Reset(heartbeat)
 				}
 			}()
 			once := sync.Once{}
-			_ = c.Watch(wctx, 0, func() { once.Do(connected.Done) }, func(ev api.WatchEvent) error {
+			_ = c.Watch(wctx, 0, func() { once.Do(connected.Done) }, func(ev apitypes.WatchEvent) error {
 				now := time.Now()
 				mu.Lock()
 				recv[i][ev.Revision] = now
@@ -555,7 +556,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 	var rev uint64
 	for k := range changes {
 		<-tick.C
-		s := store.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("fan-%d", k%5), Class: &c, CommandRegex: fmt.Sprintf("fan-%d", k)}}
+		s := apitypes.Strategy{Strategy: strategy.Strategy{Name: fmt.Sprintf("fan-%d", k%5), Class: &c, CommandRegex: fmt.Sprintf("fan-%d", k)}}
 		start := time.Now()
 		out, err := admin.PutStrategy(ctx, s)
 		if err != nil {

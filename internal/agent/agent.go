@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -46,12 +46,12 @@ type Options struct {
 	// Interval is the heartbeat period (default 5 s).
 	Interval time.Duration
 	// Applier applies strategies: to the scheduler's maps, or to a
-	// RecordingTarget in observe mode.
+	// strategy.Recorder in observe mode.
 	Applier *strategy.Applier
 	// Mode is ModeSchedule or ModeObserve; Reason says why observe.
 	Mode, Reason string
 	// Stats reads the scheduler's counters (nil: none, e.g. observe mode).
-	Stats func() (*store.Counters, error)
+	Stats func() (*apitypes.Counters, error)
 	// SchedulerState reports sched_ext's state (nil: "unknown").
 	SchedulerState func() string
 	// StateFile keeps the last strategies so an agent restarted while the
@@ -77,15 +77,17 @@ type Agent struct {
 	o Options
 
 	mu         sync.Mutex
-	strategies map[string]store.Strategy
+	strategies map[string]apitypes.Strategy
 	rev        uint64 // last revision received
 	applied    uint64 // revision of the strategies the Applier holds
 	warned     map[string]bool
 }
 
+// stateFile is the agent's own file: the last revision it saw and the
+// strategies as the server sent them (their API form).
 type stateFile struct {
-	Revision   uint64           `json:"revision"`
-	Strategies []store.Strategy `json:"strategies"`
+	Revision   uint64              `json:"revision"`
+	Strategies []apitypes.Strategy `json:"strategies"`
 }
 
 // New prepares an agent and applies the strategies from its state file, if
@@ -112,7 +114,7 @@ func New(o Options) (*Agent, error) {
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
 	}
-	a := &Agent{o: o, strategies: map[string]store.Strategy{}, warned: map[string]bool{}}
+	a := &Agent{o: o, strategies: map[string]apitypes.Strategy{}, warned: map[string]bool{}}
 	if o.StateFile != "" {
 		data, err := os.ReadFile(o.StateFile)
 		switch {
@@ -162,7 +164,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.o.Client.RegisterNode(rctx, a.o.Node, store.Registration{
+	_, err := a.o.Client.RegisterNode(rctx, a.o.Node, apitypes.Registration{
 		Labels: a.o.Labels, Version: a.o.Version, Kernel: a.o.Kernel, Mode: a.o.Mode, Reason: a.o.Reason,
 		HeartbeatSeconds: int(max(a.o.Interval.Round(time.Second), time.Second) / time.Second),
 	})
@@ -207,7 +209,7 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 }
 
 // handle folds one watch event into the strategy set and applies it.
-func (a *Agent) handle(ev api.WatchEvent) error {
+func (a *Agent) handle(ev apitypes.WatchEvent) error {
 	if a.o.OnReceived != nil {
 		a.o.OnReceived(ev.Revision)
 	}
@@ -240,11 +242,11 @@ func (a *Agent) handle(ev api.WatchEvent) error {
 
 // set compiles the strategies this node can resolve, in precedence order.
 func (a *Agent) setLocked() *strategy.Set {
-	list := make([]store.Strategy, 0, len(a.strategies))
+	list := make([]apitypes.Strategy, 0, len(a.strategies))
 	for _, s := range a.strategies {
 		list = append(list, s)
 	}
-	store.SortByPrecedence(list)
+	apitypes.SortByPrecedence(list)
 	plain := make([]strategy.Strategy, 0, len(list))
 	for _, s := range list {
 		// Namespaces need pod information this agent does not have; applying
@@ -278,11 +280,11 @@ func (a *Agent) saveLocked() {
 	if a.o.StateFile == "" {
 		return
 	}
-	sf := stateFile{Revision: a.rev, Strategies: make([]store.Strategy, 0, len(a.strategies))}
+	sf := stateFile{Revision: a.rev, Strategies: make([]apitypes.Strategy, 0, len(a.strategies))}
 	for _, s := range a.strategies {
 		sf.Strategies = append(sf.Strategies, s)
 	}
-	store.SortByPrecedence(sf.Strategies)
+	apitypes.SortByPrecedence(sf.Strategies)
 	data, _ := json.Marshal(sf)
 	tmp := filepath.Join(filepath.Dir(a.o.StateFile), "."+filepath.Base(a.o.StateFile)+".tmp")
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
@@ -323,7 +325,7 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		}
 		a.mu.Unlock()
 	}
-	hb := store.Heartbeat{SchedulerState: "unknown", AppliedRevision: a.Revision(), Workloads: []store.Workload{}}
+	hb := apitypes.Heartbeat{SchedulerState: "unknown", AppliedRevision: a.Revision(), Workloads: []apitypes.Workload{}}
 	if a.o.SchedulerState != nil {
 		hb.SchedulerState = a.o.SchedulerState()
 	}
@@ -335,7 +337,7 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		hb.Counters = c
 	}
 	for _, p := range a.o.Applier.Applied() {
-		w := store.Workload{PID: p.PID, Strategy: p.Strategy, Class: p.Class.String(), Inherited: p.Inherited, Cmdline: p.Cmdline}
+		w := apitypes.Workload{PID: p.PID, Strategy: p.Strategy, Class: p.Class.String(), Inherited: p.Inherited, Cmdline: p.Cmdline}
 		// Without the Kubernetes API the pod's name is unknown, but its UID
 		// and the container id are in the process's cgroup path.
 		if pp, ok, err := podcgroup.PodOfProcess(a.o.ProcRoot, p.PID); err == nil && ok && !pp.Conmon {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -92,7 +93,7 @@ func fakeProc(t *testing.T, cmds map[int]string) string {
 
 type harness struct {
 	agent   *Agent
-	target  *RecordingTarget
+	target  *strategy.Recorder
 	applied chan uint64
 	beats   chan struct{}
 	cancel  context.CancelFunc
@@ -105,7 +106,7 @@ func startAgent(t *testing.T, url, tok, procRoot, stateFile string, mode string)
 
 // startAgentWith starts an agent in observe mode; opt adjusts its options.
 func startAgentWith(t *testing.T, url, tok, procRoot string, opt func(*Options)) *harness {
-	h := &harness{target: NewRecordingTarget(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
+	h := &harness{target: strategy.NewRecorder(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
 	app := strategy.NewApplier(h.target, procRoot, t.TempDir(), nil)
 	o := Options{
 		Client: api.NewClient(url, tok, nil), Node: "n1", Labels: map[string]string{"zone": "a"},
@@ -152,9 +153,9 @@ func (h *harness) waitBeat(t *testing.T) {
 	}
 }
 
-func crit(name, re string) store.Strategy {
+func crit(name, re string) apitypes.Strategy {
 	c := strategy.Critical
-	return store.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
+	return apitypes.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
 }
 
 func TestAgentAppliesPushAndReports(t *testing.T) {
@@ -260,7 +261,7 @@ func TestAgentStartsFromStateWhenServerIsDown(t *testing.T) {
 	srv.stop()
 
 	// A new agent process, no server: strategies come from the state file.
-	target := NewRecordingTarget()
+	target := strategy.NewRecorder()
 	a, err := New(Options{Client: api.NewClient(url, "x", nil), Node: "n1", Applier: strategy.NewApplier(target, proc, t.TempDir(), nil), StateFile: state})
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +350,7 @@ func TestGeneration1ClientKeepsAdminStrategies(t *testing.T) {
 		if n.AppliedRevision < l.Revision {
 			continue
 		}
-		var got *store.Workload
+		var got *apitypes.Workload
 		for i := range n.Workloads {
 			if n.Workloads[i].PID == 100 {
 				got = &n.Workloads[i]

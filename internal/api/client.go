@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 )
 
 // Client talks to the API (used by the agent, `swiftlane ctl` and tests).
@@ -168,7 +168,7 @@ func decodeResponse(resp *http.Response, out any) error {
 		return err
 	}
 	if resp.StatusCode >= 400 {
-		e := &Error{Status: resp.StatusCode}
+		e := &apitypes.Error{Status: resp.StatusCode}
 		if json.Unmarshal(data, e) != nil || e.Err == "" {
 			e.Err = strings.TrimSpace(string(data))
 		}
@@ -186,67 +186,67 @@ func decodeResponse(resp *http.Response, out any) error {
 
 // IsStatus reports whether err is an API error with that HTTP status.
 func IsStatus(err error, status int) bool {
-	var e *Error
+	var e *apitypes.Error
 	return errors.As(err, &e) && e.Status == status
 }
 
 func esc(s string) string { return url.PathEscape(s) }
 
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var h Health
+func (c *Client) Health(ctx context.Context) (apitypes.Health, error) {
+	var h apitypes.Health
 	return h, c.Do(ctx, "GET", "/health", nil, &h)
 }
 
 // Login exchanges the admin credential for a token.
-func (c *Client) Login(ctx context.Context, user, password string) (TokenResponse, error) {
-	var t TokenResponse
-	return t, c.Do(ctx, "POST", "/api/v1/auth/token", LoginRequest{Username: user, Password: password}, &t)
+func (c *Client) Login(ctx context.Context, user, password string) (apitypes.TokenResponse, error) {
+	var t apitypes.TokenResponse
+	return t, c.Do(ctx, "POST", "/api/v1/auth/token", apitypes.LoginRequest{Username: user, Password: password}, &t)
 }
 
-func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (TokenResponse, error) {
-	var t TokenResponse
+func (c *Client) CreateToken(ctx context.Context, req apitypes.TokenRequest) (apitypes.TokenResponse, error) {
+	var t apitypes.TokenResponse
 	return t, c.Do(ctx, "POST", "/api/v1/tokens", req, &t)
 }
 
 // RevokeToken puts a token (by id, or the token itself) on the deny list.
-func (c *Client) RevokeToken(ctx context.Context, req RevokeRequest) (Revoked, error) {
-	var out Revoked
+func (c *Client) RevokeToken(ctx context.Context, req apitypes.RevokeRequest) (apitypes.Revoked, error) {
+	var out apitypes.Revoked
 	return out, c.Do(ctx, "POST", "/api/v1/tokens/revoke", req, &out)
 }
 
-func (c *Client) ListStrategies(ctx context.Context) (StrategyList, error) {
-	var l StrategyList
+func (c *Client) ListStrategies(ctx context.Context) (apitypes.StrategyList, error) {
+	var l apitypes.StrategyList
 	return l, c.Do(ctx, "GET", "/api/v1/strategies", nil, &l)
 }
 
-func (c *Client) GetStrategy(ctx context.Context, name string) (StrategyView, error) {
-	var s StrategyView
+func (c *Client) GetStrategy(ctx context.Context, name string) (apitypes.StrategyView, error) {
+	var s apitypes.StrategyView
 	return s, c.Do(ctx, "GET", "/api/v1/strategies/"+esc(name), nil, &s)
 }
 
-func (c *Client) CreateStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
-	var s StrategyView
+func (c *Client) CreateStrategy(ctx context.Context, st apitypes.Strategy) (apitypes.StrategyView, error) {
+	var s apitypes.StrategyView
 	return s, c.Do(ctx, "POST", "/api/v1/strategies", st, &s)
 }
 
 // PutStrategy creates or replaces a strategy by name.
-func (c *Client) PutStrategy(ctx context.Context, st store.Strategy) (StrategyView, error) {
-	var s StrategyView
+func (c *Client) PutStrategy(ctx context.Context, st apitypes.Strategy) (apitypes.StrategyView, error) {
+	var s apitypes.StrategyView
 	return s, c.Do(ctx, "PUT", "/api/v1/strategies/"+esc(st.Name), st, &s)
 }
 
-func (c *Client) DeleteStrategy(ctx context.Context, name string) (Deleted, error) {
-	var d Deleted
+func (c *Client) DeleteStrategy(ctx context.Context, name string) (apitypes.Deleted, error) {
+	var d apitypes.Deleted
 	return d, c.Do(ctx, "DELETE", "/api/v1/strategies/"+esc(name), nil, &d)
 }
 
-func (c *Client) ListNodes(ctx context.Context) (NodeList, error) {
-	var l NodeList
+func (c *Client) ListNodes(ctx context.Context) (apitypes.NodeList, error) {
+	var l apitypes.NodeList
 	return l, c.Do(ctx, "GET", "/api/v1/nodes", nil, &l)
 }
 
-func (c *Client) GetNode(ctx context.Context, name string) (store.Node, error) {
-	var n store.Node
+func (c *Client) GetNode(ctx context.Context, name string) (apitypes.Node, error) {
+	var n apitypes.Node
 	return n, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name), nil, &n)
 }
 
@@ -254,18 +254,18 @@ func (c *Client) DeleteNode(ctx context.Context, name string) error {
 	return c.Do(ctx, "DELETE", "/api/v1/nodes/"+esc(name), nil, nil)
 }
 
-func (c *Client) RegisterNode(ctx context.Context, name string, r store.Registration) (store.Node, error) {
-	var n store.Node
+func (c *Client) RegisterNode(ctx context.Context, name string, r apitypes.Registration) (apitypes.Node, error) {
+	var n apitypes.Node
 	return n, c.Do(ctx, "PUT", "/api/v1/nodes/"+esc(name), r, &n)
 }
 
-func (c *Client) Heartbeat(ctx context.Context, name string, h store.Heartbeat) (HeartbeatReply, error) {
-	var r HeartbeatReply
+func (c *Client) Heartbeat(ctx context.Context, name string, h apitypes.Heartbeat) (apitypes.HeartbeatReply, error) {
+	var r apitypes.HeartbeatReply
 	return r, c.Do(ctx, "POST", "/api/v1/nodes/"+esc(name)+"/heartbeat", h, &r)
 }
 
-func (c *Client) Workloads(ctx context.Context, name string) (WorkloadList, error) {
-	var l WorkloadList
+func (c *Client) Workloads(ctx context.Context, name string) (apitypes.WorkloadList, error) {
+	var l apitypes.WorkloadList
 	return l, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name)+"/workloads", nil, &l)
 }
 
@@ -273,7 +273,7 @@ func (c *Client) Workloads(ctx context.Context, name string) (WorkloadList, erro
 // event) to fn until ctx ends, the stream breaks, or fn fails. It returns
 // the error that ended it; the caller reconnects from the last revision fn
 // saw. connected (if non-nil) runs once the server has accepted the stream.
-func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn func(WatchEvent) error) error {
+func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn func(apitypes.WatchEvent) error) error {
 	req, err := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/watch/strategies?revision="+strconv.FormatUint(since, 10), nil)
 	if err != nil {
 		return err
@@ -303,7 +303,7 @@ func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn f
 			if len(data) == 0 {
 				continue
 			}
-			var ev WatchEvent
+			var ev apitypes.WatchEvent
 			if err := json.Unmarshal(data, &ev); err != nil {
 				return fmt.Errorf("watch event: %w", err)
 			}

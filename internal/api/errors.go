@@ -10,39 +10,18 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-// Error is the body of every error response, and what Client returns.
-type Error struct {
-	Status int    `json:"-"`
-	Err    string `json:"error"`
-	// Field is the request field at fault ("" when it is not about one).
-	Field string `json:"field"`
-	// Hint says how to fix the request.
-	Hint string `json:"hint"`
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.Status != 0 {
-		fmt.Fprintf(&b, "%d %s: ", e.Status, http.StatusText(e.Status))
-	}
-	b.WriteString(e.Err)
-	if e.Hint != "" {
-		b.WriteString(" (" + e.Hint + ")")
-	}
-	return b.String()
-}
-
-func errorf(status int, field, hint, format string, args ...any) *Error {
-	return &Error{Status: status, Err: fmt.Sprintf(format, args...), Field: field, Hint: hint}
+func errorf(status int, field, hint, format string, args ...any) *apitypes.Error {
+	return &apitypes.Error{Status: status, Err: fmt.Sprintf(format, args...), Field: field, Hint: hint}
 }
 
 // fieldError turns a validation error into a 400 naming the field, with the
 // message's "use …"/"set …" advice as the hint.
-func fieldError(prefix string, err error) *Error {
+func fieldError(prefix string, err error) *apitypes.Error {
 	var fe *strategy.FieldError
 	if !errors.As(err, &fe) {
 		return errorf(http.StatusBadRequest, strings.TrimSuffix(prefix, "."), "fix the request; /openapi.json describes every field", "%v", err)
@@ -64,7 +43,7 @@ func fieldError(prefix string, err error) *Error {
 	if hint == "" {
 		hint = "fix " + field + "; /openapi.json describes every field"
 	}
-	return &Error{Status: http.StatusBadRequest, Err: field + ": " + msg, Field: field, Hint: hint}
+	return &apitypes.Error{Status: http.StatusBadRequest, Err: field + ": " + msg, Field: field, Hint: hint}
 }
 
 // fieldHints are fixes for messages that carry none.
@@ -76,7 +55,7 @@ var fieldHints = map[string]string{
 // storeError maps store sentinels to HTTP errors, and a store's own
 // validation (the Kubernetes API server's schema and CEL rules) to a 400
 // naming the field.
-func storeError(what string, err error) *Error {
+func storeError(what string, err error) *apitypes.Error {
 	var fe *strategy.FieldError
 	switch {
 	case errors.As(err, &fe):
@@ -90,7 +69,7 @@ func storeError(what string, err error) *Error {
 }
 
 // decodeError explains a body the JSON decoder refused.
-func decodeError(err error, limit int64) *Error {
+func decodeError(err error, limit int64) *apitypes.Error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	var big *http.MaxBytesError
@@ -124,7 +103,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	var e *Error
+	var e *apitypes.Error
 	if !errors.As(err, &e) {
 		e = errorf(http.StatusInternalServerError, "", "see the server log", "%v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
 
@@ -32,7 +33,7 @@ type feedItem struct {
 	frame []byte // the SSE event as sent
 }
 
-func sseFrame(ev WatchEvent) ([]byte, error) {
+func sseFrame(ev apitypes.WatchEvent) ([]byte, error) {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return nil, err
@@ -40,8 +41,8 @@ func sseFrame(ev WatchEvent) ([]byte, error) {
 	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Revision, ev.Type, data), nil
 }
 
-func eventOf(ch store.Change) WatchEvent {
-	return WatchEvent{Type: string(ch.Type), Revision: ch.Revision, Name: ch.Name, Strategy: ch.Strategy}
+func eventOf(ch store.Change) apitypes.WatchEvent {
+	return apitypes.WatchEvent{Type: string(ch.Type), Revision: ch.Revision, Name: ch.Name, Strategy: ch.Strategy}
 }
 
 // changes returns up to watchBatch changes after since, with their frames.

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -17,8 +18,8 @@ import (
 // The generation-1 (reference) endpoints. Their strategies carry
 // priority: bool; a list POST replaces the whole set.
 
-func gen1Form(list []store.Strategy) []store.Strategy {
-	out := make([]store.Strategy, len(list))
+func gen1Form(list []apitypes.Strategy) []apitypes.Strategy {
+	out := make([]apitypes.Strategy, len(list))
 	for i, st := range list {
 		p := st.EffectiveClass() == strategy.Critical
 		st.Priority = &p
@@ -32,7 +33,7 @@ func (s *Server) gen1List(w http.ResponseWriter, r *http.Request, c *auth.Claims
 	if err != nil {
 		return storeError("strategies", err)
 	}
-	writeJSON(w, http.StatusOK, Gen1StrategyList{Strategies: gen1Form(s.forClaims(r.Context(), c, list))})
+	writeJSON(w, http.StatusOK, apitypes.Gen1StrategyList{Strategies: gen1Form(s.forClaims(r.Context(), c, list))})
 	return nil
 }
 
@@ -42,7 +43,7 @@ func (s *Server) gen1List(w http.ResponseWriter, r *http.Request, c *auth.Claims
 // first, so a generation-1 operator re-posting its list every second cannot
 // erase what an admin made.
 func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
-	var body Gen1Strategies
+	var body apitypes.Gen1Strategies
 	if err := s.decode(r, &body); err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	owner := c.Subject
 	warnings := []string{}
 	seen := map[string]int{}
-	list := make([]store.Strategy, len(body.Strategies))
+	list := make([]apitypes.Strategy, len(body.Strategies))
 	for i, g := range body.Strategies {
 		st := &list[i]
 		*st = g.Strategy
@@ -97,7 +98,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	for _, w := range warnings {
 		s.o.Log.Warn("generation-1 strategy adjusted", "owner", owner, "warning", w)
 	}
-	writeJSON(w, http.StatusOK, Gen1Replaced{Strategies: gen1Form(nonNil(all)), Warnings: warnings})
+	writeJSON(w, http.StatusOK, apitypes.Gen1Replaced{Strategies: gen1Form(nonNil(all)), Warnings: warnings})
 	return nil
 }
 
@@ -126,7 +127,7 @@ func gen1Name(owner string, i int) string {
 }
 
 func (s *Server) gen1PostMetrics(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
-	var m Gen1Metrics
+	var m apitypes.Gen1Metrics
 	if err := s.decode(r, &m); err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func (s *Server) gen1PostMetrics(w http.ResponseWriter, r *http.Request, c *auth
 	if err != nil && !errors.Is(err, store.ErrCompacted) {
 		return storeError("revision", err)
 	}
-	writeJSON(w, http.StatusOK, HeartbeatReply{Revision: rev})
+	writeJSON(w, http.StatusOK, apitypes.HeartbeatReply{Revision: rev})
 	return nil
 }
 
@@ -150,19 +151,19 @@ func (s *Server) gen1GetMetrics(w http.ResponseWriter, r *http.Request, _ *auth.
 	if err != nil {
 		return storeError("nodes", err)
 	}
-	byNode := map[string]*NodeMetrics{}
+	byNode := map[string]*apitypes.NodeMetrics{}
 	for _, n := range nodes {
-		byNode[n.Name] = &NodeMetrics{Node: n.Name, Counters: n.Counters}
+		byNode[n.Name] = &apitypes.NodeMetrics{Node: n.Name, Counters: n.Counters}
 	}
 	s.mu.Lock()
 	for node, m := range s.gen1 {
 		if byNode[node] == nil {
-			byNode[node] = &NodeMetrics{Node: node}
+			byNode[node] = &apitypes.NodeMetrics{Node: node}
 		}
 		byNode[node].Metrics = m
 	}
 	s.mu.Unlock()
-	out := MetricsList{Nodes: []NodeMetrics{}}
+	out := apitypes.MetricsList{Nodes: []apitypes.NodeMetrics{}}
 	for _, nm := range byNode {
 		out.Nodes = append(out.Nodes, *nm)
 	}
@@ -177,10 +178,10 @@ func (s *Server) gen1PodPIDs(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 		return storeError("nodes", err)
 	}
 	sortNodes(nodes)
-	out := PodPIDList{Pods: []PodPID{}}
+	out := apitypes.PodPIDList{Pods: []apitypes.PodPID{}}
 	for _, n := range nodes {
 		for _, wl := range n.Workloads {
-			out.Pods = append(out.Pods, PodPID{Node: n.Name, Workload: wl})
+			out.Pods = append(out.Pods, apitypes.PodPID{Node: n.Name, Workload: wl})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -56,7 +57,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *auth.Claims) 
 	if err != nil && !errors.Is(err, store.ErrCompacted) {
 		return errorf(http.StatusServiceUnavailable, "", "see the server log", "store: %v", err)
 	}
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: s.o.Version, Revision: rev})
+	writeJSON(w, http.StatusOK, apitypes.Health{Status: "ok", Version: s.o.Version, Revision: rev})
 	return nil
 }
 
@@ -67,9 +68,9 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ *auth.Claims)
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
-	var req LoginRequest
+	var req apitypes.LoginRequest
 	if err := s.decode(r, &req); err != nil {
-		var e *Error
+		var e *apitypes.Error
 		if errors.As(err, &e) && e.Field == "public_key" {
 			// The reference gave a token to anyone presenting the server's
 			// public key, which ships with it: that proves nothing.
@@ -87,7 +88,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) e
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
-	var req TokenRequest
+	var req apitypes.TokenRequest
 	if err := s.decode(r, &req); err != nil {
 		return err
 	}
@@ -112,12 +113,12 @@ func (s *Server) issue(w http.ResponseWriter, status int, subject string, role a
 		return fieldFromAuth(err)
 	}
 	id, _, _ := s.o.Auth.TokenID(tok)
-	writeJSON(w, status, TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC(), ID: id})
+	writeJSON(w, status, apitypes.TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC(), ID: id})
 	return nil
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
-	var req RevokeRequest
+	var req apitypes.RevokeRequest
 	if err := s.decode(r, &req); err != nil {
 		return err
 	}
@@ -139,12 +140,12 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 	if exp.IsZero() {
 		exp = time.Now().Add(auth.MaxTTL)
 	}
-	writeJSON(w, http.StatusOK, Revoked{ID: id, Until: exp.UTC()})
+	writeJSON(w, http.StatusOK, apitypes.Revoked{ID: id, Until: exp.UTC()})
 	return nil
 }
 
 // fieldFromAuth maps auth's "field: message" errors to API errors.
-func fieldFromAuth(err error) *Error {
+func fieldFromAuth(err error) *apitypes.Error {
 	msg := err.Error()
 	field, rest := "", msg
 	for _, f := range []string{"role", "node", "ttl"} {
@@ -155,7 +156,7 @@ func fieldFromAuth(err error) *Error {
 	if field == "ttl" {
 		field = "ttl_seconds"
 	}
-	e := &Error{Status: http.StatusBadRequest, Err: field + ": " + rest, Field: field, Hint: "fix " + field}
+	e := &apitypes.Error{Status: http.StatusBadRequest, Err: field + ": " + rest, Field: field, Hint: "fix " + field}
 	if i := strings.Index(rest, ": use "); i >= 0 {
 		e.Hint = rest[i+2:]
 	}
@@ -167,7 +168,7 @@ func (s *Server) listStrategies(w http.ResponseWriter, r *http.Request, c *auth.
 	if err != nil {
 		return storeError("strategies", err)
 	}
-	writeJSON(w, http.StatusOK, StrategyList{Strategies: s.views(s.forClaims(r.Context(), c, list)), Revision: rev})
+	writeJSON(w, http.StatusOK, apitypes.StrategyList{Strategies: s.views(s.forClaims(r.Context(), c, list)), Revision: rev})
 	return nil
 }
 
@@ -176,8 +177,8 @@ func (s *Server) listStrategies(w http.ResponseWriter, r *http.Request, c *auth.
 // any other store they are accepted (so generation-1 clients, whose
 // strategies all carry selectors, keep working) but flagged, here and in
 // the UI, rather than silently matching nothing.
-func (s *Server) view(st store.Strategy) StrategyView {
-	v := StrategyView{Strategy: st}
+func (s *Server) view(st apitypes.Strategy) apitypes.StrategyView {
+	v := apitypes.StrategyView{Strategy: st}
 	if s.podLabels {
 		return v
 	}
@@ -190,8 +191,8 @@ func (s *Server) view(st store.Strategy) StrategyView {
 	return v
 }
 
-func (s *Server) views(list []store.Strategy) []StrategyView {
-	out := make([]StrategyView, len(list))
+func (s *Server) views(list []apitypes.Strategy) []apitypes.StrategyView {
+	out := make([]apitypes.StrategyView, len(list))
 	for i, st := range list {
 		out[i] = s.view(st)
 	}
@@ -201,7 +202,7 @@ func (s *Server) views(list []store.Strategy) []StrategyView {
 // EnsureStrategies creates each strategy no strategy is named like (the
 // config file's default_strategies) and returns the names it created;
 // existing strategies, edited or not, are left alone.
-func EnsureStrategies(ctx context.Context, st store.Store, list []store.Strategy) ([]string, error) {
+func EnsureStrategies(ctx context.Context, st store.Store, list []apitypes.Strategy) ([]string, error) {
 	var created []string
 	for i, s := range list {
 		if err := s.Validate(); err != nil {
@@ -234,7 +235,7 @@ func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if err != nil {
 		return storeError("strategy "+name, err)
 	}
-	if len(s.forClaims(r.Context(), c, []store.Strategy{st})) == 0 {
+	if len(s.forClaims(r.Context(), c, []apitypes.Strategy{st})) == 0 {
 		return storeError("strategy "+name, store.ErrNotFound) // not for this agent's node
 	}
 	writeJSON(w, http.StatusOK, s.view(st))
@@ -243,8 +244,8 @@ func (s *Server) getStrategy(w http.ResponseWriter, r *http.Request, c *auth.Cla
 
 // readStrategy decodes and validates a strategy body; the store is not
 // touched when this fails.
-func (s *Server) readStrategy(r *http.Request, name string) (store.Strategy, error) {
-	var st store.Strategy
+func (s *Server) readStrategy(r *http.Request, name string) (apitypes.Strategy, error) {
+	var st apitypes.Strategy
 	if err := s.decode(r, &st); err != nil {
 		return st, err
 	}
@@ -314,14 +315,14 @@ func (s *Server) deleteStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 		return storeError("strategy "+name, err)
 	}
 	s.hub.notify()
-	writeJSON(w, http.StatusOK, Deleted{Name: name, Revision: rev})
+	writeJSON(w, http.StatusOK, apitypes.Deleted{Name: name, Revision: rev})
 	return nil
 }
 
-func (s *Server) withHealth(n store.Node) store.Node {
+func (s *Server) withHealth(n apitypes.Node) apitypes.Node {
 	n.Healthy = n.IsHealthy(time.Now())
 	if n.Workloads == nil {
-		n.Workloads = []store.Workload{}
+		n.Workloads = []apitypes.Workload{}
 	}
 	return n
 }
@@ -335,7 +336,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ *auth.Claim
 		nodes[i] = s.withHealth(nodes[i])
 	}
 	sortNodes(nodes)
-	writeJSON(w, http.StatusOK, NodeList{Nodes: nonNil(nodes)})
+	writeJSON(w, http.StatusOK, apitypes.NodeList{Nodes: nonNil(nodes)})
 	return nil
 }
 
@@ -354,7 +355,7 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 	if !auth.ValidNodeName(name) {
 		return errorf(http.StatusBadRequest, "name", "use lower-case letters, digits, '.', '_' or '-'", "%q is not a node name", name)
 	}
-	var reg store.Registration // mode and heartbeat_seconds: checked by decode (their rules)
+	var reg apitypes.Registration // mode and heartbeat_seconds: checked by decode (their rules)
 	if err := s.decode(r, &reg); err != nil {
 		return err
 	}
@@ -368,7 +369,7 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request, _ *auth.Cl
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	name := r.PathValue("name")
-	var hb store.Heartbeat // at most 64 buckets per histogram: checked by decode
+	var hb apitypes.Heartbeat // at most 64 buckets per histogram: checked by decode
 	if err := s.decode(r, &hb); err != nil {
 		return err
 	}
@@ -382,7 +383,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claim
 	if err != nil && !errors.Is(err, store.ErrCompacted) {
 		return storeError("revision", err)
 	}
-	writeJSON(w, http.StatusOK, HeartbeatReply{Revision: rev})
+	writeJSON(w, http.StatusOK, apitypes.HeartbeatReply{Revision: rev})
 	return nil
 }
 
@@ -391,7 +392,7 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request, _ *auth.Clai
 	if err := s.o.Store.DeleteNode(r.Context(), name); err != nil {
 		return storeError("node "+name, err)
 	}
-	writeJSON(w, http.StatusOK, Deleted{Name: name})
+	writeJSON(w, http.StatusOK, apitypes.Deleted{Name: name})
 	return nil
 }
 
@@ -401,6 +402,6 @@ func (s *Server) workloads(w http.ResponseWriter, r *http.Request, _ *auth.Claim
 	if err != nil {
 		return storeError("node "+name, err)
 	}
-	writeJSON(w, http.StatusOK, WorkloadList{Node: name, AppliedRevision: n.AppliedRevision, Workloads: nonNil(n.Workloads)})
+	writeJSON(w, http.StatusOK, apitypes.WorkloadList{Node: name, AppliedRevision: n.AppliedRevision, Workloads: nonNil(n.Workloads)})
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -164,9 +165,9 @@ func (ts *testServer) raw(method, path, token, body string) (int, []byte) {
 	return resp.StatusCode, b.Bytes()
 }
 
-func critical(name, re string) store.Strategy {
+func critical(name, re string) apitypes.Strategy {
 	c := strategy.Critical
-	return store.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
+	return apitypes.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
 }
 
 func bg() context.Context { return context.Background() }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 )
 
@@ -40,7 +41,7 @@ func TestKubernetesValidationIsA400(t *testing.T) {
 	before, _ := c.ListStrategies(bg())
 	for _, tc := range cases {
 		code, body := ts.raw(tc.method, tc.path, admin, tc.body)
-		var e Error
+		var e apitypes.Error
 		if code != 400 || json.Unmarshal(body, &e) != nil || e.Field != tc.field || e.Err == "" || e.Hint == "" {
 			t.Errorf("%s %s %.70s: %d %s, want 400 on %s", tc.method, tc.path, tc.body, code, body, tc.field)
 		}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/schema"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -25,7 +26,7 @@ import (
 // document says about a request is what the server checks.
 func openAPIDocument(rs []route, version string) ([]byte, error) {
 	g := &schemaGen{defs: map[string]any{}}
-	errRef := g.schema(reflect.TypeOf(Error{}))
+	errRef := g.schema(reflect.TypeOf(apitypes.Error{}))
 	paths := map[string]map[string]any{}
 	pathParam := regexp.MustCompile(`\{(\w+)\}`)
 	for _, rt := range rs {

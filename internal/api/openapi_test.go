@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -30,12 +30,12 @@ func testOpenAPIMatchesServer(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.token(auth.Admin, "")
 	ag := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"a": "b"}}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"a": "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n1", store.Heartbeat{Counters: &store.Counters{Enqueued: map[string]uint64{"high": 1},
-		RunqueueWait: map[string]store.WaitHistogram{"high": {Count: 1, Buckets: []uint64{1}}}},
-		Workloads: []store.Workload{{PID: 1, Strategy: "s1", Class: "high", Cmdline: "x"}}}); err != nil {
+	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{Counters: &apitypes.Counters{Enqueued: map[string]uint64{"high": 1},
+		RunqueueWait: map[string]apitypes.WaitHistogram{"high": {Count: 1, Buckets: []uint64{1}}}},
+		Workloads: []apitypes.Workload{{PID: 1, Strategy: "s1", Class: "high", Cmdline: "x"}}}); err != nil {
 		t.Fatal(err)
 	}
 	s := critical("s1", "x")

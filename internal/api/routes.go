@@ -5,8 +5,8 @@ package api
 import (
 	"net/http"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // route is one endpoint. The server's mux and the OpenAPI document are both
@@ -47,59 +47,59 @@ var (
 func routes() []route {
 	return []route{
 		{method: "GET", path: "/health", op: "health", summary: "Liveness and the current strategy revision",
-			out: Health{}, handle: (*Server).health},
+			out: apitypes.Health{}, handle: (*Server).health},
 		{method: "GET", path: "/openapi.json", op: "openapi", summary: "This document",
 			out: map[string]any{}, handle: (*Server).openapi},
 		{method: "GET", path: "/metrics", op: "prometheusMetrics", summary: "Prometheus metrics of the server and the nodes' counters",
 			roles: readers, out: "", contentOut: "text/plain", handle: (*Server).prometheus},
 
 		{method: "POST", path: "/api/v1/auth/token", op: "login", summary: "Exchange the admin credential for a token (generation-1 path)",
-			in: LoginRequest{}, out: TokenResponse{}, handle: (*Server).login},
+			in: apitypes.LoginRequest{}, out: apitypes.TokenResponse{}, handle: (*Server).login},
 		{method: "POST", path: "/api/v1/tokens", op: "createToken", summary: "Mint a token for a role (agent tokens are bound to a node)",
-			roles: adminOnly, in: TokenRequest{}, out: TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
+			roles: adminOnly, in: apitypes.TokenRequest{}, out: apitypes.TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
 		{method: "POST", path: "/api/v1/tokens/revoke", op: "revokeToken", summary: "Put a token on the deny list (by id or the token itself) until it expires; it is refused from the next request on",
-			roles: adminOnly, in: RevokeRequest{}, out: Revoked{}, handle: (*Server).revokeToken},
+			roles: adminOnly, in: apitypes.RevokeRequest{}, out: apitypes.Revoked{}, handle: (*Server).revokeToken},
 
 		{method: "GET", path: "/api/v1/strategies", op: "listStrategies", summary: "List strategies in precedence order (agents: those for their node)",
-			roles: anyRole, out: StrategyList{}, handle: (*Server).listStrategies},
+			roles: anyRole, out: apitypes.StrategyList{}, handle: (*Server).listStrategies},
 		{method: "POST", path: "/api/v1/strategies", op: "createStrategy", summary: "Create a strategy",
-			roles: adminOnly, in: store.Strategy{}, inRequire: []string{"name"}, inDef: "StrategyCreateInput", out: StrategyView{}, status: http.StatusCreated, handle: (*Server).createStrategy},
+			roles: adminOnly, in: apitypes.Strategy{}, inRequire: []string{"name"}, inDef: "StrategyCreateInput", out: apitypes.StrategyView{}, status: http.StatusCreated, handle: (*Server).createStrategy},
 		{method: "GET", path: "/api/v1/strategies/{name}", op: "getStrategy", summary: "Read one strategy",
-			roles: anyRole, out: StrategyView{}, handle: (*Server).getStrategy},
+			roles: anyRole, out: apitypes.StrategyView{}, handle: (*Server).getStrategy},
 		{method: "PUT", path: "/api/v1/strategies/{name}", op: "putStrategy",
 			summary: "Create or replace a strategy (200 replaced, 201 created). The name is the URL's; a body that repeats it must repeat it exactly",
-			roles:   adminOnly, in: store.Strategy{}, inOmit: []string{"name"}, inDef: "StrategyPutInput", out: StrategyView{}, handle: (*Server).putStrategy},
+			roles:   adminOnly, in: apitypes.Strategy{}, inOmit: []string{"name"}, inDef: "StrategyPutInput", out: apitypes.StrategyView{}, handle: (*Server).putStrategy},
 		{method: "DELETE", path: "/api/v1/strategies/{name}", op: "deleteStrategy", summary: "Delete a strategy",
-			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteStrategy},
+			roles: adminOnly, out: apitypes.Deleted{}, handle: (*Server).deleteStrategy},
 		{method: "GET", path: "/api/v1/watch/strategies", op: "watchStrategies",
 			summary: "Server-sent events: a sync event (the whole list) unless resuming, then every change. Resume with ?revision= or Last-Event-ID",
-			roles:   anyRole, out: WatchEvent{}, stream: true, contentOut: "text/event-stream",
+			roles:   anyRole, out: apitypes.WatchEvent{}, stream: true, contentOut: "text/event-stream",
 			query: []param{{"revision", "resume after this revision (0: start with a sync event)"}}, handle: (*Server).watch},
 
 		{method: "GET", path: "/api/v1/nodes", op: "listNodes", summary: "Registered nodes with health, state and counters",
-			roles: readers, out: NodeList{}, handle: (*Server).listNodes},
+			roles: readers, out: apitypes.NodeList{}, handle: (*Server).listNodes},
 		{method: "GET", path: "/api/v1/nodes/{name}", op: "getNode", summary: "One node",
-			roles: anyRole, nodeScoped: true, out: store.Node{}, handle: (*Server).getNode},
+			roles: anyRole, nodeScoped: true, out: apitypes.Node{}, handle: (*Server).getNode},
 		{method: "PUT", path: "/api/v1/nodes/{name}", op: "registerNode", summary: "Register (or re-register) a node's agent",
-			roles: nodeWriter, nodeScoped: true, in: store.Registration{}, out: store.Node{}, handle: (*Server).registerNode},
+			roles: nodeWriter, nodeScoped: true, in: apitypes.Registration{}, out: apitypes.Node{}, handle: (*Server).registerNode},
 		{method: "DELETE", path: "/api/v1/nodes/{name}", op: "deleteNode", summary: "Forget a node",
-			roles: adminOnly, out: Deleted{}, handle: (*Server).deleteNode},
+			roles: adminOnly, out: apitypes.Deleted{}, handle: (*Server).deleteNode},
 		{method: "POST", path: "/api/v1/nodes/{name}/heartbeat", op: "heartbeat", summary: "An agent's status: scheduler state, counters, resolved workloads",
-			roles: nodeWriter, nodeScoped: true, in: store.Heartbeat{}, out: HeartbeatReply{}, handle: (*Server).heartbeat},
+			roles: nodeWriter, nodeScoped: true, in: apitypes.Heartbeat{}, out: apitypes.HeartbeatReply{}, handle: (*Server).heartbeat},
 		{method: "GET", path: "/api/v1/nodes/{name}/workloads", op: "listWorkloads", summary: "Processes the strategies resolved to on a node",
-			roles: anyRole, nodeScoped: true, out: WorkloadList{}, handle: (*Server).workloads},
+			roles: anyRole, nodeScoped: true, out: apitypes.WorkloadList{}, handle: (*Server).workloads},
 
 		// Generation 1 (the reference API), kept for existing clients.
 		{method: "GET", path: "/api/v1/scheduling/strategies", op: "gen1ListStrategies", summary: "Generation 1: list strategies as {strategies: [...]} with priority: bool",
-			roles: anyRole, out: Gen1StrategyList{}, handle: (*Server).gen1List},
+			roles: anyRole, out: apitypes.Gen1StrategyList{}, handle: (*Server).gen1List},
 		{method: "POST", path: "/api/v1/scheduling/strategies", op: "gen1ReplaceStrategies",
 			summary: "Generation 1: replace the strategies earlier posts with the same token subject made (others are kept); unnamed entries are named <subject>-<index>; slices below 50 µs are raised to it with a warning; a name used twice, or owned by another client or the admin, is a 409",
-			roles:   adminOnly, in: Gen1Strategies{}, out: Gen1Replaced{}, handle: (*Server).gen1Replace},
+			roles:   adminOnly, in: apitypes.Gen1Strategies{}, out: apitypes.Gen1Replaced{}, handle: (*Server).gen1Replace},
 		{method: "POST", path: "/api/v1/metrics", op: "gen1PostMetrics", summary: "Generation 1: a node's scheduler pushes named numbers",
-			roles: nodeWriter, in: Gen1Metrics{}, out: HeartbeatReply{}, handle: (*Server).gen1PostMetrics},
+			roles: nodeWriter, in: apitypes.Gen1Metrics{}, out: apitypes.HeartbeatReply{}, handle: (*Server).gen1PostMetrics},
 		{method: "GET", path: "/api/v1/metrics", op: "gen1GetMetrics", summary: "Generation 1: metrics by node (pushed numbers and heartbeat counters)",
-			roles: readers, out: MetricsList{}, handle: (*Server).gen1GetMetrics},
+			roles: readers, out: apitypes.MetricsList{}, handle: (*Server).gen1GetMetrics},
 		{method: "GET", path: "/api/v1/pods/pids", op: "gen1PodPIDs", summary: "Generation 1: resolved processes on every node",
-			roles: readers, out: PodPIDList{}, handle: (*Server).gen1PodPIDs},
+			roles: readers, out: apitypes.PodPIDList{}, handle: (*Server).gen1PodPIDs},
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // validBodies is one accepted body per route that takes one.
@@ -35,7 +35,7 @@ var validBodies = map[string]string{
 func TestEveryEndpointRefusesUnknownFields(t *testing.T) {
 	ts := startServer(t, t.TempDir(), serverOpt{})
 	admin := ts.token(auth.Admin, "")
-	if _, err := ts.client(admin).RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+	if _, err := ts.client(admin).RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := ts.client(admin).ListStrategies(bg())
@@ -65,7 +65,7 @@ func TestEveryEndpointRefusesUnknownFields(t *testing.T) {
 		}
 		for _, tc := range cases {
 			code, body := ts.raw(rt.method, path, admin, tc.body)
-			var e Error
+			var e apitypes.Error
 			if code != 400 || json.Unmarshal(body, &e) != nil || e.Field != tc.field || e.Hint == "" {
 				t.Errorf("%s %s: %d %s, want 400 naming %q", key, tc.body, code, body, tc.field)
 			}
@@ -126,7 +126,7 @@ func TestOpenAPIStatesWhatDecodeChecks(t *testing.T) {
 			continue
 		}
 		code, body := ts.raw(tc.method, tc.path, admin, tc.body)
-		var e Error
+		var e apitypes.Error
 		if code != 400 || json.Unmarshal(body, &e) != nil || !strings.HasSuffix(e.Field, tc.field) {
 			t.Errorf("%s %s %s: %d %s, want 400 naming %s", tc.method, tc.path, tc.body, code, body, tc.field)
 		}

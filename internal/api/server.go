@@ -3,7 +3,7 @@
 // Package api is swiftlane's control-plane REST server (and its Go client):
 // strategies with a push watch, nodes with heartbeats and resolved
 // workloads, tokens, the generation-1 endpoints, the OpenAPI document and
-// the web UI.
+// the web UI. The JSON it exchanges is defined in internal/apitypes.
 package api
 
 import (
@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
@@ -71,7 +72,7 @@ type Server struct {
 	podLabels bool
 
 	mu   sync.Mutex
-	gen1 map[string]*Gen1Metrics // pushed generation-1 metrics by node (not persisted)
+	gen1 map[string]*apitypes.Gen1Metrics // pushed generation-1 metrics by node (not persisted)
 }
 
 // New builds a server over a store and an authority.
@@ -99,7 +100,7 @@ func New(o Options) (*Server, error) {
 			*d.v = d.def
 		}
 	}
-	s := &Server{o: o, gen1: map[string]*Gen1Metrics{}}
+	s := &Server{o: o, gen1: map[string]*apitypes.Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
 	// A store that others write too (Kubernetes: kubectl, other replicas)
 	// reports their changes, so watch streams see them at once.
@@ -326,7 +327,7 @@ func (s *Server) nodeLabels(ctx context.Context, node string) map[string]string 
 }
 
 // forClaims filters strategies for an agent's node.
-func (s *Server) forClaims(ctx context.Context, c *auth.Claims, list []store.Strategy) []store.Strategy {
+func (s *Server) forClaims(ctx context.Context, c *auth.Claims, list []apitypes.Strategy) []apitypes.Strategy {
 	if c == nil || c.Role != auth.Agent {
 		return list
 	}
@@ -340,6 +341,6 @@ func (s *Server) forClaims(ctx context.Context, c *auth.Claims, list []store.Str
 	return out
 }
 
-func sortNodes(ns []store.Node) {
+func sortNodes(ns []apitypes.Node) {
 	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
 }

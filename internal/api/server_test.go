@@ -16,8 +16,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -72,7 +72,7 @@ func testAuthMatrix(t *testing.T, bk backend) {
 	}
 	// The node and strategy the {name} routes address exist.
 	admin := ts.client(callers[0].token)
-	if _, err := admin.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+	if _, err := admin.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreateStrategy(bg(), critical("s1", "nr-gnb")); err != nil {
@@ -112,7 +112,7 @@ func testAuthMatrix(t *testing.T, bk backend) {
 				t.Errorf("%s %s as %s: %d %s, want %s", rt.method, path, c.name, code, body, want)
 			}
 			if code >= 400 {
-				var e Error
+				var e apitypes.Error
 				if json.Unmarshal(body, &e) != nil || e.Err == "" || e.Hint == "" {
 					t.Errorf("%s %s as %s: error body %q lacks error/hint", rt.method, path, c.name, body)
 				}
@@ -152,7 +152,7 @@ func testStrategyCRUD(t *testing.T, bk backend) {
 	upd.Selectors = []strategy.Selector{{Key: "app", Value: "gnb"}}
 	upd.Namespaces = []string{"free5gc"}
 	upd.NodeSelector = map[string]string{"zone": "a"}
-	var s2, s3 store.Strategy
+	var s2, s3 apitypes.Strategy
 	code, body := ts.raw("PUT", "/api/v1/strategies/gnb", ts.token(auth.Admin, ""), mustJSON(upd))
 	if code != http.StatusOK || json.Unmarshal(body, &s2) != nil || s2.Revision <= s1.Revision {
 		t.Fatalf("put existing (after revision %d): %d %s", s1.Revision, code, body)
@@ -236,7 +236,7 @@ func testRejectedWritesChangeNothing(t *testing.T, bk backend) {
 	before, _ := c.ListStrategies(bg())
 	for _, tc := range cases {
 		code, body := ts.raw(tc.method, tc.path, admin, tc.body)
-		var e Error
+		var e apitypes.Error
 		if err := json.Unmarshal(body, &e); err != nil {
 			t.Errorf("%s %s %.60s: body %q is not an error object", tc.method, tc.path, tc.body, body)
 			continue
@@ -275,7 +275,7 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 		t.Fatalf("login: %+v %v", login, err)
 	}
 	c = ts.client(login.Token)
-	agentTok, err := c.CreateToken(bg(), TokenRequest{Role: "agent", Node: "n1"})
+	agentTok, err := c.CreateToken(bg(), apitypes.TokenRequest{Role: "agent", Node: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,10 +285,10 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 		}
 	}
 	ag := ts.client(agentTok.Token)
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n1", store.Heartbeat{AppliedRevision: 5, Workloads: []store.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}}}); err != nil {
+	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{AppliedRevision: 5, Workloads: []apitypes.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.ListStrategies(bg())
@@ -320,14 +320,14 @@ func testAgentSeesOnlyItsNode(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	ag := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	a := critical("for-a", "x")
 	a.NodeSelector = map[string]string{"zone": "a"}
 	b := critical("for-b", "y")
 	b.NodeSelector = map[string]string{"zone": "b"}
-	for _, s := range []store.Strategy{a, b, critical("all", "z")} {
+	for _, s := range []apitypes.Strategy{a, b, critical("all", "z")} {
 		if _, err := admin.CreateStrategy(bg(), s); err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func testAgentSeesOnlyItsNode(t *testing.T, bk backend) {
 	if _, err := ag.GetStrategy(bg(), "for-b"); !IsStatus(err, http.StatusNotFound) {
 		t.Fatalf("agent get of another node's strategy: %v", err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n2", store.Heartbeat{}); !IsStatus(err, http.StatusForbidden) {
+	if _, err := ag.Heartbeat(bg(), "n2", apitypes.Heartbeat{}); !IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("agent heartbeat for another node: %v", err)
 	}
 	if _, err := ag.CreateStrategy(bg(), critical("evil", "x")); !IsStatus(err, http.StatusForbidden) {
@@ -361,7 +361,7 @@ func testGeneration1(t *testing.T, bk backend) {
 		t.Fatalf("health: %d %s", code, body)
 	}
 	code, body = ts.raw("POST", "/api/v1/auth/token", "", fmt.Sprintf(`{"username":"admin","password":%q}`, ts.bootstrap))
-	var tok TokenResponse
+	var tok apitypes.TokenResponse
 	if code != 200 || json.Unmarshal(body, &tok) != nil || tok.Token == "" || !tok.Success {
 		t.Fatalf("token: %d %s", code, body)
 	}
@@ -407,7 +407,7 @@ func testGeneration1(t *testing.T, bk backend) {
 	}
 	// The public-key flow is refused with the one that works.
 	code, body = ts.raw("POST", "/api/v1/auth/token", "", `{"public_key":"-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----"}`)
-	var e Error
+	var e apitypes.Error
 	if code != 400 || json.Unmarshal(body, &e) != nil || e.Field != "public_key" || !strings.Contains(e.Hint, `"username":"admin"`) {
 		t.Fatalf("public-key flow: %d %s", code, body)
 	}
@@ -437,7 +437,7 @@ func testGeneration1(t *testing.T, bk backend) {
 	}
 	// Deleting the first client's set the generation-1 way leaves the rest.
 	code, body = ts.raw("POST", "/api/v1/scheduling/strategies", tok.Token, `{"strategies":[]}`)
-	var rep Gen1Replaced
+	var rep apitypes.Gen1Replaced
 	if code != 200 || json.Unmarshal(body, &rep) != nil || len(rep.Strategies) != 2 ||
 		rep.Strategies[0].Name != "by-hand" || rep.Strategies[1].Name != "operator-b-0" || rep.Strategies[1].Owner != "operator-b" {
 		t.Fatalf("gen1 empty post: %d %s", code, body)
@@ -449,12 +449,12 @@ func TestPrometheusMetrics(t *testing.T) { eachStore(t, testPrometheusMetrics) }
 func testPrometheusMetrics(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	ag := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := ag.RegisterNode(bg(), "n1", store.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
+	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}
-	hb := store.Heartbeat{Counters: &store.Counters{
+	hb := apitypes.Heartbeat{Counters: &apitypes.Counters{
 		Enqueued:     map[string]uint64{"critical": 5},
-		RunqueueWait: map[string]store.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
+		RunqueueWait: map[string]apitypes.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
 	}}
 	if _, err := ag.Heartbeat(bg(), "n1", hb); err != nil {
 		t.Fatal(err)
@@ -515,7 +515,7 @@ func testSelectorsWithoutPodsWarn(t *testing.T, bk backend) {
 	}
 	// Generation 1: the warning names the entry.
 	code, body := ts.raw("POST", "/api/v1/scheduling/strategies", tok, `{"strategies":[{"priority":true,"command_regex":"x","selectors":[{"key":"app","value":"ueransim-macvlan"}]}]}`)
-	var rep Gen1Replaced
+	var rep apitypes.Gen1Replaced
 	if code != 200 || json.Unmarshal(body, &rep) != nil {
 		t.Fatalf("gen1 post: %d %s", code, body)
 	}
@@ -531,9 +531,9 @@ func testSelectorsWithoutPodsWarn(t *testing.T, bk backend) {
 func TestTokenRevocation(t *testing.T) {
 	ts := startServer(t, t.TempDir(), serverOpt{})
 	admin := ts.client(ts.token(auth.Admin, ""))
-	mint := func(role auth.Role, node string) TokenResponse {
+	mint := func(role auth.Role, node string) apitypes.TokenResponse {
 		t.Helper()
-		tr, err := admin.CreateToken(bg(), TokenRequest{Role: string(role), Node: node})
+		tr, err := admin.CreateToken(bg(), apitypes.TokenRequest{Role: string(role), Node: node})
 		if err != nil || tr.ID == "" {
 			t.Fatalf("mint: %+v %v", tr, err)
 		}
@@ -544,15 +544,15 @@ func TestTokenRevocation(t *testing.T) {
 		return err
 	}
 	byID, byToken, byFile, other := mint(auth.Viewer, ""), mint(auth.Agent, "n1"), mint(auth.Viewer, ""), mint(auth.Viewer, "")
-	for _, tr := range []TokenResponse{byID, byToken, byFile, other} {
+	for _, tr := range []apitypes.TokenResponse{byID, byToken, byFile, other} {
 		if err := works(tr.Token); err != nil {
 			t.Fatalf("fresh token refused: %v", err)
 		}
 	}
-	if _, err := admin.RevokeToken(bg(), RevokeRequest{ID: byID.ID}); err != nil {
+	if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: byID.ID}); err != nil {
 		t.Fatal(err)
 	}
-	rv, err := admin.RevokeToken(bg(), RevokeRequest{Token: byToken.Token})
+	rv, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: byToken.Token})
 	if err != nil || rv.ID != byToken.ID || !rv.Until.Equal(byToken.ExpiresAt) {
 		t.Fatalf("revoke by token: %+v %v", rv, err)
 	}
@@ -568,9 +568,9 @@ func TestTokenRevocation(t *testing.T) {
 	if err := cli.Revoke(id, exp); err != nil {
 		t.Fatal(err)
 	}
-	for _, tr := range []TokenResponse{byID, byToken, byFile} {
+	for _, tr := range []apitypes.TokenResponse{byID, byToken, byFile} {
 		err := works(tr.Token)
-		var e *Error
+		var e *apitypes.Error
 		if !errors.As(err, &e) || e.Status != 401 || !strings.Contains(e.Hint, "revoked") {
 			t.Errorf("revoked token %s: %v", tr.ID, err)
 		}
@@ -578,7 +578,7 @@ func TestTokenRevocation(t *testing.T) {
 	if err := works(other.Token); err != nil {
 		t.Errorf("a token that was not revoked is refused: %v", err)
 	}
-	if _, err := admin.RevokeToken(bg(), RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 404) {
+	if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 404) {
 		t.Errorf("revoking a token this server did not sign: %v", err)
 	}
 }

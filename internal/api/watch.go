@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
@@ -48,7 +49,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
-	send := func(ev WatchEvent) error {
+	send := func(ev apitypes.WatchEvent) error {
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return err
@@ -68,7 +69,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 			if agent {
 				list = filterForNode(list, labels)
 			}
-			if err := send(WatchEvent{Type: "sync", Revision: rev, Strategies: nonNil(list)}); err != nil {
+			if err := send(apitypes.WatchEvent{Type: "sync", Revision: rev, Strategies: nonNil(list)}); err != nil {
 				return nil
 			}
 			since, sync = rev, false
@@ -86,7 +87,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 			// For an agent, a strategy that no longer selects its node is a
 			// deletion (the agent drops it if it had it).
 			if agent && ch.Type == store.Put && !ch.Strategy.ForNode(labels) {
-				err = send(WatchEvent{Type: string(store.Delete), Revision: ch.Revision, Name: ch.Name})
+				err = send(apitypes.WatchEvent{Type: string(store.Delete), Revision: ch.Revision, Name: ch.Name})
 			} else {
 				_, err = w.Write(it.frame) // encoded once for every stream
 			}
@@ -112,7 +113,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 	}
 }
 
-func filterForNode(list []store.Strategy, labels map[string]string) []store.Strategy {
+func filterForNode(list []apitypes.Strategy, labels map[string]string) []apitypes.Strategy {
 	out := list[:0:0]
 	for _, st := range list {
 		if st.ForNode(labels) {

@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // watcher runs Client.Watch in the background and hands events over.
-func watcher(t *testing.T, c *Client, since uint64) (<-chan WatchEvent, context.CancelFunc) {
+func watcher(t *testing.T, c *Client, since uint64) (<-chan apitypes.WatchEvent, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan WatchEvent, 1024)
+	ch := make(chan apitypes.WatchEvent, 1024)
 	connected := make(chan struct{})
 	go func() {
-		_ = c.Watch(ctx, since, func() { close(connected) }, func(ev WatchEvent) error {
+		_ = c.Watch(ctx, since, func() { close(connected) }, func(ev apitypes.WatchEvent) error {
 			ch <- ev
 			return nil
 		})
@@ -36,7 +36,7 @@ func watcher(t *testing.T, c *Client, since uint64) (<-chan WatchEvent, context.
 	return ch, cancel
 }
 
-func next(t *testing.T, ch <-chan WatchEvent) WatchEvent {
+func next(t *testing.T, ch <-chan apitypes.WatchEvent) apitypes.WatchEvent {
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
@@ -47,11 +47,11 @@ func next(t *testing.T, ch <-chan WatchEvent) WatchEvent {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no watch event within 10 s")
 	}
-	return WatchEvent{}
+	return apitypes.WatchEvent{}
 }
 
 // apply folds events into a name -> strategy map.
-func apply(state map[string]store.Strategy, ev WatchEvent) {
+func apply(state map[string]apitypes.Strategy, ev apitypes.WatchEvent) {
 	switch ev.Type {
 	case "sync":
 		clear(state)
@@ -94,7 +94,7 @@ func testWatchResumesWithoutGapsOrDuplicates(t *testing.T, bk backend) {
 	for i := range 5 {
 		create(fmt.Sprintf("s%d", i))
 	}
-	state := map[string]store.Strategy{}
+	state := map[string]apitypes.Strategy{}
 	ch, cancel := watcher(t, agent, 0)
 	ev := next(t, ch)
 	if ev.Type != "sync" || ev.Revision != revs[4] || len(ev.Strategies) != 5 {
@@ -153,7 +153,7 @@ func TestWatchAfterCompactionResyncs(t *testing.T) { eachStore(t, testWatchAfter
 func testWatchAfterCompactionResyncs(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk, logSize: 3})
 	admin := ts.client(ts.token(auth.Admin, ""))
-	var first, last StrategyView
+	var first, last apitypes.StrategyView
 	for i := range 8 {
 		s, err := admin.CreateStrategy(bg(), critical(fmt.Sprintf("s%d", i), "x"))
 		if err != nil {
@@ -181,7 +181,7 @@ func testWatchTurnsUnselectedIntoDelete(t *testing.T, bk backend) {
 	ts := startServer(t, t.TempDir(), serverOpt{backend: bk})
 	admin := ts.client(ts.token(auth.Admin, ""))
 	agent := ts.client(ts.token(auth.Agent, "n1"))
-	if _, err := agent.RegisterNode(bg(), "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
+	if _, err := agent.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	ch, _ := watcher(t, agent, 0)
@@ -252,7 +252,7 @@ func TestManyWatchersShareTheFeed(t *testing.T) {
 	admin := ts.client(ts.token(auth.Admin, ""))
 	const writers, perWriter = 4, 25
 	type stream struct {
-		ch    <-chan WatchEvent
+		ch    <-chan apitypes.WatchEvent
 		since uint64
 	}
 	var streams []stream

@@ -13,10 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/schedext"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/usersched"
 )
@@ -39,7 +39,7 @@ type mode[S scheduler, T any] struct {
 	stats func(S) (T, error)
 	// export gives the counters to /metrics, counters to an agent's heartbeat.
 	export   func(chan<- prometheus.Metric, T)
-	counters func(T) *store.Counters
+	counters func(T) *apitypes.Counters
 	// serve runs while attached: until ctx ends (it returns ctx's error)
 	// or the kernel disables the scheduler (it returns the exit record).
 	serve func(ctx context.Context, s S, a *strategy.Applier) (*schedext.ExitInfo, error)
@@ -51,7 +51,7 @@ func (m mode[S, T]) collector(s S, a *strategy.Applier) prometheus.Collector {
 }
 
 // readCounters is an agent's heartbeat counters of scheduler s.
-func (m mode[S, T]) readCounters(s S) (*store.Counters, error) {
+func (m mode[S, T]) readCounters(s S) (*apitypes.Counters, error) {
 	st, err := m.stats(s)
 	if err != nil {
 		return nil, err

@@ -21,11 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/operator"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/schedext"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -69,7 +69,7 @@ type Node struct {
 	// Mode is Schedule or Observe; Reason says why observe.
 	Mode, Reason string
 	// Stats reads the attached scheduler's counters (nil in observe mode).
-	Stats func() (*store.Counters, error)
+	Stats func() (*apitypes.Counters, error)
 	// SchedulerState reports sched_ext's state and the attached scheduler.
 	SchedulerState func() string
 }
@@ -346,7 +346,7 @@ func (r *runner[S, T]) setCurrent(s S, loaded bool) {
 
 // counters reads the attached scheduler's counters, holding mu so that the
 // scheduler is not closed meanwhile.
-func (r *runner[S, T]) counters() (*store.Counters, error) {
+func (r *runner[S, T]) counters() (*apitypes.Counters, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.loaded {

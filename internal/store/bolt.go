@@ -3,10 +3,8 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 )
 
 // FileName is the database file inside the data directory.
@@ -90,7 +90,7 @@ func nextRevision(tx *bolt.Tx) (uint64, error) {
 
 // logChange appends to the change log and drops entries beyond its length.
 func (b *Bolt) logChange(tx *bolt.Tx, c Change) error {
-	data, err := json.Marshal(c)
+	data, err := encodeChange(c)
 	if err != nil {
 		return err
 	}
@@ -116,37 +116,39 @@ func (b *Bolt) logChange(tx *bolt.Tx, c Change) error {
 	return nil
 }
 
-func (b *Bolt) ListStrategies(_ context.Context) ([]Strategy, uint64, error) {
-	var list []Strategy
+func (b *Bolt) ListStrategies(_ context.Context) ([]apitypes.Strategy, uint64, error) {
+	var list []apitypes.Strategy
 	var rev uint64
 	err := b.db.View(func(tx *bolt.Tx) error {
 		rev = getU64(tx.Bucket(bMeta), kRevision)
 		return tx.Bucket(bStrategies).ForEach(func(_, v []byte) error {
-			var s Strategy
-			if err := json.Unmarshal(v, &s); err != nil {
+			s, err := decodeStrategy(v)
+			if err != nil {
 				return err
 			}
 			list = append(list, s)
 			return nil
 		})
 	})
-	SortByPrecedence(list)
+	apitypes.SortByPrecedence(list)
 	return list, rev, err
 }
 
-func (b *Bolt) GetStrategy(_ context.Context, name string) (Strategy, error) {
-	var s Strategy
+func (b *Bolt) GetStrategy(_ context.Context, name string) (apitypes.Strategy, error) {
+	var s apitypes.Strategy
 	err := b.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bStrategies).Get([]byte(name))
 		if v == nil {
 			return ErrNotFound
 		}
-		return json.Unmarshal(v, &s)
+		var err error
+		s, err = decodeStrategy(v)
+		return err
 	})
 	return s, err
 }
 
-func (b *Bolt) putLocked(tx *bolt.Tx, s *Strategy) error {
+func (b *Bolt) putLocked(tx *bolt.Tx, s *apitypes.Strategy) error {
 	rev, err := nextRevision(tx)
 	if err != nil {
 		return err
@@ -155,7 +157,7 @@ func (b *Bolt) putLocked(tx *bolt.Tx, s *Strategy) error {
 	if s.CreatedRevision == 0 {
 		s.CreatedRevision = rev
 	}
-	data, err := json.Marshal(s)
+	data, err := encodeStrategy(*s)
 	if err != nil {
 		return err
 	}
@@ -166,7 +168,7 @@ func (b *Bolt) putLocked(tx *bolt.Tx, s *Strategy) error {
 	return b.logChange(tx, Change{Revision: rev, Type: Put, Name: s.Name, Strategy: &c})
 }
 
-func (b *Bolt) CreateStrategy(_ context.Context, s Strategy) (Strategy, error) {
+func (b *Bolt) CreateStrategy(_ context.Context, s apitypes.Strategy) (apitypes.Strategy, error) {
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bStrategies).Get([]byte(s.Name)) != nil {
 			return ErrExists
@@ -177,14 +179,14 @@ func (b *Bolt) CreateStrategy(_ context.Context, s Strategy) (Strategy, error) {
 	return s, err
 }
 
-func (b *Bolt) UpdateStrategy(_ context.Context, s Strategy) (Strategy, error) {
+func (b *Bolt) UpdateStrategy(_ context.Context, s apitypes.Strategy) (apitypes.Strategy, error) {
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		old := tx.Bucket(bStrategies).Get([]byte(s.Name))
 		if old == nil {
 			return ErrNotFound
 		}
-		var prev Strategy
-		if err := json.Unmarshal(old, &prev); err != nil {
+		prev, err := decodeStrategy(old)
+		if err != nil {
 			return err
 		}
 		s.CreatedRevision = prev.CreatedRevision // keeps its precedence
@@ -218,7 +220,7 @@ func (b *Bolt) DeleteStrategy(_ context.Context, name string) (uint64, error) {
 	return rev, err
 }
 
-func (b *Bolt) ReplaceStrategies(ctx context.Context, owner string, list []Strategy) ([]Strategy, uint64, error) {
+func (b *Bolt) ReplaceStrategies(ctx context.Context, owner string, list []apitypes.Strategy) ([]apitypes.Strategy, uint64, error) {
 	want := map[string]bool{}
 	for _, s := range list {
 		if want[s.Name] {
@@ -229,10 +231,10 @@ func (b *Bolt) ReplaceStrategies(ctx context.Context, owner string, list []Strat
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bStrategies)
 		var gone []string
-		prev := map[string]Strategy{}
+		prev := map[string]apitypes.Strategy{}
 		if err := bk.ForEach(func(k, v []byte) error {
-			var p Strategy
-			if err := json.Unmarshal(v, &p); err != nil {
+			p, err := decodeStrategy(v)
+			if err != nil {
 				return err
 			}
 			prev[string(k)] = p
@@ -283,12 +285,6 @@ func (b *Bolt) ReplaceStrategies(ctx context.Context, owner string, list []Strat
 	return out, rev, err
 }
 
-func sameStrategy(a, b Strategy) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return bytes.Equal(x, y)
-}
-
 func (b *Bolt) Changes(_ context.Context, after uint64, limit int) ([]Change, uint64, error) {
 	var out []Change
 	var rev uint64
@@ -300,8 +296,8 @@ func (b *Bolt) Changes(_ context.Context, after uint64, limit int) ([]Change, ui
 		}
 		cur := tx.Bucket(bChanges).Cursor()
 		for k, v := cur.Seek(u64(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = cur.Next() {
-			var c Change
-			if err := json.Unmarshal(v, &c); err != nil {
+			c, err := decodeChange(v)
+			if err != nil {
 				return err
 			}
 			out = append(out, c)
@@ -311,17 +307,18 @@ func (b *Bolt) Changes(_ context.Context, after uint64, limit int) ([]Change, ui
 	return out, rev, err
 }
 
-func (b *Bolt) RegisterNode(_ context.Context, name string, r Registration, now time.Time) (Node, error) {
-	var n Node
+func (b *Bolt) RegisterNode(_ context.Context, name string, r apitypes.Registration, now time.Time) (apitypes.Node, error) {
+	var n apitypes.Node
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bNodes)
 		if v := bk.Get([]byte(name)); v != nil {
-			if err := json.Unmarshal(v, &n); err != nil {
+			var err error
+			if n, err = decodeNode(v); err != nil {
 				return err
 			}
 		}
 		n.Name, n.Registration, n.RegisteredAt = name, r, now.UTC()
-		data, err := json.Marshal(n)
+		data, err := encodeNode(n)
 		if err != nil {
 			return err
 		}
@@ -331,20 +328,20 @@ func (b *Bolt) RegisterNode(_ context.Context, name string, r Registration, now 
 }
 
 // Heartbeat uses bbolt's batching: many agents' heartbeats share one fsync.
-func (b *Bolt) Heartbeat(_ context.Context, name string, h Heartbeat, now time.Time) (Node, error) {
-	var n Node
+func (b *Bolt) Heartbeat(_ context.Context, name string, h apitypes.Heartbeat, now time.Time) (apitypes.Node, error) {
+	var n apitypes.Node
 	err := b.db.Batch(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bNodes)
 		v := bk.Get([]byte(name))
 		if v == nil {
 			return ErrNotFound
 		}
-		n = Node{}
-		if err := json.Unmarshal(v, &n); err != nil {
+		var err error
+		if n, err = decodeNode(v); err != nil {
 			return err
 		}
 		n.Heartbeat, n.LastHeartbeat = h, now.UTC()
-		data, err := json.Marshal(n)
+		data, err := encodeNode(n)
 		if err != nil {
 			return err
 		}
@@ -353,24 +350,26 @@ func (b *Bolt) Heartbeat(_ context.Context, name string, h Heartbeat, now time.T
 	return n, err
 }
 
-func (b *Bolt) GetNode(_ context.Context, name string) (Node, error) {
-	var n Node
+func (b *Bolt) GetNode(_ context.Context, name string) (apitypes.Node, error) {
+	var n apitypes.Node
 	err := b.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bNodes).Get([]byte(name))
 		if v == nil {
 			return ErrNotFound
 		}
-		return json.Unmarshal(v, &n)
+		var err error
+		n, err = decodeNode(v)
+		return err
 	})
 	return n, err
 }
 
-func (b *Bolt) ListNodes(_ context.Context) ([]Node, error) {
-	var out []Node
+func (b *Bolt) ListNodes(_ context.Context) ([]apitypes.Node, error) {
+	var out []apitypes.Node
 	err := b.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bNodes).ForEach(func(_, v []byte) error {
-			var n Node
-			if err := json.Unmarshal(v, &n); err != nil {
+			n, err := decodeNode(v)
+			if err != nil {
 				return err
 			}
 			out = append(out, n)

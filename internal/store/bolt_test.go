@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-func strat(name, re string) Strategy {
+func strat(name, re string) apitypes.Strategy {
 	c := strategy.Critical
-	return Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
+	return apitypes.Strategy{Strategy: strategy.Strategy{Name: name, Class: &c, CommandRegex: re}}
 }
 
 func TestStrategiesSurviveReopen(t *testing.T) {
@@ -41,13 +42,13 @@ func TestStrategiesSurviveReopen(t *testing.T) {
 	if err != nil || u.Revision != 3 || u.CreatedRevision != 1 {
 		t.Fatalf("update: %+v %v", u, err)
 	}
-	if _, err := s.RegisterNode(ctx, "n1", Registration{Mode: "observe", HeartbeatSeconds: 5}, time.Now()); err != nil {
+	if _, err := s.RegisterNode(ctx, "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Heartbeat(ctx, "n1", Heartbeat{AppliedRevision: 3}, time.Now()); err != nil {
+	if _, err := s.Heartbeat(ctx, "n1", apitypes.Heartbeat{AppliedRevision: 3}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Heartbeat(ctx, "n2", Heartbeat{}, time.Now()); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Heartbeat(ctx, "n2", apitypes.Heartbeat{}, time.Now()); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("heartbeat before register: %v", err)
 	}
 	s.Close()
@@ -102,16 +103,16 @@ func TestReplaceKeepsUnchangedAndOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, _, err := s.ReplaceStrategies(ctx, "", []Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
+	if _, _, err := s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
 		t.Fatal(err)
 	}
 	// Same list again: nothing changes.
-	_, rev, err := s.ReplaceStrategies(ctx, "", []Strategy{strat("a", "x"), strat("b", "y")})
+	_, rev, err := s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("a", "x"), strat("b", "y")})
 	if err != nil || rev != 2 {
 		t.Fatalf("idempotent replace: rev %d %v", rev, err)
 	}
 	// New order and one dropped: b first, c added, a deleted.
-	list, _, err := s.ReplaceStrategies(ctx, "", []Strategy{strat("b", "y"), strat("c", "z")})
+	list, _, err := s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("b", "y"), strat("c", "z")})
 	if err != nil || len(list) != 2 || list[0].Name != "b" || list[1].Name != "c" {
 		t.Fatalf("replace: %+v %v", list, err)
 	}
@@ -132,13 +133,13 @@ func TestReplaceIsScopedToItsOwner(t *testing.T) {
 	if _, err := s.CreateStrategy(ctx, strat("admin", "x")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ReplaceStrategies(ctx, "op1", []Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
+	if _, _, err := s.ReplaceStrategies(ctx, "op1", []apitypes.Strategy{strat("a", "x"), strat("b", "y")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ReplaceStrategies(ctx, "op2", []Strategy{strat("c", "z")}); err != nil {
+	if _, _, err := s.ReplaceStrategies(ctx, "op2", []apitypes.Strategy{strat("c", "z")}); err != nil {
 		t.Fatal(err)
 	}
-	list, _, err := s.ReplaceStrategies(ctx, "op1", []Strategy{strat("b", "y2")})
+	list, _, err := s.ReplaceStrategies(ctx, "op1", []apitypes.Strategy{strat("b", "y2")})
 	var names []string
 	for _, st := range list {
 		names = append(names, st.Name+"/"+st.Owner)
@@ -148,7 +149,7 @@ func TestReplaceIsScopedToItsOwner(t *testing.T) {
 	}
 	_, rev, _ := s.ListStrategies(ctx)
 	var owned *OwnedError
-	if _, _, err := s.ReplaceStrategies(ctx, "op1", []Strategy{strat("admin", "q")}); !errors.As(err, &owned) || owned.Owner != "" || owned.Index != 0 {
+	if _, _, err := s.ReplaceStrategies(ctx, "op1", []apitypes.Strategy{strat("admin", "q")}); !errors.As(err, &owned) || owned.Owner != "" || owned.Index != 0 {
 		t.Fatalf("taking the admin's name: %v", err)
 	}
 	if _, r, _ := s.ListStrategies(ctx); r != rev {

@@ -2,9 +2,10 @@
 
 // Package store keeps the control plane's state: strategies with a change
 // log that watches resume from, and registered nodes with their last status.
-// Store is the interface the API server uses; Open returns the embedded
-// default (one bbolt file). Other backends (e.g. Kubernetes CRDs) implement
-// the same interface.
+// Store is the interface the API server uses, in the API's types
+// (internal/apitypes); Open returns the embedded default (one bbolt file,
+// whose records are this package's own). Other backends (e.g. Kubernetes
+// CRDs) implement the same interface and convert at their boundary too.
 package store
 
 import (
@@ -12,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 )
 
 // Errors callers test with errors.Is.
@@ -43,34 +46,51 @@ func (e *OwnedError) Error() string {
 
 func (e *OwnedError) Unwrap() error { return ErrOwned }
 
+// ChangeType says what happened to a strategy.
+type ChangeType string
+
+const (
+	Put    ChangeType = "put"
+	Delete ChangeType = "delete"
+)
+
+// Change is one entry of the strategy change log that watches replay.
+type Change struct {
+	Revision uint64
+	Type     ChangeType
+	Name     string
+	// Strategy is the new value (put only).
+	Strategy *apitypes.Strategy
+}
+
 // Store is the control plane's state. Every write is durable when it
 // returns. Implementations are safe for concurrent use.
 type Store interface {
 	// ListStrategies returns every strategy in precedence order and the
 	// store revision the list is at.
-	ListStrategies(ctx context.Context) ([]Strategy, uint64, error)
-	GetStrategy(ctx context.Context, name string) (Strategy, error)
+	ListStrategies(ctx context.Context) ([]apitypes.Strategy, uint64, error)
+	GetStrategy(ctx context.Context, name string) (apitypes.Strategy, error)
 	// CreateStrategy fails with ErrExists if the name is taken.
-	CreateStrategy(ctx context.Context, s Strategy) (Strategy, error)
+	CreateStrategy(ctx context.Context, s apitypes.Strategy) (apitypes.Strategy, error)
 	// UpdateStrategy fails with ErrNotFound if the name is unknown.
-	UpdateStrategy(ctx context.Context, s Strategy) (Strategy, error)
+	UpdateStrategy(ctx context.Context, s apitypes.Strategy) (apitypes.Strategy, error)
 	// DeleteStrategy returns the revision of the deletion.
 	DeleteStrategy(ctx context.Context, name string) (uint64, error)
 	// ReplaceStrategies makes list the set of strategies owner owns (the
 	// generation-1 API's "replace all", scoped to one client) in one write,
 	// and returns every strategy. Strategies of other owners are untouched;
 	// a name in list that another owner has fails with ErrOwned.
-	ReplaceStrategies(ctx context.Context, owner string, list []Strategy) ([]Strategy, uint64, error)
+	ReplaceStrategies(ctx context.Context, owner string, list []apitypes.Strategy) ([]apitypes.Strategy, uint64, error)
 	// Changes returns up to limit changes after revision after, oldest first,
 	// and the current revision.
 	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
 
 	// RegisterNode creates or refreshes a node's registration.
-	RegisterNode(ctx context.Context, name string, r Registration, now time.Time) (Node, error)
+	RegisterNode(ctx context.Context, name string, r apitypes.Registration, now time.Time) (apitypes.Node, error)
 	// Heartbeat records a status; ErrNotFound if the node never registered.
-	Heartbeat(ctx context.Context, name string, h Heartbeat, now time.Time) (Node, error)
-	GetNode(ctx context.Context, name string) (Node, error)
-	ListNodes(ctx context.Context) ([]Node, error)
+	Heartbeat(ctx context.Context, name string, h apitypes.Heartbeat, now time.Time) (apitypes.Node, error)
+	GetNode(ctx context.Context, name string) (apitypes.Node, error)
+	ListNodes(ctx context.Context) ([]apitypes.Node, error)
 	DeleteNode(ctx context.Context, name string) error
 
 	Close() error

@@ -16,6 +16,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -78,9 +79,9 @@ func TestUIInChromium(t *testing.T) {
 	var tick atomic.Uint64
 	ag, err := agent.New(agent.Options{
 		Client: api.NewClient(url, tok, nil), Node: "n1", Version: "ui-test", Kernel: "6.18.15", Interval: time.Second,
-		Applier: strategy.NewApplier(agent.NewRecordingTarget(), proc, t.TempDir(), nil),
+		Applier: strategy.NewApplier(strategy.NewRecorder(), proc, t.TempDir(), nil),
 		Mode:    agent.ModeSchedule, SchedulerState: func() string { return "enabled (swiftlane)" },
-		Stats: func() (*store.Counters, error) { return syntheticCounters(tick.Add(1)), nil },
+		Stats: func() (*apitypes.Counters, error) { return syntheticCounters(tick.Add(1)), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -238,16 +239,16 @@ func TestUIInChromium(t *testing.T) {
 
 // syntheticCounters grow with each heartbeat so the UI shows live rates and
 // a histogram per class (critical waits short, background long).
-func syntheticCounters(n uint64) *store.Counters {
-	c := &store.Counters{
+func syntheticCounters(n uint64) *apitypes.Counters {
+	c := &apitypes.Counters{
 		Enqueued:     map[string]uint64{"critical": 900 * n, "high": 300 * n, "normal": 5000 * n, "background": 1200 * n},
 		Dispatched:   map[string]uint64{"direct": 4000 * n, "shared": 2000 * n, "critical": 900 * n, "kthread": 500 * n},
 		PreemptKicks: 40 * n, WakeupPreempts: 60 * n,
-		RunqueueWait: map[string]store.WaitHistogram{},
+		RunqueueWait: map[string]apitypes.WaitHistogram{},
 	}
 	centre := map[string]int{"critical": 3, "high": 6, "normal": 10, "background": 14}
 	for class, mid := range centre {
-		h := store.WaitHistogram{Buckets: make([]uint64, 28)}
+		h := apitypes.WaitHistogram{Buckets: make([]uint64, 28)}
 		for i := range h.Buckets {
 			d := i - mid
 			if d < 0 {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -77,7 +77,7 @@ func agentAppliesPushedStrategy(t *testing.T, mode string) {
 	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
 
 	high := strategy.High
-	if _, err := client.CreateStrategy(ctx, store.Strategy{Strategy: strategy.Strategy{Name: "marker", Class: &high, CommandRegex: marker}}); err != nil {
+	if _, err := client.CreateStrategy(ctx, apitypes.Strategy{Strategy: strategy.Strategy{Name: "marker", Class: &high, CommandRegex: marker}}); err != nil {
 		t.Fatal(err)
 	}
 	hasMarker := func() bool {
@@ -85,7 +85,7 @@ func agentAppliesPushedStrategy(t *testing.T, mode string) {
 		if err != nil {
 			return false
 		}
-		return slices.ContainsFunc(wl.Workloads, func(w store.Workload) bool { return w.PID == proc.Process.Pid && w.Class == "high" })
+		return slices.ContainsFunc(wl.Workloads, func(w apitypes.Workload) bool { return w.PID == proc.Process.Pid && w.Class == "high" })
 	}
 	waitFor(t, "the agent to report the marker process as a high workload", hasMarker, agent)
 	n0, err := client.GetNode(ctx, "vm1")

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/crdconv"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -25,7 +25,7 @@ import (
 const AnnotationCreatedRevision = v1alpha1.AnnotationCreatedRevision
 
 // namespaceLabel is the label the API server puts on every namespace (its
-// name); store.Strategy.Namespaces is a namespaceSelector on it.
+// name); apitypes.Strategy.Namespaces is a namespaceSelector on it.
 const namespaceLabel = "kubernetes.io/metadata.name"
 
 // maxCmdlineBytes bounds a workload's command line in a SchedulingNode.
@@ -34,7 +34,7 @@ const maxCmdlineBytes = 1024
 // toObject is the SchedulingStrategy for a strategy the API accepted. The
 // API server's own validation (schema, CEL) runs when it is written; this
 // only refuses what the object cannot hold at all.
-func toObject(ns string, s store.Strategy) (*v1alpha1.SchedulingStrategy, error) {
+func toObject(ns string, s apitypes.Strategy) (*v1alpha1.SchedulingStrategy, error) {
 	spec, err := crdconv.Spec(s.Strategy)
 	if err != nil {
 		return nil, err
@@ -71,8 +71,8 @@ func toObject(ns string, s store.Strategy) (*v1alpha1.SchedulingStrategy, error)
 
 // fromObject is the API's view of a SchedulingStrategy, or why the API
 // cannot show it faithfully. Revision is left for the caller.
-func fromObject(o *v1alpha1.SchedulingStrategy) (store.Strategy, error) {
-	var s store.Strategy
+func fromObject(o *v1alpha1.SchedulingStrategy) (apitypes.Strategy, error) {
+	var s apitypes.Strategy
 	core, err := crdconv.Strategy(o.Spec)
 	s.Strategy, s.Name = core, o.Name
 	if err != nil {
@@ -153,7 +153,7 @@ func parseRevision(rv string) (uint64, error) {
 }
 
 // cloneStrategy copies everything a caller could change in place.
-func cloneStrategy(s store.Strategy) store.Strategy {
+func cloneStrategy(s apitypes.Strategy) apitypes.Strategy {
 	if s.Class != nil {
 		c := *s.Class
 		s.Class = &c
@@ -169,7 +169,7 @@ func cloneStrategy(s store.Strategy) store.Strategy {
 }
 
 // sameView reports whether two API views are equal apart from revisions.
-func sameView(a, b store.Strategy) bool {
+func sameView(a, b apitypes.Strategy) bool {
 	a.Revision, b.Revision = 0, 0
 	na, nb := a.EffectiveClass(), b.EffectiveClass()
 	a.Class, b.Class, a.Priority, b.Priority = &na, &nb, nil, nil
@@ -229,15 +229,15 @@ func invalidToField(err error, prefix string) (*strategy.FieldError, bool) {
 
 // Node conversion.
 
-func nodeFromObject(o *v1alpha1.SchedulingNode, counters *store.Counters) store.Node {
+func nodeFromObject(o *v1alpha1.SchedulingNode, counters *apitypes.Counters) apitypes.Node {
 	st := o.Status
-	n := store.Node{
+	n := apitypes.Node{
 		Name: o.Name,
-		Registration: store.Registration{
+		Registration: apitypes.Registration{
 			Labels: maps.Clone(st.Labels), Version: st.Version, Kernel: st.Kernel, Mode: st.Mode, Reason: st.Reason,
 			HeartbeatSeconds: int(st.HeartbeatSeconds),
 		},
-		Heartbeat: store.Heartbeat{
+		Heartbeat: apitypes.Heartbeat{
 			SchedulerState: st.SchedulerState, AppliedRevision: uint64(max(st.AppliedRevision, 0)), Counters: counters,
 		},
 	}
@@ -248,7 +248,7 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *store.Counters) store.
 		n.LastHeartbeat = st.LastHeartbeat.UTC()
 	}
 	for _, w := range st.Workloads {
-		sw := store.Workload{PID: int(w.PID), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: w.Cmdline,
+		sw := apitypes.Workload{PID: int(w.PID), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: w.Cmdline,
 			PodUID: w.PodUID, Container: w.Container, ContainerID: w.ContainerID}
 		if ns, name, ok := strings.Cut(w.Pod, "/"); ok {
 			sw.Namespace, sw.PodName = ns, name
@@ -260,7 +260,7 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *store.Counters) store.
 
 // workloadsOf converts and caps a heartbeat's workloads: the first
 // crdconv.MaxWorkloads in the agent's order, command lines cut at maxCmdlineBytes.
-func workloadsOf(ws []store.Workload) []v1alpha1.Workload {
+func workloadsOf(ws []apitypes.Workload) []v1alpha1.Workload {
 	out := make([]v1alpha1.Workload, 0, min(len(ws), crdconv.MaxWorkloads))
 	for _, w := range ws[:min(len(ws), crdconv.MaxWorkloads)] {
 		vw := v1alpha1.Workload{PID: int32(min(w.PID, math.MaxInt32)), Strategy: w.Strategy, Class: w.Class, Inherited: w.Inherited, Cmdline: crdconv.Truncate(w.Cmdline, maxCmdlineBytes),

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/crdconv"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -26,21 +26,21 @@ func boolp(b bool) *bool                     { return &b }
 
 func TestStrategyRoundTrip(t *testing.T) {
 	cases := []struct {
-		in, want store.Strategy // want: the API's view after a write (zero: in)
+		in, want apitypes.Strategy // want: the API's view after a write (zero: in)
 	}{
-		{in: store.Strategy{Strategy: strategy.Strategy{Name: "gnb", Class: class(strategy.Critical), CommandRegex: "nr-gnb|nr-ue", Inherit: true, ExecutionTime: 20_000_000}}},
-		{in: store.Strategy{Strategy: strategy.Strategy{Name: "b.g-1", Class: class(strategy.Background), CgroupPath: "/batch.slice", PID: 4242, ExecutionTime: 50_000}}},
-		{in: store.Strategy{Strategy: strategy.Strategy{Name: "pods", Class: class(strategy.High),
+		{in: apitypes.Strategy{Strategy: strategy.Strategy{Name: "gnb", Class: class(strategy.Critical), CommandRegex: "nr-gnb|nr-ue", Inherit: true, ExecutionTime: 20_000_000}}},
+		{in: apitypes.Strategy{Strategy: strategy.Strategy{Name: "b.g-1", Class: class(strategy.Background), CgroupPath: "/batch.slice", PID: 4242, ExecutionTime: 50_000}}},
+		{in: apitypes.Strategy{Strategy: strategy.Strategy{Name: "pods", Class: class(strategy.High),
 			Selectors: []strategy.Selector{{Key: "app", Value: "upf"}, {Key: "5g.io/role", Value: ""}}},
 			Namespaces: []string{"free5gc", "oai"}, NodeSelector: map[string]string{"zone": "a"}},
-			want: store.Strategy{Strategy: strategy.Strategy{Name: "pods", Class: class(strategy.High),
+			want: apitypes.Strategy{Strategy: strategy.Strategy{Name: "pods", Class: class(strategy.High),
 				Selectors: []strategy.Selector{{Key: "5g.io/role", Value: ""}, {Key: "app", Value: "upf"}}}, // matchLabels: by key
 				Namespaces: []string{"free5gc", "oai"}, NodeSelector: map[string]string{"zone": "a"}}},
 		// The generation-1 flag becomes the class.
-		{in: store.Strategy{Strategy: strategy.Strategy{Name: "strategy-0", Priority: boolp(true), CommandRegex: "x"}},
-			want: store.Strategy{Strategy: strategy.Strategy{Name: "strategy-0", Class: class(strategy.Critical), CommandRegex: "x"}}},
-		{in: store.Strategy{Strategy: strategy.Strategy{Name: "strategy-1", Priority: boolp(false), PID: 7}},
-			want: store.Strategy{Strategy: strategy.Strategy{Name: "strategy-1", Class: class(strategy.Normal), PID: 7}}},
+		{in: apitypes.Strategy{Strategy: strategy.Strategy{Name: "strategy-0", Priority: boolp(true), CommandRegex: "x"}},
+			want: apitypes.Strategy{Strategy: strategy.Strategy{Name: "strategy-0", Class: class(strategy.Critical), CommandRegex: "x"}}},
+		{in: apitypes.Strategy{Strategy: strategy.Strategy{Name: "strategy-1", Priority: boolp(false), PID: 7}},
+			want: apitypes.Strategy{Strategy: strategy.Strategy{Name: "strategy-1", Class: class(strategy.Normal), PID: 7}}},
 	}
 	for _, tc := range cases {
 		if tc.want.Name == "" {
@@ -70,7 +70,7 @@ func TestStrategyRoundTrip(t *testing.T) {
 }
 
 func TestSliceIsADuration(t *testing.T) {
-	o, err := toObject("ns", store.Strategy{Strategy: strategy.Strategy{Name: "a", Class: class(strategy.High), CommandRegex: "x", ExecutionTime: 1_500_000}})
+	o, err := toObject("ns", apitypes.Strategy{Strategy: strategy.Strategy{Name: "a", Class: class(strategy.High), CommandRegex: "x", ExecutionTime: 1_500_000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,14 +81,14 @@ func TestSliceIsADuration(t *testing.T) {
 }
 
 func TestInputsTheObjectCannotHold(t *testing.T) {
-	dup := store.Strategy{Strategy: strategy.Strategy{Name: "a", Class: class(strategy.High),
+	dup := apitypes.Strategy{Strategy: strategy.Strategy{Name: "a", Class: class(strategy.High),
 		Selectors: []strategy.Selector{{Key: "app", Value: "x"}, {Key: "app", Value: "y"}}}}
 	_, err := toObject("ns", dup)
 	var fe *strategy.FieldError
 	if !errors.As(err, &fe) || fe.Field != "selectors[1].key" {
 		t.Fatalf("duplicate selector key: %v", err)
 	}
-	if _, err := toObject("ns", store.Strategy{Strategy: strategy.Strategy{Name: "a", Class: class(strategy.High), PID: 1 << 40}}); !errors.As(err, &fe) || fe.Field != "pid" {
+	if _, err := toObject("ns", apitypes.Strategy{Strategy: strategy.Strategy{Name: "a", Class: class(strategy.High), PID: 1 << 40}}); !errors.As(err, &fe) || fe.Field != "pid" {
 		t.Fatalf("huge pid: %v", err)
 	}
 }
@@ -165,9 +165,9 @@ func TestInvalidBecomesFieldError(t *testing.T) {
 }
 
 func TestWorkloadsAreCapped(t *testing.T) {
-	ws := make([]store.Workload, crdconv.MaxWorkloads+10)
+	ws := make([]apitypes.Workload, crdconv.MaxWorkloads+10)
 	for i := range ws {
-		ws[i] = store.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: strings.Repeat("é", maxCmdlineBytes)}
+		ws[i] = apitypes.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: strings.Repeat("é", maxCmdlineBytes)}
 	}
 	out := workloadsOf(ws)
 	if len(out) != crdconv.MaxWorkloads || out[0].PID != 1 {
@@ -187,9 +187,9 @@ func TestWorkloadsAreCapped(t *testing.T) {
 // TestWorkloadPodFields: the pod and container of a workload survive the
 // SchedulingNode status (pod as namespace/name, as the kubeagent writes it).
 func TestWorkloadPodFields(t *testing.T) {
-	in := store.Workload{PID: 7, Strategy: "s", Class: "high", Cmdline: "x", PodName: "gnb-0", Namespace: "ran",
+	in := apitypes.Workload{PID: 7, Strategy: "s", Class: "high", Cmdline: "x", PodName: "gnb-0", Namespace: "ran",
 		PodUID: "0b7d5a2c-1f3e-4c5d-9a8b-7c6d5e4f3a2b", Container: "gnb", ContainerID: "4f3c2b1a"}
-	out := workloadsOf([]store.Workload{in})
+	out := workloadsOf([]apitypes.Workload{in})
 	if out[0].Pod != "ran/gnb-0" || out[0].PodUID != in.PodUID || out[0].Container != "gnb" || out[0].ContainerID != "4f3c2b1a" {
 		t.Fatalf("status workload: %+v", out[0])
 	}

@@ -50,6 +50,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
 
@@ -99,12 +100,12 @@ type Store struct {
 	problems map[string]Problem
 
 	cmu      sync.Mutex
-	counters map[string]*store.Counters // by node; see Heartbeat
+	counters map[string]*apitypes.Counters // by node; see Heartbeat
 }
 
 type entry struct {
 	obj *v1alpha1.SchedulingStrategy
-	st  *store.Strategy // the API's view; nil when not shown
+	st  *apitypes.Strategy // the API's view; nil when not shown
 }
 
 // ResolvesPodLabels says pod selectors can match: the agents of a
@@ -147,7 +148,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	s := &Store{
 		o: o, rc: rc, pc: runtime.NewParameterCodec(scheme), done: make(chan struct{}),
-		changed: make(chan struct{}), problems: map[string]Problem{}, counters: map[string]*store.Counters{},
+		changed: make(chan struct{}), problems: map[string]Problem{}, counters: map[string]*apitypes.Counters{},
 	}
 	if err := s.nodeReq("GET").VersionedParams(&metav1.ListOptions{Limit: 1}, s.pc).Do(ctx).Error(); err != nil {
 		return nil, s.accessError(v1alpha1.NodesResource.Resource, err)
@@ -269,7 +270,7 @@ func (s *Store) relist(ctx context.Context) error {
 
 // viewLocked is the API's view of an object, nil if not shown; it records
 // and logs objects the API cannot represent.
-func (s *Store) viewLocked(o *v1alpha1.SchedulingStrategy) *store.Strategy {
+func (s *Store) viewLocked(o *v1alpha1.SchedulingStrategy) *apitypes.Strategy {
 	if o.DeletionTimestamp != nil { // finalizers pending: gone for the API
 		delete(s.problems, o.Name)
 		return nil
@@ -303,7 +304,7 @@ func (s *Store) apply(typ watch.EventType, o *v1alpha1.SchedulingStrategy) (bool
 	}
 	s.seen = rev
 	defer s.broadcastLocked()
-	var prev, next *store.Strategy
+	var prev, next *apitypes.Strategy
 	if old := s.objs[o.Name]; old != nil {
 		prev = old.st
 	}

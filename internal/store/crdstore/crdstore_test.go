@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -21,8 +22,8 @@ import (
 // without one. Each test has a namespace of its own; nodes are
 // cluster-scoped, so the tests that use them clear them first.
 
-func strat(name, re string) store.Strategy {
-	return store.Strategy{Strategy: strategy.Strategy{Name: name, Class: class(strategy.Critical), CommandRegex: re}}
+func strat(name, re string) apitypes.Strategy {
+	return apitypes.Strategy{Strategy: strategy.Strategy{Name: name, Class: class(strategy.Critical), CommandRegex: re}}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -179,7 +180,7 @@ spec:
   namespaceSelector:
     matchExpressions: [{key: kubernetes.io/metadata.name, operator: In, values: [free5gc]}]
 `, "apply", "-f", "-")
-	var upf store.Strategy
+	var upf apitypes.Strategy
 	await(t, wake, "upf in the list", func() bool {
 		upf, err = s.GetStrategy(ctx, "upf")
 		return err == nil
@@ -273,7 +274,7 @@ func TestValidationByTheAPIServer(t *testing.T) {
 	long := strat("long", strings.Repeat("a", 1025))
 	under := strat("under_score", "x") // a valid API name, not a Kubernetes one
 	for _, tc := range []struct {
-		s     store.Strategy
+		s     apitypes.Strategy
 		field string
 	}{{ns, "namespaces"}, {long, "command_regex"}, {under, "name"}} {
 		_, err := s.CreateStrategy(ctx, tc.s)
@@ -291,25 +292,25 @@ func TestReplaceStrategies(t *testing.T) {
 	c := cluster(t)
 	ctx := ctxT(t)
 	s := c.open(t, c.namespace(t), 0)
-	names := func(l []store.Strategy) string {
+	names := func(l []apitypes.Strategy) string {
 		var n []string
 		for _, s := range l {
 			n = append(n, s.Name)
 		}
 		return strings.Join(n, ",")
 	}
-	l, rev, err := s.ReplaceStrategies(ctx, "", []store.Strategy{strat("a", "x"), strat("b", "y")})
+	l, rev, err := s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("a", "x"), strat("b", "y")})
 	if err != nil || names(l) != "a,b" {
 		t.Fatalf("first replace: %+v %v", l, err)
 	}
 	// The same list again writes nothing.
-	if l2, rev2, err := s.ReplaceStrategies(ctx, "", []store.Strategy{strat("a", "x"), strat("b", "y")}); err != nil || rev2 != rev || names(l2) != "a,b" {
+	if l2, rev2, err := s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("a", "x"), strat("b", "y")}); err != nil || rev2 != rev || names(l2) != "a,b" {
 		t.Fatalf("idempotent replace: rev %d (was %d) %v", rev2, rev, err)
 	}
 	// A refused entry refuses the list: nothing written, nothing deleted.
 	bad := strat("c", "z")
 	bad.Namespaces = []string{"oai"}
-	_, _, err = s.ReplaceStrategies(ctx, "", []store.Strategy{strat("b", "changed"), bad})
+	_, _, err = s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("b", "changed"), bad})
 	var fe *strategy.FieldError
 	if !errors.As(err, &fe) || fe.Field != "strategies[1].namespaces" {
 		t.Fatalf("refused entry: %v", err)
@@ -320,11 +321,11 @@ func TestReplaceStrategies(t *testing.T) {
 	// New order, one changed, one added, one dropped.
 	b := strat("b", "y")
 	b.Inherit = true
-	l, rev3, err := s.ReplaceStrategies(ctx, "", []store.Strategy{b, strat("c", "z"), strat("a", "x")})
+	l, rev3, err := s.ReplaceStrategies(ctx, "", []apitypes.Strategy{b, strat("c", "z"), strat("a", "x")})
 	if err != nil || names(l) != "b,c,a" || !l[0].Inherit || rev3 <= rev {
 		t.Fatalf("reorder: %+v %v", l, err)
 	}
-	l, _, err = s.ReplaceStrategies(ctx, "", []store.Strategy{strat("c", "z")})
+	l, _, err = s.ReplaceStrategies(ctx, "", []apitypes.Strategy{strat("c", "z")})
 	if err != nil || names(l) != "c" {
 		t.Fatalf("shrink: %+v %v", l, err)
 	}
@@ -360,26 +361,26 @@ func TestNodesInKubernetes(t *testing.T) {
 	s := c.open(t, c.namespace(t), 0)
 	c.clearNodes(t)
 	now := time.Now()
-	if _, err := s.Heartbeat(ctx, "n1", store.Heartbeat{}, now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Heartbeat(ctx, "n1", apitypes.Heartbeat{}, now); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("heartbeat before register: %v", err)
 	}
-	n, err := s.RegisterNode(ctx, "n1", store.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "7.3", Labels: map[string]string{"zone": "a"}}, now)
+	n, err := s.RegisterNode(ctx, "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "7.3", Labels: map[string]string{"zone": "a"}}, now)
 	if err != nil || n.Mode != "observe" || n.Labels["zone"] != "a" || n.RegisteredAt.Unix() != now.Unix() {
 		t.Fatalf("register: %+v %v", n, err)
 	}
-	ws := make([]store.Workload, crdconv.MaxWorkloads+1)
+	ws := make([]apitypes.Workload, crdconv.MaxWorkloads+1)
 	for i := range ws {
-		ws[i] = store.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: "x"}
+		ws[i] = apitypes.Workload{PID: i + 1, Strategy: "s", Class: "critical", Cmdline: "x"}
 	}
-	pod := store.Workload{PID: 1, Strategy: "s", Class: "critical", Cmdline: "x", PodName: "gnb-0", Namespace: "ran",
+	pod := apitypes.Workload{PID: 1, Strategy: "s", Class: "critical", Cmdline: "x", PodName: "gnb-0", Namespace: "ran",
 		PodUID: "0b7d5a2c-1f3e-4c5d-9a8b-7c6d5e4f3a2b", Container: "gnb", ContainerID: "4f3c2b1a0f9e"}
 	ws[0] = pod
-	counters := &store.Counters{Enqueued: map[string]uint64{"critical": 5}}
-	if _, err := s.Heartbeat(ctx, "n1", store.Heartbeat{SchedulerState: "enabled", AppliedRevision: 42, Workloads: ws, Counters: counters}, now.Add(time.Second)); err != nil {
+	counters := &apitypes.Counters{Enqueued: map[string]uint64{"critical": 5}}
+	if _, err := s.Heartbeat(ctx, "n1", apitypes.Heartbeat{SchedulerState: "enabled", AppliedRevision: 42, Workloads: ws, Counters: counters}, now.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// Re-registering keeps the last heartbeat and replaces the labels.
-	if _, err := s.RegisterNode(ctx, "n1", store.Registration{Mode: "schedule", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "b"}}, now.Add(2*time.Second)); err != nil {
+	if _, err := s.RegisterNode(ctx, "n1", apitypes.Registration{Mode: "schedule", HeartbeatSeconds: 5, Labels: map[string]string{"zone": "b"}}, now.Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	n, err = s.GetNode(ctx, "n1")
@@ -388,7 +389,7 @@ func TestNodesInKubernetes(t *testing.T) {
 		n.LastHeartbeat.Unix() != now.Add(time.Second).Unix() || n.Workloads[0] != pod {
 		t.Fatalf("node: %+v %v", n, err)
 	}
-	if _, err := s.RegisterNode(ctx, "n2", store.Registration{Mode: "observe", HeartbeatSeconds: 5}, now); err != nil {
+	if _, err := s.RegisterNode(ctx, "n2", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}, now); err != nil {
 		t.Fatal(err)
 	}
 	nodes, err := s.ListNodes(ctx)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
 
@@ -30,7 +31,7 @@ import (
 // RegisterNode creates the object if needed and writes the registration
 // into its status, conditionally on the status's resourceVersion: a
 // concurrent heartbeat through another replica is re-read, not overwritten.
-func (s *Store) RegisterNode(ctx context.Context, name string, r store.Registration, now time.Time) (store.Node, error) {
+func (s *Store) RegisterNode(ctx context.Context, name string, r apitypes.Registration, now time.Time) (apitypes.Node, error) {
 	for attempt := 1; ; attempt++ {
 		var cur v1alpha1.SchedulingNode
 		err := s.nodeReq("GET").Name(name).Do(ctx).Into(&cur)
@@ -45,7 +46,7 @@ func (s *Store) RegisterNode(ctx context.Context, name string, r store.Registrat
 			}
 		}
 		if err != nil {
-			return store.Node{}, s.nodeError("register", name, err)
+			return apitypes.Node{}, s.nodeError("register", name, err)
 		}
 		st := &cur.Status
 		st.Labels, st.Version, st.Kernel, st.Mode, st.Reason = r.Labels, r.Version, r.Kernel, r.Mode, r.Reason
@@ -57,7 +58,7 @@ func (s *Store) RegisterNode(ctx context.Context, name string, r store.Registrat
 			continue
 		}
 		if err != nil {
-			return store.Node{}, s.nodeError("register", name, err)
+			return apitypes.Node{}, s.nodeError("register", name, err)
 		}
 		return nodeFromObject(&out, s.countersOf(name)), nil
 	}
@@ -66,7 +67,7 @@ func (s *Store) RegisterNode(ctx context.Context, name string, r store.Registrat
 // Heartbeat merges the heartbeat's fields into the status. It needs no
 // resourceVersion: only the node's agent writes these fields, the merge
 // leaves the registration alone, and the newest heartbeat should win.
-func (s *Store) Heartbeat(ctx context.Context, name string, h store.Heartbeat, now time.Time) (store.Node, error) {
+func (s *Store) Heartbeat(ctx context.Context, name string, h apitypes.Heartbeat, now time.Time) (apitypes.Node, error) {
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{
 		"schedulerState":  h.SchedulerState,
 		"appliedRevision": int64(min(h.AppliedRevision, math.MaxInt64)),
@@ -74,13 +75,13 @@ func (s *Store) Heartbeat(ctx context.Context, name string, h store.Heartbeat, n
 		"lastHeartbeat":   metav1.NewTime(now),
 	}})
 	if err != nil {
-		return store.Node{}, err
+		return apitypes.Node{}, err
 	}
 	var out v1alpha1.SchedulingNode
 	err = s.rc.Patch(types.MergePatchType).Resource(v1alpha1.NodesResource.Resource).Name(name).SubResource("status").
 		Body(patch).Do(ctx).Into(&out)
 	if err != nil {
-		return store.Node{}, s.nodeError("heartbeat of", name, err)
+		return apitypes.Node{}, s.nodeError("heartbeat of", name, err)
 	}
 	s.cmu.Lock()
 	if h.Counters != nil {
@@ -90,25 +91,25 @@ func (s *Store) Heartbeat(ctx context.Context, name string, h store.Heartbeat, n
 	return nodeFromObject(&out, s.countersOf(name)), nil
 }
 
-func (s *Store) countersOf(name string) *store.Counters {
+func (s *Store) countersOf(name string) *apitypes.Counters {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	return s.counters[name]
 }
 
-func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
+func (s *Store) GetNode(ctx context.Context, name string) (apitypes.Node, error) {
 	var o v1alpha1.SchedulingNode
 	if err := s.nodeReq("GET").Name(name).Do(ctx).Into(&o); err != nil {
-		return store.Node{}, s.nodeError("read", name, err)
+		return apitypes.Node{}, s.nodeError("read", name, err)
 	}
 	if o.Status.RegisteredAt.IsZero() {
-		return store.Node{}, store.ErrNotFound
+		return apitypes.Node{}, store.ErrNotFound
 	}
 	return nodeFromObject(&o, s.countersOf(name)), nil
 }
 
-func (s *Store) ListNodes(ctx context.Context) ([]store.Node, error) {
-	var out []store.Node
+func (s *Store) ListNodes(ctx context.Context) ([]apitypes.Node, error) {
+	var out []apitypes.Node
 	var cont string
 	for {
 		var l v1alpha1.SchedulingNodeList

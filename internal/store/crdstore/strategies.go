@@ -13,30 +13,31 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-func (s *Store) ListStrategies(_ context.Context) ([]store.Strategy, uint64, error) {
+func (s *Store) ListStrategies(_ context.Context) ([]apitypes.Strategy, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	list := make([]store.Strategy, 0, len(s.objs))
+	list := make([]apitypes.Strategy, 0, len(s.objs))
 	for _, e := range s.objs {
 		if e.st != nil {
 			list = append(list, cloneStrategy(*e.st))
 		}
 	}
-	store.SortByPrecedence(list)
+	apitypes.SortByPrecedence(list)
 	return list, s.head, nil
 }
 
-func (s *Store) GetStrategy(_ context.Context, name string) (store.Strategy, error) {
+func (s *Store) GetStrategy(_ context.Context, name string) (apitypes.Strategy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.objs[name]; e != nil && e.st != nil {
 		return cloneStrategy(*e.st), nil
 	}
-	return store.Strategy{}, store.ErrNotFound
+	return apitypes.Strategy{}, store.ErrNotFound
 }
 
 func (s *Store) Changes(_ context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
@@ -76,7 +77,7 @@ func (s *Store) nextCreatedLocked(after uint64) uint64 {
 
 // CreateStrategy and UpdateStrategy return in on errors, as the bolt store
 // does (the API names the strategy in its error from it).
-func (s *Store) CreateStrategy(ctx context.Context, in store.Strategy) (store.Strategy, error) {
+func (s *Store) CreateStrategy(ctx context.Context, in apitypes.Strategy) (apitypes.Strategy, error) {
 	obj, err := toObject(s.o.Namespace, in)
 	if err != nil {
 		return in, err
@@ -109,13 +110,13 @@ func (s *Store) create(ctx context.Context, obj *v1alpha1.SchedulingStrategy, fi
 
 // shownAfter waits until the watch has delivered a write and returns the
 // API's view of the object as the copy now has it.
-func (s *Store) shownAfter(ctx context.Context, out *v1alpha1.SchedulingStrategy) (store.Strategy, error) {
+func (s *Store) shownAfter(ctx context.Context, out *v1alpha1.SchedulingStrategy) (apitypes.Strategy, error) {
 	rev, err := parseRevision(out.ResourceVersion)
 	if err != nil {
-		return store.Strategy{}, err
+		return apitypes.Strategy{}, err
 	}
 	if err := s.waitSeen(ctx, "strategy "+out.Name, rev); err != nil {
-		return store.Strategy{}, err
+		return apitypes.Strategy{}, err
 	}
 	s.mu.Lock()
 	e := s.objs[out.Name]
@@ -128,7 +129,7 @@ func (s *Store) shownAfter(ctx context.Context, out *v1alpha1.SchedulingStrategy
 	// Gone again already (a concurrent delete), or not representable.
 	st, err := fromObject(out)
 	if err != nil {
-		return store.Strategy{}, fmt.Errorf("strategy %s was written but the API cannot show it: %v", out.Name, err)
+		return apitypes.Strategy{}, fmt.Errorf("strategy %s was written but the API cannot show it: %v", out.Name, err)
 	}
 	st.Revision = rev
 	return st, nil
@@ -151,7 +152,7 @@ func (s *Store) current(name string) *v1alpha1.SchedulingStrategy {
 // it representable). Metadata others set (labels, annotations) is kept: the
 // write carries the resourceVersion it was based on, and on a conflict the
 // object is read again and the spec re-applied.
-func (s *Store) UpdateStrategy(ctx context.Context, in store.Strategy) (store.Strategy, error) {
+func (s *Store) UpdateStrategy(ctx context.Context, in apitypes.Strategy) (apitypes.Strategy, error) {
 	want, err := toObject(s.o.Namespace, in)
 	if err != nil {
 		return in, err
@@ -259,7 +260,7 @@ func (s *Store) delete(ctx context.Context, name string, uid types.UID) (uint64,
 // is deleted yet, so the store holds a superset of the old and the new
 // list. Repeating the request finishes the job (it is idempotent). Objects
 // the API cannot represent are not deleted: the caller never saw them.
-func (s *Store) ReplaceStrategies(ctx context.Context, owner string, list []store.Strategy) ([]store.Strategy, uint64, error) {
+func (s *Store) ReplaceStrategies(ctx context.Context, owner string, list []apitypes.Strategy) ([]apitypes.Strategy, uint64, error) {
 	type plan struct {
 		want *v1alpha1.SchedulingStrategy
 		cur  *v1alpha1.SchedulingStrategy // nil: create
@@ -368,7 +369,7 @@ func prefixed(err error, i int) error {
 }
 
 // shownAs reports whether the API already shows name exactly as st.
-func (s *Store) shownAs(name string, st store.Strategy) bool {
+func (s *Store) shownAs(name string, st apitypes.Strategy) bool {
 	want, err := toObject(s.o.Namespace, st)
 	if err != nil {
 		return false

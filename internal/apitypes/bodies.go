@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package api
+package apitypes
 
 import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/schema"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-// Request and response bodies. The OpenAPI document is generated from these
-// types, so a field added here is documented at once.
+// The request and response envelopes of the endpoints. The server's
+// /openapi.json is generated from these types (and the routes that use
+// them), so a field added here is documented at once.
 
 // Health is GET /health.
 type Health struct {
@@ -110,7 +110,7 @@ type Revoked struct {
 // StrategyView is a strategy as the API shows it: what is stored, plus
 // what the server warns about it.
 type StrategyView struct {
-	store.Strategy
+	Strategy
 	// Warnings say why (part of) the strategy cannot apply where it is
 	// stored, e.g. pod selectors on a server without Kubernetes. Computed
 	// on every response, never stored.
@@ -138,14 +138,14 @@ type WatchEvent struct {
 	Revision uint64 `json:"revision"`
 	Name     string `json:"name,omitempty"`
 	// Strategy is the new value (put).
-	Strategy *store.Strategy `json:"strategy,omitempty"`
+	Strategy *Strategy `json:"strategy,omitempty"`
 	// Strategies is the whole list (sync).
-	Strategies []store.Strategy `json:"strategies,omitempty"`
+	Strategies []Strategy `json:"strategies,omitempty"`
 }
 
 // NodeList is every registered node.
 type NodeList struct {
-	Nodes []store.Node `json:"nodes"`
+	Nodes []Node `json:"nodes"`
 }
 
 // HeartbeatReply tells the agent the current strategy revision, so it can
@@ -156,9 +156,9 @@ type HeartbeatReply struct {
 
 // WorkloadList is what strategies resolved to on one node.
 type WorkloadList struct {
-	Node            string           `json:"node"`
-	AppliedRevision uint64           `json:"applied_revision"`
-	Workloads       []store.Workload `json:"workloads"`
+	Node            string     `json:"node"`
+	AppliedRevision uint64     `json:"applied_revision"`
+	Workloads       []Workload `json:"workloads"`
 }
 
 // Gen1Strategies is the generation-1 body of POST /api/v1/scheduling/strategies.
@@ -174,7 +174,7 @@ func (Gen1Strategies) JSONRules() schema.Rules {
 // Gen1Strategy is a strategy in a generation-1 list: execution_time below
 // the minimum slice is raised to it rather than refused.
 type Gen1Strategy struct {
-	store.Strategy
+	Strategy
 	ExecutionTime uint64 `json:"execution_time,omitempty"`
 }
 
@@ -188,14 +188,14 @@ func (g Gen1Strategy) JSONAllOf() []map[string]any { return g.Strategy.JSONAllOf
 
 // Gen1StrategyList is GET /api/v1/scheduling/strategies.
 type Gen1StrategyList struct {
-	Strategies []store.Strategy `json:"strategies"`
+	Strategies []Strategy `json:"strategies"`
 }
 
 // Gen1Replaced answers a generation-1 list POST: every strategy (the
 // caller's set merged with the others, in precedence order) and what was
 // adjusted rather than refused.
 type Gen1Replaced struct {
-	Strategies []store.Strategy `json:"strategies"`
+	Strategies []Strategy `json:"strategies"`
 	// Warnings name each adjusted field (a slice below the minimum raised
 	// to it) and each matcher that cannot apply here (pod selectors on a
 	// server without Kubernetes).
@@ -219,9 +219,9 @@ type Gen1Metrics struct {
 
 // NodeMetrics is one node's metrics in GET /api/v1/metrics.
 type NodeMetrics struct {
-	Node     string          `json:"node"`
-	Metrics  *Gen1Metrics    `json:"metrics,omitempty"`
-	Counters *store.Counters `json:"counters,omitempty"`
+	Node     string       `json:"node"`
+	Metrics  *Gen1Metrics `json:"metrics,omitempty"`
+	Counters *Counters    `json:"counters,omitempty"`
 }
 
 // MetricsList is GET /api/v1/metrics.
@@ -232,7 +232,7 @@ type MetricsList struct {
 // PodPID is one resolved process in GET /api/v1/pods/pids.
 type PodPID struct {
 	Node string `json:"node"`
-	store.Workload
+	Workload
 }
 
 // PodPIDList is GET /api/v1/pods/pids.

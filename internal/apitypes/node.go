@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package apitypes
+
+import (
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/schema"
+)
+
+// Registration is what an agent says about itself when it (re)starts.
+type Registration struct {
+	Labels  map[string]string `json:"labels,omitempty"`
+	Version string            `json:"version"`
+	Kernel  string            `json:"kernel"`
+	// Mode is "schedule" (sched_ext attached) or "observe" (resolve and report only).
+	Mode string `json:"mode"`
+	// Reason explains observe mode (why the scheduler cannot run).
+	Reason string `json:"reason,omitempty"`
+	// HeartbeatSeconds is the agent's heartbeat period; the node counts as
+	// unhealthy after three missed heartbeats.
+	HeartbeatSeconds int `json:"heartbeat_seconds"`
+}
+
+// Modes an agent registers with.
+var modes = []string{"schedule", "observe"}
+
+// JSONRules are the constraints of a registration.
+func (Registration) JSONRules() schema.Rules {
+	return schema.Rules{
+		"mode":              {Required: true, Enum: modes, Doc: "schedule (sched_ext attached) or observe"},
+		"heartbeat_seconds": {Required: true, Min: schema.Int64(1), Max: schema.Int64(3600), Doc: "seconds"},
+	}
+}
+
+// Heartbeat is an agent's periodic status.
+type Heartbeat struct {
+	// SchedulerState is sched_ext's state as the agent sees it, e.g. "enabled".
+	SchedulerState string `json:"scheduler_state"`
+	// AppliedRevision is the strategy revision the agent has applied.
+	AppliedRevision uint64     `json:"applied_revision"`
+	Counters        *Counters  `json:"counters,omitempty"`
+	Workloads       []Workload `json:"workloads"`
+}
+
+// Workload is one process a strategy applies to on a node.
+type Workload struct {
+	PID       int    `json:"pid"`
+	Strategy  string `json:"strategy"`
+	Class     string `json:"class"`
+	Inherited bool   `json:"inherited,omitempty"`
+	Cmdline   string `json:"cmdline"`
+	// The pod and container the process runs in, where the agent knows them:
+	// the Kubernetes agent knows all four; an agent on a plain host reads the
+	// pod UID and container id from the process's cgroup, if it is in a pod.
+	PodName     string `json:"pod_name,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Container   string `json:"container,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+}
+
+// Counters are a node's scheduler counters (totals since the scheduler loaded).
+type Counters struct {
+	// Enqueued counts enqueues by class name.
+	Enqueued map[string]uint64 `json:"enqueued"`
+	// Dispatched counts dispatches by path: direct, shared, critical, kthread.
+	Dispatched        map[string]uint64 `json:"dispatched"`
+	PreemptKicks      uint64            `json:"preempt_kicks"`
+	WakeupPreempts    uint64            `json:"wakeup_preempts"`
+	CriticalDemoted   uint64            `json:"critical_demoted"`
+	StarvationRescues uint64            `json:"starvation_rescues"`
+	EventsDropped     uint64            `json:"events_dropped"`
+	// RunqueueWait is the run-queue wait histogram by class name.
+	RunqueueWait map[string]WaitHistogram `json:"runqueue_wait"`
+}
+
+// WaitHistogram counts run-queue waits: Buckets[i] counts waits in
+// [2^(i-1), 2^i) µs, bucket 0 those under 1 µs.
+type WaitHistogram struct {
+	Count   uint64   `json:"count"`
+	SumNs   uint64   `json:"sum_ns"`
+	Buckets []uint64 `json:"buckets"`
+}
+
+// JSONRules bound a histogram to the 64 log2 buckets a uint64 has.
+func (WaitHistogram) JSONRules() schema.Rules {
+	return schema.Rules{"buckets": {MaxItems: 64, Doc: "log2 buckets of µs"}}
+}
+
+// Node is a registered agent and its last reported status.
+type Node struct {
+	Name string `json:"name"`
+	Registration
+	Heartbeat
+	RegisteredAt  time.Time `json:"registered_at"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// Healthy is computed when read: a heartbeat within three periods.
+	Healthy bool `json:"healthy"`
+}
+
+// IsHealthy reports whether the node heartbeated recently enough at now.
+func (n *Node) IsHealthy(now time.Time) bool {
+	period := time.Duration(max(n.HeartbeatSeconds, 1)) * time.Second
+	last := n.LastHeartbeat
+	if last.IsZero() {
+		last = n.RegisteredAt
+	}
+	return now.Sub(last) <= 3*period
+}
