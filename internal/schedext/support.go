@@ -75,7 +75,7 @@ func Check() error {
 		return &UnsupportedError{
 			Err:  ErrPrivilege,
 			What: fmt.Sprintf("uid %d", os.Geteuid()),
-			Hint: "run as root (loading a sched_ext scheduler needs CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON)",
+			Hint: "run as root (loading a sched_ext scheduler needs CAP_BPF and CAP_PERFMON; automatic mode also CAP_SYS_ADMIN)",
 		}
 	}
 	return nil
