@@ -5,7 +5,8 @@
 // (usersched) both build on it, and neither imports the other.
 //
 // It holds what the kernel's sched_ext and swiftlane's shared BPF interface
-// (internal/sched/bpf/intf.h, included by both objects) look like from Go:
+// (bpf/, the include directory of both objects: bpf/README.md) look like
+// from Go:
 //
 //   - Check and State: can a scheduler attach here, and if not, an
 //     *UnsupportedError naming the cause (ErrNoSchedExt, ErrBusy,

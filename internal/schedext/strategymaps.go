@@ -12,10 +12,10 @@ import (
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-// StrategyMaps is the strategy.Target over the strategy maps of bpf/intf.h:
-// tgid_strategy, cgroup_strategy, nr_cgroup_strategies and strategy_gen.
-// Both BPF schedulers (internal/sched's and usersched's) declare them, so
-// both write their strategies through it.
+// StrategyMaps is the strategy.Target over the strategy maps of
+// bpf/schedext.h: tgid_strategy, cgroup_strategy, nr_cgroup_strategies and
+// strategy_gen. Both BPF schedulers (internal/sched's and usersched's)
+// include them, so both write their strategies through it.
 type StrategyMaps struct {
 	tgid, cgroup *ebpf.Map
 	nrCgroupsVar *ebpf.Variable

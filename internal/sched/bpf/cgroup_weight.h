@@ -37,7 +37,7 @@
  * class decides, not their pod. cpu.max (bandwidth) and cpu.idle are not
  * applied.
  *
- * The includer defines MAX_CGROUP_DEPTH, and its task_ctx has the members
+ * The includer has included schedext.h, and its task_ctx has the members
  * cg_id, cg_weight and cg_level. It calls cgroup_runnable() and
  * cgroup_quiescent() from ops.runnable and ops.quiescent, task_vweight()
  * when a task starts running, and cgroup_weight_init() and
