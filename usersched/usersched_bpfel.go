@@ -13,32 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type userschedSwlEvent struct {
-	_    structs.HostLayout
-	Type uint32
-	Pid  uint32
-	Tgid uint32
-	Ppid uint32
-}
-
-type userschedSwlExitInfo struct {
-	_        structs.HostLayout
-	ExitCode int64
-	Kind     uint32
-	Valid    uint32
-	Reason   [128]int8
-	Msg      [1024]int8
-}
-
-type userschedSwlStrategy struct {
-	_       structs.HostLayout
-	Class   uint32
-	Flags   uint32
-	SliceNs uint64
-	Id      uint32
-	Pad     uint32
-}
-
 type userschedUsrDecision struct {
 	_        structs.HostLayout
 	Seq      uint64

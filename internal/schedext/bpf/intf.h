@@ -2,8 +2,8 @@
 /*
  * Types both BPF schedulers (internal/sched, usersched) share with
  * internal/schedext, which reads and writes them from Go. bpf2go generates
- * the Go side from these definitions (-type), so keep them plain:
- * fixed-width fields, explicit padding, no pointers.
+ * the Go side from these definitions (-type, see intf.bpf.c), so keep them
+ * plain: fixed-width fields, explicit padding, no pointers.
  */
 #ifndef SWIFTLANE_INTF_H
 #define SWIFTLANE_INTF_H
