@@ -54,7 +54,7 @@
 // (Stats.Rescued): nothing waits for a stalled user space for long. Nor for
 // a policy: a task user space holds, or that waits in a queue, longer than
 // 250 ms is dispatched by the BPF side ahead of the rest (also counted in
-// Stats.Rescued; internal/sched/bpf/overdue.h). A
+// Stats.Rescued; internal/schedext/bpf/overdue.h). A
 // decision for a task that was queued again, dequeued or has gone since is
 // recognized by its sequence number and dropped (Stats.Stale).
 //

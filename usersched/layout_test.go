@@ -11,7 +11,7 @@ import (
 )
 
 // The strategy maps, the event ring and the exit record are read and written
-// through internal/schedext's Go mirrors of intf.h: they must have the C
+// through internal/schedext's Go types of intf.h: they must have the C
 // layout in every object of this package too.
 func TestSharedStructLayout(t *testing.T) {
 	for _, load := range []func() (*ebpf.CollectionSpec, error){loadUsersched, loadUserschedV2, loadUserschedV3} {

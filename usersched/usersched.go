@@ -239,7 +239,7 @@ func (s *Scheduler) prepareProcess() error {
 }
 
 func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
-	if err := s.links.OpenEvents(s.objs.Events, s.objs.UsrOnExec, s.objs.UsrOnFork, s.objs.UsrOnExit); err != nil {
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit); err != nil {
 		return err
 	}
 	queued, qm, err := userringbuf.MapConsumer(s.objs.Queued.FD(), queueBytes)

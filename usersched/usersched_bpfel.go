@@ -13,32 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type userschedSwlEvent struct {
-	_    structs.HostLayout
-	Type uint32
-	Pid  uint32
-	Tgid uint32
-	Ppid uint32
-}
-
-type userschedSwlExitInfo struct {
-	_        structs.HostLayout
-	ExitCode int64
-	Kind     uint32
-	Valid    uint32
-	Reason   [128]int8
-	Msg      [1024]int8
-}
-
-type userschedSwlStrategy struct {
-	_       structs.HostLayout
-	Class   uint32
-	Flags   uint32
-	SliceNs uint64
-	Id      uint32
-	Pad     uint32
-}
-
 type userschedUsrDecision struct {
 	_        structs.HostLayout
 	Seq      uint64
@@ -112,6 +86,9 @@ const (
 	userschedMapTaskCtxs           = "task_ctxs"
 	userschedMapTgidStrategy       = "tgid_strategy"
 	userschedMapUserschedOps       = "usersched_ops"
+	userschedProgSwlOnExec         = "swl_on_exec"
+	userschedProgSwlOnExit         = "swl_on_exit"
+	userschedProgSwlOnFork         = "swl_on_fork"
 	userschedProgUsrCpuOffline     = "usr_cpu_offline"
 	userschedProgUsrCpuOnline      = "usr_cpu_online"
 	userschedProgUsrDequeue        = "usr_dequeue"
@@ -120,9 +97,6 @@ const (
 	userschedProgUsrExit           = "usr_exit"
 	userschedProgUsrInit           = "usr_init"
 	userschedProgUsrInitTask       = "usr_init_task"
-	userschedProgUsrOnExec         = "usr_on_exec"
-	userschedProgUsrOnExit         = "usr_on_exit"
-	userschedProgUsrOnFork         = "usr_on_fork"
 	userschedProgUsrRunnable       = "usr_runnable"
 	userschedProgUsrRunning        = "usr_running"
 	userschedProgUsrSelectCpu      = "usr_select_cpu"
@@ -188,6 +162,9 @@ type userschedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type userschedProgramSpecs struct {
+	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
 	UsrCpuOffline *ebpf.ProgramSpec `ebpf:"usr_cpu_offline"`
 	UsrCpuOnline  *ebpf.ProgramSpec `ebpf:"usr_cpu_online"`
 	UsrDequeue    *ebpf.ProgramSpec `ebpf:"usr_dequeue"`
@@ -196,9 +173,6 @@ type userschedProgramSpecs struct {
 	UsrExit       *ebpf.ProgramSpec `ebpf:"usr_exit"`
 	UsrInit       *ebpf.ProgramSpec `ebpf:"usr_init"`
 	UsrInitTask   *ebpf.ProgramSpec `ebpf:"usr_init_task"`
-	UsrOnExec     *ebpf.ProgramSpec `ebpf:"usr_on_exec"`
-	UsrOnExit     *ebpf.ProgramSpec `ebpf:"usr_on_exit"`
-	UsrOnFork     *ebpf.ProgramSpec `ebpf:"usr_on_fork"`
 	UsrRunnable   *ebpf.ProgramSpec `ebpf:"usr_runnable"`
 	UsrRunning    *ebpf.ProgramSpec `ebpf:"usr_running"`
 	UsrSelectCpu  *ebpf.ProgramSpec `ebpf:"usr_select_cpu"`
@@ -323,6 +297,9 @@ type userschedVariables struct {
 //
 // It can be passed to loadUserschedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type userschedPrograms struct {
+	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
 	UsrCpuOffline *ebpf.Program `ebpf:"usr_cpu_offline"`
 	UsrCpuOnline  *ebpf.Program `ebpf:"usr_cpu_online"`
 	UsrDequeue    *ebpf.Program `ebpf:"usr_dequeue"`
@@ -331,9 +308,6 @@ type userschedPrograms struct {
 	UsrExit       *ebpf.Program `ebpf:"usr_exit"`
 	UsrInit       *ebpf.Program `ebpf:"usr_init"`
 	UsrInitTask   *ebpf.Program `ebpf:"usr_init_task"`
-	UsrOnExec     *ebpf.Program `ebpf:"usr_on_exec"`
-	UsrOnExit     *ebpf.Program `ebpf:"usr_on_exit"`
-	UsrOnFork     *ebpf.Program `ebpf:"usr_on_fork"`
 	UsrRunnable   *ebpf.Program `ebpf:"usr_runnable"`
 	UsrRunning    *ebpf.Program `ebpf:"usr_running"`
 	UsrSelectCpu  *ebpf.Program `ebpf:"usr_select_cpu"`
@@ -343,6 +317,9 @@ type userschedPrograms struct {
 
 func (p *userschedPrograms) Close() error {
 	return _UserschedClose(
+		p.SwlOnExec,
+		p.SwlOnExit,
+		p.SwlOnFork,
 		p.UsrCpuOffline,
 		p.UsrCpuOnline,
 		p.UsrDequeue,
@@ -351,9 +328,6 @@ func (p *userschedPrograms) Close() error {
 		p.UsrExit,
 		p.UsrInit,
 		p.UsrInitTask,
-		p.UsrOnExec,
-		p.UsrOnExit,
-		p.UsrOnFork,
 		p.UsrRunnable,
 		p.UsrRunning,
 		p.UsrSelectCpu,

@@ -28,6 +28,9 @@ const (
 	userschedV3MapTaskCtxs           = "task_ctxs"
 	userschedV3MapTgidStrategy       = "tgid_strategy"
 	userschedV3MapUserschedOps       = "usersched_ops"
+	userschedV3ProgSwlOnExec         = "swl_on_exec"
+	userschedV3ProgSwlOnExit         = "swl_on_exit"
+	userschedV3ProgSwlOnFork         = "swl_on_fork"
 	userschedV3ProgUsrCpuOffline     = "usr_cpu_offline"
 	userschedV3ProgUsrCpuOnline      = "usr_cpu_online"
 	userschedV3ProgUsrDequeue        = "usr_dequeue"
@@ -36,9 +39,6 @@ const (
 	userschedV3ProgUsrExit           = "usr_exit"
 	userschedV3ProgUsrInit           = "usr_init"
 	userschedV3ProgUsrInitTask       = "usr_init_task"
-	userschedV3ProgUsrOnExec         = "usr_on_exec"
-	userschedV3ProgUsrOnExit         = "usr_on_exit"
-	userschedV3ProgUsrOnFork         = "usr_on_fork"
 	userschedV3ProgUsrRunnable       = "usr_runnable"
 	userschedV3ProgUsrRunning        = "usr_running"
 	userschedV3ProgUsrSelectCpu      = "usr_select_cpu"
@@ -104,6 +104,9 @@ type userschedV3Specs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type userschedV3ProgramSpecs struct {
+	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
 	UsrCpuOffline *ebpf.ProgramSpec `ebpf:"usr_cpu_offline"`
 	UsrCpuOnline  *ebpf.ProgramSpec `ebpf:"usr_cpu_online"`
 	UsrDequeue    *ebpf.ProgramSpec `ebpf:"usr_dequeue"`
@@ -112,9 +115,6 @@ type userschedV3ProgramSpecs struct {
 	UsrExit       *ebpf.ProgramSpec `ebpf:"usr_exit"`
 	UsrInit       *ebpf.ProgramSpec `ebpf:"usr_init"`
 	UsrInitTask   *ebpf.ProgramSpec `ebpf:"usr_init_task"`
-	UsrOnExec     *ebpf.ProgramSpec `ebpf:"usr_on_exec"`
-	UsrOnExit     *ebpf.ProgramSpec `ebpf:"usr_on_exit"`
-	UsrOnFork     *ebpf.ProgramSpec `ebpf:"usr_on_fork"`
 	UsrRunnable   *ebpf.ProgramSpec `ebpf:"usr_runnable"`
 	UsrRunning    *ebpf.ProgramSpec `ebpf:"usr_running"`
 	UsrSelectCpu  *ebpf.ProgramSpec `ebpf:"usr_select_cpu"`
@@ -239,6 +239,9 @@ type userschedV3Variables struct {
 //
 // It can be passed to loadUserschedV3Objects or ebpf.CollectionSpec.LoadAndAssign.
 type userschedV3Programs struct {
+	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
 	UsrCpuOffline *ebpf.Program `ebpf:"usr_cpu_offline"`
 	UsrCpuOnline  *ebpf.Program `ebpf:"usr_cpu_online"`
 	UsrDequeue    *ebpf.Program `ebpf:"usr_dequeue"`
@@ -247,9 +250,6 @@ type userschedV3Programs struct {
 	UsrExit       *ebpf.Program `ebpf:"usr_exit"`
 	UsrInit       *ebpf.Program `ebpf:"usr_init"`
 	UsrInitTask   *ebpf.Program `ebpf:"usr_init_task"`
-	UsrOnExec     *ebpf.Program `ebpf:"usr_on_exec"`
-	UsrOnExit     *ebpf.Program `ebpf:"usr_on_exit"`
-	UsrOnFork     *ebpf.Program `ebpf:"usr_on_fork"`
 	UsrRunnable   *ebpf.Program `ebpf:"usr_runnable"`
 	UsrRunning    *ebpf.Program `ebpf:"usr_running"`
 	UsrSelectCpu  *ebpf.Program `ebpf:"usr_select_cpu"`
@@ -259,6 +259,9 @@ type userschedV3Programs struct {
 
 func (p *userschedV3Programs) Close() error {
 	return _UserschedV3Close(
+		p.SwlOnExec,
+		p.SwlOnExit,
+		p.SwlOnFork,
 		p.UsrCpuOffline,
 		p.UsrCpuOnline,
 		p.UsrDequeue,
@@ -267,9 +270,6 @@ func (p *userschedV3Programs) Close() error {
 		p.UsrExit,
 		p.UsrInit,
 		p.UsrInitTask,
-		p.UsrOnExec,
-		p.UsrOnExit,
-		p.UsrOnFork,
 		p.UsrRunnable,
 		p.UsrRunning,
 		p.UsrSelectCpu,

@@ -20,9 +20,9 @@ func specV1() (*ebpfSpec, error) { return loadSwiftlane() }
 func specV2() (*ebpfSpec, error) { return loadSwiftlaneV2() }
 func specV3() (*ebpfSpec, error) { return loadSwiftlaneV3() }
 
-// The Go mirrors of bpf/intf.h must have the C layout in every object:
-// the generated swl_stats here, and internal/schedext's copies of the
-// structs both schedulers share.
+// The Go types of the C structs must have the C layout in every object:
+// swl_stats (bpf/swiftlane.h) here, and internal/schedext's types of the
+// structs both schedulers share (intf.h).
 func TestSharedStructLayout(t *testing.T) {
 	for _, load := range []func() (*ebpfSpec, error){specV1, specV2, specV3} {
 		spec, err := load()

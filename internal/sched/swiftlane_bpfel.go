@@ -13,23 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type swiftlaneSwlEvent struct {
-	_    structs.HostLayout
-	Type uint32
-	Pid  uint32
-	Tgid uint32
-	Ppid uint32
-}
-
-type swiftlaneSwlExitInfo struct {
-	_        structs.HostLayout
-	ExitCode int64
-	Kind     uint32
-	Valid    uint32
-	Reason   [128]int8
-	Msg      [1024]int8
-}
-
 type swiftlaneSwlStats struct {
 	_                 structs.HostLayout
 	Enqueued          [4]uint64
@@ -49,15 +32,6 @@ type swiftlaneSwlStats struct {
 	WaitSumNs         [4]uint64
 	WaitHist          [4][28]uint64
 	WaitMaxNs         uint64
-}
-
-type swiftlaneSwlStrategy struct {
-	_       structs.HostLayout
-	Class   uint32
-	Flags   uint32
-	SliceNs uint64
-	Id      uint32
-	Pad     uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -9,7 +9,7 @@ import (
 )
 
 // APILevel picks the compiled object whose kfunc names the running kernel
-// has (see internal/sched/bpf/compat.h): 3 with
+// has (see bpf/compat.h): 3 with
 // scx_bpf_dsq_move_to_local___v2, 2 with scx_bpf_dsq_insert___v2, 1
 // otherwise. Both schedulers compile one object per level.
 func APILevel(cache *btf.Cache) (int, error) {

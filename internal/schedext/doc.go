@@ -5,7 +5,7 @@
 // (usersched) both build on it, and neither imports the other.
 //
 // It holds what the kernel's sched_ext and swiftlane's shared BPF interface
-// (internal/sched/bpf/intf.h, included by both objects) look like from Go:
+// look like from Go:
 //
 //   - Check and State: can a scheduler attach here, and if not, an
 //     *UnsupportedError naming the cause (ErrNoSchedExt, ErrBusy,
@@ -18,10 +18,14 @@
 //   - StrategyMaps: strategies into the strategy maps (a strategy.Target).
 //   - ExitInfo, ReadExit: why the kernel stopped a scheduler.
 //
-// The generated bpf2go bindings stay with their schedulers: this package
+// The BPF side of that interface is in bpf/, the include directory of
+// both schedulers' objects (bpf/README.md): intf.h (the shared structs) and
+// schedext.h (the maps, programs and globals above, the same in both
+// objects). The schedulers' bpf2go bindings stay with them: this package
 // works on the *ebpf.Map and *ebpf.Variable handles they pass in, through
-// its own Go mirrors of intf.h's structs, which CheckLayout compares with
-// every object's BTF (each scheduler's tests run it).
+// its own Go types of intf.h's structs, generated here (gen.go), which
+// CheckLayout compares with every object's BTF (each scheduler's tests run
+// it).
 //
 // The package is internal: only the schedulers and the node runtime use it
 // as a whole. The public usersched package re-exports, as type aliases and

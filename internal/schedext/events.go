@@ -3,8 +3,6 @@
 package schedext
 
 import (
-	"structs"
-
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -25,16 +23,6 @@ const (
 	EventExit      EventType = 3
 	EventSchedExit EventType = 4 // the scheduler is being disabled
 )
-
-// rawEvent mirrors struct swl_event (intf.h), a record of the events ring
-// (Links.ReadEvent).
-type rawEvent struct {
-	_    structs.HostLayout
-	Type uint32
-	Pid  uint32
-	Tgid uint32
-	Ppid uint32
-}
 
 // ApplyEvent hands an exec, fork or exit event to the Applier; both modes'
 // event loops use it. Other events are the caller's.

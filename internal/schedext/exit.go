@@ -5,7 +5,6 @@ package schedext
 import (
 	"fmt"
 	"strings"
-	"structs"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -81,21 +80,11 @@ func (e *ExitInfo) String() string {
 	return s
 }
 
-// rawExitInfo mirrors struct swl_exit_info (intf.h): the exit_info global
-// both BPF schedulers fill in from the kernel's scx_exit_info.
-type rawExitInfo struct {
-	_        structs.HostLayout
-	ExitCode int64
-	Kind     uint32
-	Valid    uint32
-	Reason   [128]int8
-	Msg      [1024]int8
-}
-
-// ReadExit reads a scheduler's exit_info global: the exit record its BPF
-// side kept, or nil if it has none yet.
+// ReadExit reads a scheduler's exit_info global (struct swl_exit_info,
+// which both BPF schedulers fill in from the kernel's scx_exit_info): the
+// exit record its BPF side kept, or nil if it has none yet.
 func ReadExit(v *ebpf.Variable) (*ExitInfo, error) {
-	var raw rawExitInfo
+	var raw intfSwlExitInfo
 	if err := v.Get(&raw); err != nil {
 		return nil, err
 	}

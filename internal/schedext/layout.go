@@ -11,24 +11,26 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-// mirrors are this package's Go copies of intf.h's structs, by C name.
-var mirrors = []struct {
+// shared are this package's Go types of intf.h's structs (generated from
+// bpf/intf.h, see gen.go), by C name.
+var shared = []struct {
 	name   string
 	goType reflect.Type
 }{
-	{"swl_strategy", reflect.TypeFor[rawStrategy]()},
-	{"swl_event", reflect.TypeFor[rawEvent]()},
-	{"swl_exit_info", reflect.TypeFor[rawExitInfo]()},
+	{"swl_strategy", reflect.TypeFor[intfSwlStrategy]()},
+	{"swl_event", reflect.TypeFor[intfSwlEvent]()},
+	{"swl_exit_info", reflect.TypeFor[intfSwlExitInfo]()},
 }
 
-// CheckLayout compares this package's Go mirrors of intf.h's structs with
+// CheckLayout compares this package's Go types of intf.h's structs with
 // their C layout in a scheduler's object (its BTF): size, and each member's
-// offset and size. A scheduler's tests run it on every object it embeds, so
-// a change to intf.h that the mirrors miss fails there instead of
-// misreading the maps.
+// offset and size. Both are generated from the same intf.h, so they differ
+// only when one was regenerated and the other not (go generate run on one
+// package): a scheduler's tests run it on every object it embeds, so that
+// fails there instead of misreading the maps.
 func CheckLayout(spec *ebpf.CollectionSpec) error {
 	var errs []error
-	for _, m := range mirrors {
+	for _, m := range shared {
 		var st *btf.Struct
 		if err := spec.Types.TypeByName(m.name, &st); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))

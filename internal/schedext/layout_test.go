@@ -23,7 +23,7 @@ func TestSameLayoutCatchesDrift(t *testing.T) {
 			{Name: "ppid", Type: ppid, Offset: 96},
 		}}
 	}
-	goType := reflect.TypeFor[rawEvent]()
+	goType := reflect.TypeFor[intfSwlEvent]()
 	if err := sameLayout(event(u32, 16), goType); err != nil {
 		t.Fatalf("matching layout: %v", err)
 	}

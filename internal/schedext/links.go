@@ -52,7 +52,7 @@ func (l *Links) ReadEvent() (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	var raw rawEvent
+	var raw intfSwlEvent
 	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {
 		return Event{}, fmt.Errorf("decode event: %w", err)
 	}

@@ -4,7 +4,6 @@ package schedext
 
 import (
 	"errors"
-	"structs"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -12,10 +11,10 @@ import (
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
-// StrategyMaps is the strategy.Target over the strategy maps of bpf/intf.h:
-// tgid_strategy, cgroup_strategy, nr_cgroup_strategies and strategy_gen.
-// Both BPF schedulers (internal/sched's and usersched's) declare them, so
-// both write their strategies through it.
+// StrategyMaps is the strategy.Target over the strategy maps of
+// bpf/schedext.h: tgid_strategy, cgroup_strategy, nr_cgroup_strategies and
+// strategy_gen. Both BPF schedulers (internal/sched's and usersched's)
+// include them, so both write their strategies through it.
 type StrategyMaps struct {
 	tgid, cgroup *ebpf.Map
 	nrCgroupsVar *ebpf.Variable
@@ -30,18 +29,9 @@ func NewStrategyMaps(tgid, cgroup *ebpf.Map, nrCgroups, gen *ebpf.Variable) *Str
 	return &StrategyMaps{tgid: tgid, cgroup: cgroup, nrCgroupsVar: nrCgroups, genVar: gen}
 }
 
-// rawStrategy mirrors struct swl_strategy (intf.h), the maps' value.
-type rawStrategy struct {
-	_       structs.HostLayout
-	Class   uint32
-	Flags   uint32
-	SliceNs uint64
-	Id      uint32
-	Pad     uint32
-}
-
-func toBPF(e strategy.Entry) rawStrategy {
-	v := rawStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
+// toBPF gives an entry the maps' value type, struct swl_strategy.
+func toBPF(e strategy.Entry) intfSwlStrategy {
+	v := intfSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
 	if e.Inherit {
 		v.Flags |= 1 // SWL_STRAT_INHERIT
 	}
@@ -68,7 +58,7 @@ func (m *StrategyMaps) SetCgroup(id uint64, e strategy.Entry) error {
 	v := toBPF(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var old rawStrategy
+	var old intfSwlStrategy
 	if err := m.cgroup.Lookup(id, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
 		m.nrCgroups++
 	}

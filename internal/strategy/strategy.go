@@ -19,7 +19,7 @@ import (
 )
 
 // Class is a scheduling class, most urgent first. The values are the BPF
-// scheduler's (enum swl_class in internal/sched/bpf/intf.h).
+// scheduler's (enum swl_class in internal/schedext/bpf/intf.h).
 type Class uint32
 
 const (

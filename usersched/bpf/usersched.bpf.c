@@ -51,36 +51,20 @@
  *    other time beyond it: a busy Go process (a storm of garbage
  *    collections) neither starves the machine nor starves itself.
  *
- * The strategy maps, process events and exit record use the in-kernel
- * scheduler's layouts (internal/sched/bpf/intf.h), so the same strategy
- * Applier drives both.
+ * The strategy maps, process events, exit record and critical budget are
+ * the in-kernel scheduler's, from the headers both share
+ * (internal/schedext/bpf: schedext.h, critical.h, overdue.h), so the same
+ * strategy Applier drives both.
  */
-#define BPF_NO_KFUNC_PROTOTYPES
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
-
-#include "intf.h"   /* internal/sched/bpf */
-#include "compat.h" /* internal/sched/bpf */
+#include "common.h" /* internal/schedext/bpf: kernel types, libbpf, intf.h, compat.h */
 #include "usersched.h"
 
-char _license[] SEC("license") = "GPL";
-
-#define BPF_STRUCT_OPS(name, args...) SEC("struct_ops/" #name) BPF_PROG(name, ##args)
-#define BPF_STRUCT_OPS_SLEEPABLE(name, args...) SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
-#define ENOMEM 12
 #define CLOCK_MONOTONIC 1
-#define NSEC_PER_MSEC 1000000ULL
 /* Longest runtime-since-sleep reported and accounted, so one burst cannot push a task back forever. */
 #define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
-#define MAX_CPU_SCAN 512
 /* rescue_one's min_wait when no rescue is due. */
 #define NO_RESCUE (~0ULL)
-#define MAX_CGROUP_DEPTH 16
-#define PF_KTHREAD 0x00200000
-/* Enqueue flags are renumbered between kernels: read them from the running kernel's BTF. */
-#define ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
+/* Renumbered between kernels, like ENQ_WAKEUP (common.h). */
 #define ENQ_LAST bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_LAST)
 
 #define DSQ_CRITICAL 1 /* critical tasks, FIFO, served first */
@@ -99,17 +83,11 @@ const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;      /* slice of decisions that
 const volatile u64 heartbeat_ns = 100 * NSEC_PER_MSEC; /* a parked loop runs at least this often */
 const volatile u64 stall_ns = 500 * NSEC_PER_MSEC;     /* user space silent this long: rescue */
 const volatile u64 overdue_ns = 250 * NSEC_PER_MSEC;   /* a task user space holds this long: rescue it */
-const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC;
-const volatile u32 critical_share_pct = 50;
-#include "critical.h" /* internal/sched/bpf; after the tunables it reads */
-#include "overdue.h"  /* internal/sched/bpf */
 const volatile u32 nr_cpus = 1;
 const volatile u32 sched_tgid; /* the user-space scheduler's process */
 
-/* Written by user space (strategy.Applier through usersched), as in the in-kernel scheduler. */
-u64 strategy_gen;
-u32 nr_cgroup_strategies;
-struct swl_exit_info exit_info;
+#include "critical.h" /* the critical class's CPU budget, and its tunables */
+#include "overdue.h"
 
 /* Requests sent to user space and decisions received: work is pending while they differ. */
 u64 nr_sent, nr_answered;
@@ -176,39 +154,12 @@ struct {
 	__type(value, struct usr_shared);
 } shared SEC(".maps");
 
-/* Process lifecycle events, for matching new processes against strategies. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, u32);
-	__type(value, struct swl_strategy);
-} tgid_strategy SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64);
-	__type(value, struct swl_strategy);
-} cgroup_strategy SEC(".maps");
-
-/* What each CPU runs now, to find a CPU a critical task may preempt. */
+/* What each CPU runs now (cpu_states, schedext.h). */
 struct cpu_state {
 	u32 class;
 	u32 busy;
 	struct overdue_state overdue;
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); /* resized to the number of possible CPUs by the loader */
-	__type(key, u32);
-	__type(value, struct cpu_state);
-} cpu_states SEC(".maps");
 
 struct heartbeat_timer {
 	struct bpf_timer timer;
@@ -222,7 +173,6 @@ struct {
 } heartbeat SEC(".maps");
 
 /* Unused: make the compiler emit these types' BTF for the Go bindings. */
-struct swl_event _swl_event_btf;
 struct usr_task _usr_task_btf;
 struct usr_decision _usr_decision_btf;
 
@@ -241,24 +191,7 @@ struct task_ctx {
 	u32 run_class;    /* class it runs with this time (critical may be demoted) */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct task_ctx);
-} task_ctxs SEC(".maps");
-
-static struct task_ctx *lookup_task_ctx(struct task_struct *p)
-{
-	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
-}
-
-static u64 task_enq_at(struct task_struct *p)
-{
-	struct task_ctx *tctx = lookup_task_ctx(p);
-
-	return tctx ? tctx->enq_at : 0;
-}
+#include "schedext.h" /* task and CPU state, strategies, critical class, process events, exit record */
 
 static struct usr_shared *lookup_shared(void)
 {
@@ -312,72 +245,6 @@ static bool loop_overdue(void)
 	return user_work_pending() && !loop_on_cpu && bpf_ktime_get_ns() - loop_stopped_at > slice_ns;
 }
 
-static void emit_event(u32 type, u32 pid, u32 tgid, u32 ppid)
-{
-	struct swl_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-
-	if (!e) {
-		STAT_INC(events_dropped);
-		return;
-	}
-	e->type = type;
-	e->pid = pid;
-	e->tgid = tgid;
-	e->ppid = ppid;
-	bpf_ringbuf_submit(e, 0);
-}
-
-/* Strategy of the nearest ancestor cgroup that has one. */
-static struct swl_strategy *lookup_cgroup_strategy(struct task_struct *p)
-{
-	struct cgroup *cgrp = BPF_CORE_READ(p, cgroups, dfl_cgrp);
-	int i;
-
-	for (i = 0; i < MAX_CGROUP_DEPTH && cgrp; i++) {
-		u64 id = BPF_CORE_READ(cgrp, kn, id);
-		struct swl_strategy *s = bpf_map_lookup_elem(&cgroup_strategy, &id);
-
-		if (s)
-			return s;
-		cgrp = (struct cgroup *)BPF_CORE_READ(cgrp, self.parent);
-	}
-	return NULL;
-}
-
-/* Class and slice from the strategy maps, looked up again only after a strategy change. */
-static void resolve_strategy(struct task_struct *p, struct task_ctx *tctx)
-{
-	u64 gen = strategy_gen + 1;
-	struct swl_strategy *s;
-	u32 tgid = p->tgid;
-
-	if (tctx->strat_gen == gen)
-		return;
-	s = bpf_map_lookup_elem(&tgid_strategy, &tgid);
-	if (!s && nr_cgroup_strategies)
-		s = lookup_cgroup_strategy(p);
-	tctx->class = s && s->class < SWL_NR_CLASSES ? s->class : SWL_CLASS_NORMAL;
-	tctx->strat_slice = s ? s->slice_ns : 0;
-	tctx->strat_gen = gen;
-}
-
-/*
- * A critical task keeps its class only while it has CPU budget: it refills
- * at critical_share_pct of one CPU and banks at most critical_burst_ns, so a
- * spinning critical task cannot starve the rest. Over budget, it goes to
- * user space like any other task.
- */
-static u32 effective_class(struct task_ctx *tctx, u64 now)
-{
-	if (tctx->class != SWL_CLASS_CRITICAL)
-		return tctx->class;
-	if (!crit_may_run(&tctx->crit_budget, &tctx->budget_at, now)) {
-		STAT_INC(critical_demoted);
-		return SWL_CLASS_NORMAL;
-	}
-	return SWL_CLASS_CRITICAL;
-}
-
 /* CPU time to virtual time, as the in-kernel scheduler ages tasks: by weight, then class. */
 static u64 scale_inverse(u64 delta, const struct task_struct *p, u32 class)
 {
@@ -390,15 +257,9 @@ static u64 scale_inverse(u64 delta, const struct task_struct *p, u32 class)
 /* An idle CPU for p, claimed: its previous CPU, then a fully idle core, then any. */
 static s32 pick_idle_cpu(struct task_struct *p, s32 prev_cpu)
 {
-	s32 cpu;
+	s32 cpu = pick_idle_prev_or_core(p, prev_cpu);
 
-	if (prev_cpu >= 0 && bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr) &&
-	    scx_bpf_test_and_clear_cpu_idle(prev_cpu))
-		return prev_cpu;
-	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, SCX_PICK_IDLE_CORE);
-	if (cpu >= 0)
-		return cpu;
-	return scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	return cpu >= 0 ? cpu : scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 }
 
 /* Wake an idle CPU p may run on, so it runs ops.dispatch soon. */
@@ -421,35 +282,16 @@ static bool cpu_allowed(struct task_struct *p, s32 cpu)
 	return true;
 }
 
-static bool can_preempt(const struct task_struct *p, u32 cpu)
-{
-	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, &cpu);
-
-	return cs && cs->busy && cs->class != SWL_CLASS_CRITICAL &&
-	       bpf_cpumask_test_cpu(cpu, p->cpus_ptr);
-}
-
 /* Make a CPU available to a woken critical task: an idle one, else preempt non-critical work. */
 static void kick_for_critical(struct task_struct *p)
 {
 	s32 prev = scx_bpf_task_cpu(p), idle;
-	u32 i, cpu;
 
 	idle = pick_idle_cpu(p, prev);
-	if (idle >= 0) {
+	if (idle >= 0)
 		scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
-		return;
-	}
-	bpf_for(i, 0, nr_cpus) {
-		if (i >= MAX_CPU_SCAN)
-			break;
-		cpu = ((u32)prev + i) % nr_cpus;
-		if (can_preempt(p, cpu)) {
-			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
-			STAT_INC(preempt_kicks);
-			return;
-		}
-	}
+	else
+		preempt_for_critical(p, prev, 0); /* its previous CPU first */
 }
 
 /*
@@ -871,16 +713,7 @@ void BPF_STRUCT_OPS(usr_update_idle, s32 cpu, bool idle)
  */
 s32 BPF_STRUCT_OPS_SLEEPABLE(usr_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
-	struct task_ctx *tctx;
-
-	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!tctx)
-		return -ENOMEM;
-	tctx->crit_budget = critical_burst_ns;
-	tctx->budget_at = bpf_ktime_get_ns();
-	tctx->class = SWL_CLASS_NORMAL;
-	tctx->run_class = SWL_CLASS_NORMAL;
-	return 0;
+	return create_task_ctx(p) ? 0 : -ENOMEM;
 }
 
 /* Implemented so the kernel keeps us across CPU hotplug instead of restarting us. */
@@ -946,54 +779,10 @@ void BPF_STRUCT_OPS(usr_exit, struct scx_exit_info *ei)
 {
 	struct usr_shared *sh = lookup_shared();
 
-	exit_info.kind = BPF_CORE_READ(ei, kind);
-	if (bpf_core_field_exists(ei->exit_code))
-		exit_info.exit_code = BPF_CORE_READ(ei, exit_code);
-	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason), BPF_CORE_READ(ei, reason));
-	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), BPF_CORE_READ(ei, msg));
-	exit_info.valid = 1;
+	record_exit(ei);
 	if (sh)
 		sh->exited = 1;
 	emit_event(SWL_EV_SCHED_EXIT, 0, 0, 0);
-}
-
-/* Process lifecycle, as in the in-kernel scheduler: user space matches new processes. */
-
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(usr_on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
-{
-	emit_event(SWL_EV_EXEC, p->pid, p->tgid, 0);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(usr_on_fork, struct task_struct *parent, struct task_struct *child)
-{
-	struct swl_strategy *s, inherited;
-	u32 ptgid = parent->tgid, tgid = child->tgid;
-
-	if (child->pid != child->tgid)
-		return 0; /* a thread: its group's entry covers it */
-	s = bpf_map_lookup_elem(&tgid_strategy, &ptgid);
-	if (s && (s->flags & SWL_STRAT_INHERIT)) {
-		inherited = *s;
-		inherited.flags |= SWL_STRAT_INHERITED;
-		bpf_map_update_elem(&tgid_strategy, &tgid, &inherited, BPF_NOEXIST);
-	}
-	emit_event(SWL_EV_FORK, child->pid, tgid, ptgid);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(usr_on_exit, struct task_struct *p)
-{
-	u32 tgid = p->tgid;
-
-	if (BPF_CORE_READ(p, signal, live.counter) != 0)
-		return 0; /* not the group's last thread */
-	bpf_map_delete_elem(&tgid_strategy, &tgid);
-	emit_event(SWL_EV_EXIT, p->pid, tgid, 0);
-	return 0;
 }
 
 SEC(".struct_ops.link")

@@ -21,34 +21,21 @@
  * directly so softirq and network work is never stuck behind user tasks.
  *
  * Strategies. User space maps thread-group ids and cgroup ids to a class and
- * an optional slice. The class is looked up here for every thread, so threads
- * created after a strategy was set are covered without user space knowing
- * them. A critical task may preempt a non-critical one, but only within a CPU
- * budget: see effective_class().
+ * an optional slice, and learns of new processes from tracepoints, the same
+ * way in both modes (schedext.h). A critical task may preempt a non-critical
+ * one, but only within a CPU budget (critical.h).
  *
  * Cgroup weights. The weight a task's vruntime is scaled by follows the cpu
  * cgroup hierarchy's cpu.weight the way the kernel's fair class divides CPU
- * time (Kubernetes sets it from pod and container CPU requests): see
- * task_vweight().
+ * time: see cgroup_weight.h.
+ *
+ * The headers both modes share are in internal/schedext/bpf (its README
+ * lists them); this directory has only this scheduler's own.
  */
-#define BPF_NO_KFUNC_PROTOTYPES
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
-
-#include "intf.h"
-#include "compat.h"
-
-char _license[] SEC("license") = "GPL";
-
-#define BPF_STRUCT_OPS(name, args...) SEC("struct_ops/" #name) BPF_PROG(name, ##args)
-#define BPF_STRUCT_OPS_SLEEPABLE(name, args...) SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
-#define ENOMEM 12
+#include "common.h" /* kernel types, libbpf, intf.h, compat.h */
+#include "swiftlane.h"
 
 /* Limits */
-#define NSEC_PER_USEC 1000ULL
-#define NSEC_PER_MSEC 1000000ULL
 /* Longest runtime-since-sleep that counts towards a deadline, so one long burst cannot push a task back forever. */
 #define EXEC_RUNTIME_MAX (100 * NSEC_PER_MSEC)
 /* Farthest a task's deadline may lie ahead of the current vtime (virtual ns): bounds every wait. */
@@ -61,18 +48,8 @@ char _license[] SEC("license") = "GPL";
  * vruntime (that is, by weight) instead of all meeting the same bound.
  */
 #define BURST_AHEAD_MAX (50 * NSEC_PER_MSEC)
-/* CPUs scanned for an idle cache sibling or a preemption victim; bigger machines fall back to the kernel's idle pick. */
-#define MAX_CPU_SCAN 512
-/* cgroup ancestors checked against cgroup strategies (pod slice → pod → container is ~6 levels). */
-#define MAX_CGROUP_DEPTH 16
-/* task_struct->flags bit for kernel threads (include/linux/sched.h). */
-#define PF_KTHREAD 0x00200000
 
-/*
- * Enqueue flags are renumbered between kernels (SCX_ENQ_HEAD is 16 on 6.18,
- * 65536 on 7.3): take their values from the running kernel's BTF (CO-RE).
- */
-#define ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
+/* Renumbered between kernels, like ENQ_WAKEUP (common.h). */
 #define ENQ_PREEMPT bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_PREEMPT)
 
 /* Our dispatch queues (ids below the kernel's built-in range). */
@@ -87,23 +64,13 @@ const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;        /* scheduler.slice_ns_de
 const volatile u64 slice_min_ns = 500 * NSEC_PER_USEC;  /* scheduler.slice_ns_min */
 const volatile u64 slice_lag_ns = 20 * NSEC_PER_MSEC;   /* most sleep credit a task keeps */
 const volatile u64 starvation_ns = 100 * NSEC_PER_MSEC; /* longest the shared queue, or a task in it, waits */
-const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC; /* critical CPU budget a task can bank */
-const volatile u32 critical_share_pct = 50;             /* budget refill rate, % of one CPU */
 const volatile bool early_processing = false;           /* per-CPU kthreads preempt the running task */
 const volatile bool builtin_idle = false;               /* use the kernel's idle-CPU selection */
 const volatile u32 nr_cpus = 1;                         /* possible CPUs */
 
-#include "critical.h" /* after the tunables it reads */
+#include "critical.h" /* the critical class's CPU budget, and its tunables */
 #include "overdue.h"
 
-/*
- * State shared with user space through the mmap'ed .bss. User space bumps
- * strategy_gen after changing a strategy map, which invalidates the class
- * every task has cached.
- */
-u64 strategy_gen;
-u32 nr_cgroup_strategies;
-struct swl_exit_info exit_info;
 /* Queue depths as last seen by a dispatching CPU, for monitoring. */
 u64 queued_critical, queued_shared;
 
@@ -133,22 +100,6 @@ static struct swl_stats *lookup_stats(void)
 	} while (0)
 #define STAT_INC(field) STAT_ADD(field, 1)
 
-/* Strategies by thread-group id; written by user space, and here on fork for inherited ones. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, u32);
-	__type(value, struct swl_strategy);
-} tgid_strategy SEC(".maps");
-
-/* Strategies by cgroup id (the cgroup directory's inode number); matched against every ancestor. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64);
-	__type(value, struct swl_strategy);
-} cgroup_strategy SEC(".maps");
-
 /* Last-level-cache id of each CPU, filled by user space from sysfs before attach. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -165,22 +116,6 @@ struct cpu_state {
 	u32 busy;     /* 0 once the CPU went idle */
 	struct overdue_state overdue;
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); /* resized to the number of possible CPUs by the loader */
-	__type(key, u32);
-	__type(value, struct cpu_state);
-} cpu_states SEC(".maps");
-
-/* Process lifecycle events for user space, which matches new processes against strategies. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
-} events SEC(".maps");
-
-/* Unused: makes the compiler emit struct swl_event's BTF for the Go bindings. */
-struct swl_event _swl_event_btf;
 
 /*
  * Per-task scheduling state. The vruntime lives here, not in
@@ -208,103 +143,17 @@ struct task_ctx {
 	u32 sync_wake;    /* this wakeup came from a task about to sleep */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct task_ctx);
-} task_ctxs SEC(".maps");
-
-static struct task_ctx *lookup_task_ctx(struct task_struct *p)
-{
-	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
-}
+#include "schedext.h"      /* task and CPU state, strategies, critical class, process events, exit record */
+#include "cgroup_weight.h" /* task_vweight() and the cgroup ops */
 
 static bool time_before(u64 a, u64 b)
 {
 	return (s64)(a - b) < 0;
 }
 
-static u64 task_enq_at(struct task_struct *p)
-{
-	struct task_ctx *tctx = lookup_task_ctx(p);
-
-	return tctx ? tctx->enq_at : 0;
-}
-
 static bool is_percpu_kthread(const struct task_struct *p)
 {
 	return (p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1;
-}
-
-static void emit_event(u32 type, u32 pid, u32 tgid, u32 ppid)
-{
-	struct swl_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-
-	if (!e) {
-		STAT_INC(events_dropped);
-		return;
-	}
-	e->type = type;
-	e->pid = pid;
-	e->tgid = tgid;
-	e->ppid = ppid;
-	bpf_ringbuf_submit(e, 0);
-}
-
-/* Strategy of the nearest ancestor cgroup that has one. */
-static struct swl_strategy *lookup_cgroup_strategy(struct task_struct *p)
-{
-	struct cgroup *cgrp = BPF_CORE_READ(p, cgroups, dfl_cgrp);
-	int i;
-
-	for (i = 0; i < MAX_CGROUP_DEPTH && cgrp; i++) {
-		u64 id = BPF_CORE_READ(cgrp, kn, id);
-		struct swl_strategy *s = bpf_map_lookup_elem(&cgroup_strategy, &id);
-
-		if (s)
-			return s;
-		/* cgroup.self is the first member, so the parent css is the parent cgroup. */
-		cgrp = (struct cgroup *)BPF_CORE_READ(cgrp, self.parent);
-	}
-	return NULL;
-}
-
-/* Resolve the task's class and slice from the strategy maps, once per strategy change. */
-static void resolve_strategy(struct task_struct *p, struct task_ctx *tctx)
-{
-	u64 gen = strategy_gen + 1;
-	struct swl_strategy *s;
-	u32 tgid = p->tgid;
-
-	if (tctx->strat_gen == gen)
-		return;
-
-	s = bpf_map_lookup_elem(&tgid_strategy, &tgid);
-	if (!s && nr_cgroup_strategies)
-		s = lookup_cgroup_strategy(p);
-
-	if (s) {
-		tctx->class = s->class < SWL_NR_CLASSES ? s->class : SWL_CLASS_NORMAL;
-		tctx->strat_slice = s->slice_ns;
-	} else {
-		tctx->class = SWL_CLASS_NORMAL;
-		tctx->strat_slice = 0;
-	}
-	tctx->strat_gen = gen;
-}
-
-/* A critical task preempts others only within its budget and the pool's (critical.h). */
-static u32 effective_class(struct task_ctx *tctx, u64 now)
-{
-	if (tctx->class != SWL_CLASS_CRITICAL)
-		return tctx->class;
-
-	if (!crit_may_run(&tctx->crit_budget, &tctx->budget_at, now)) {
-		STAT_INC(critical_demoted);
-		return SWL_CLASS_NORMAL;
-	}
-	return SWL_CLASS_CRITICAL;
 }
 
 /* Weight multiplier of a class, in 1/8ths. */
@@ -319,245 +168,6 @@ static u64 class_weight8(u32 class)
 	default:
 		return 8;
 	}
-}
-
-/*
- * Cgroup weights.
- *
- * The kernel's fair class shares CPU time down the cpu cgroup hierarchy: at
- * every level, a cgroup with runnable work gets the part of its parent's
- * share that its cpu.weight is of everything competing there (the parent's
- * other active child cgroups and the parent's own runnable tasks, by nice
- * weight); the root shares the machine the same way. Flattened, that gives
- * every runnable task a fraction F of the machine, and a pod with four
- * threads splits its request four ways instead of getting it four times.
- *
- * There is one global vtime, so each task's vruntime is scaled by
- * vweight = F x nr_runnable x 100: its entitlement relative to the average
- * runnable task. Nice-0 tasks on a host without cgroup weights keep the 100
- * they always had, and the virtual clock keeps its pace however small the
- * cgroups' weights are, so the bounds on sleep credit and on debt in
- * task_deadline() mean the same in a pod as outside one.
- *
- * Bookkeeping. cgroup_init and cgroup_set_weight keep each cgroup's
- * cpu.weight in cgroup storage. runnable and quiescent add and remove the
- * task's nice weight in its cgroup (the root's in root_weight); a cgroup's
- * first runnable task adds its cpu.weight to its parent, which goes on up as
- * long as ancestors become active, and its last one undoes that. A task moved
- * to another cgroup while runnable is dequeued around the move, so
- * quiescent/runnable carry its weight along.
- *
- * Limits. Shares follow runnable state, not use: a cgroup whose threads
- * wake briefly and often counts as active while they run. A task whose
- * share is so small that one run charges it more than DEADLINE_AHEAD_MAX -
- * BURST_AHEAD_MAX (with 4 ms ticks, below about 1/10 of the average task's)
- * is served at the debt horizon of task_deadline(), about once per that much
- * virtual time, which is more than its share: the price of a bounded wait.
- * Critical tasks are weighted as if they were in the root cgroup: their
- * class decides, not their pod. cpu.max (bandwidth) and cpu.idle are not
- * applied.
- */
-#define FRAC_SHIFT 24              /* F in fixed point */
-#define NR_RUNNABLE_MAX (1 << 20)  /* keeps F x nr_runnable x VWEIGHT_DFL in 64 bits */
-#define VWEIGHT_DFL (100ULL << 10) /* vweight of a nice-0 task among its like, in 1/1024ths */
-
-/* Per-cgroup state, for every non-root cgroup with the cpu controller. */
-struct cgrp_ctx {
-	u64 task_weight;  /* nice weights of its runnable tasks (atomic) */
-	u64 child_weight; /* cpu.weight of its active children (under cgrp_lock) */
-	u32 weight;       /* its cpu.weight (under cgrp_lock) */
-	/*
-	 * Active children, +1 while it has runnable tasks (under cgrp_lock).
-	 * Activations and deactivations race up the tree and may arrive out of
-	 * order; counting through negative values makes such a pair cancel out.
-	 */
-	s32 nr_active;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_CGRP_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct cgrp_ctx);
-} cgrp_ctxs SEC(".maps");
-
-/* Serialises activation changes against cpu.weight changes. */
-struct cgrp_lock {
-	struct bpf_spin_lock lock;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct cgrp_lock);
-} cgrp_locks SEC(".maps");
-
-static u64 nr_runnable; /* runnable tasks (atomic) */
-/* Nice weights of the root cgroup's runnable tasks + cpu.weight of active top-level cgroups (atomic). */
-static u64 root_weight;
-
-static u64 max64(u64 a, u64 b)
-{
-	return a > b ? a : b;
-}
-
-/* State of cgrp's ancestor at level (1 .. cgrp->level, the latter being cgrp). */
-static struct cgrp_ctx *lookup_ancestor_ctx(struct cgroup *cgrp, int level)
-{
-	struct cgroup *anc = bpf_cgroup_ancestor(cgrp, level);
-	struct cgrp_ctx *cgc;
-
-	if (!anc)
-		return NULL;
-	cgc = bpf_cgrp_storage_get(&cgrp_ctxs, anc, 0, 0);
-	bpf_cgroup_release(anc);
-	return cgc;
-}
-
-/* cgrp got its first runnable task (activate) or lost its last: update the active weights above it. */
-static void cgroup_propagate(struct cgroup *cgrp, struct cgrp_ctx *cgc, bool activate)
-{
-	struct cgrp_ctx *pcgc;
-	struct cgrp_lock *lk;
-	int level = cgrp->level, i, l;
-	bool changed;
-	u32 zero = 0, w;
-
-	lk = bpf_map_lookup_elem(&cgrp_locks, &zero);
-	if (!lk)
-		return;
-
-	bpf_for(i, 0, MAX_CGROUP_DEPTH) {
-		l = level - i; /* cgc's level */
-		if (l < 1)
-			break;
-		pcgc = NULL;
-		if (l > 1) {
-			pcgc = lookup_ancestor_ctx(cgrp, l - 1);
-			if (!pcgc)
-				break;
-		}
-
-		bpf_spin_lock(&lk->lock);
-		if (activate)
-			changed = cgc->nr_active++ == 0;
-		else
-			changed = --cgc->nr_active == 0;
-		w = cgc->weight;
-		if (changed && pcgc)
-			pcgc->child_weight += activate ? (u64)w : -(u64)w;
-		bpf_spin_unlock(&lk->lock);
-
-		if (!changed)
-			break;
-		if (!pcgc) {
-			/* A top-level cgroup competes with the root's own tasks. */
-			__sync_fetch_and_add(&root_weight, activate ? (u64)w : -(u64)w);
-			break;
-		}
-		cgc = pcgc; /* the parent's activity may change in turn */
-	}
-}
-
-/* p became runnable: add its weight where it competes. */
-static void cgroup_runnable(struct task_struct *p, struct task_ctx *tctx)
-{
-	u32 w = p->scx.weight ? p->scx.weight : 1;
-	struct cgroup *cgrp;
-	struct cgrp_ctx *cgc = NULL;
-
-	if (tctx->cg_weight)
-		return; /* already counted */
-	__sync_fetch_and_add(&nr_runnable, 1);
-	tctx->cg_weight = w;
-	tctx->cg_level = 0;
-
-	if (bpf_ksym_exists(scx_bpf_task_cgroup)) {
-		cgrp = scx_bpf_task_cgroup(p);
-		if (cgrp->level)
-			cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, 0);
-		if (cgc) {
-			tctx->cg_level = cgrp->level;
-			tctx->cg_id = cgrp->kn->id;
-			if (!__sync_fetch_and_add(&cgc->task_weight, w))
-				cgroup_propagate(cgrp, cgc, true);
-		}
-		bpf_cgroup_release(cgrp);
-	}
-	/* In the root cgroup, or in one we have no state for. */
-	if (!cgc)
-		__sync_fetch_and_add(&root_weight, w);
-}
-
-/* p stopped being runnable: take its weight back from where runnable put it. */
-static void cgroup_quiescent(struct task_struct *p, struct task_ctx *tctx)
-{
-	u64 w = tctx->cg_weight;
-	struct cgroup *cgrp;
-	struct cgrp_ctx *cgc;
-
-	if (!w)
-		return;
-	tctx->cg_weight = 0;
-	__sync_fetch_and_sub(&nr_runnable, 1);
-	if (!tctx->cg_level || !bpf_ksym_exists(scx_bpf_task_cgroup)) {
-		__sync_fetch_and_sub(&root_weight, w);
-		return;
-	}
-
-	/*
-	 * The kernel changes a task's cpu cgroup only with the task dequeued
-	 * (quiescent, then runnable in the new cgroup), so this is the cgroup
-	 * runnable used. Were it not, leave it: taking the weight from a cgroup
-	 * that never had it would be worse, and looking the old one up by id
-	 * (bpf_cgroup_from_id) takes kernfs locks, best kept out from under the
-	 * run-queue lock held here.
-	 */
-	cgrp = scx_bpf_task_cgroup(p);
-	if (cgrp->kn->id == tctx->cg_id) {
-		cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, 0);
-		if (cgc && __sync_fetch_and_sub(&cgc->task_weight, w) == w)
-			cgroup_propagate(cgrp, cgc, false);
-	}
-	bpf_cgroup_release(cgrp);
-}
-
-/*
- * The weight p's vruntime is scaled by (see "Cgroup weights"), from the
- * weights competing now: F x nr_runnable x VWEIGHT_DFL / 100.
- */
-static u64 task_vweight(struct task_struct *p, struct task_ctx *tctx, u32 class)
-{
-	u64 w = p->scx.weight ? p->scx.weight : 1;
-	u64 n = nr_runnable, denom = root_weight, frac = 1ULL << FRAC_SHIFT, vw;
-	struct cgroup *cgrp;
-	struct cgrp_ctx *cgc;
-	int level, l;
-
-	n = n < 1 ? 1 : n > NR_RUNNABLE_MAX ? NR_RUNNABLE_MAX : n;
-
-	/* Critical tasks are weighted as if in the root cgroup. */
-	if (tctx->cg_level && class != SWL_CLASS_CRITICAL && bpf_ksym_exists(scx_bpf_task_cgroup)) {
-		cgrp = scx_bpf_task_cgroup(p);
-		level = cgrp->level;
-		/* Down from the top-level ancestor: its share of its parent's share. */
-		bpf_for(l, 1, MAX_CGROUP_DEPTH + 1) {
-			if (l > level)
-				break;
-			cgc = lookup_ancestor_ctx(cgrp, l);
-			if (!cgc)
-				break;
-			frac = frac * max64(cgc->weight, 1) / max64(denom, max64(cgc->weight, 1));
-			denom = cgc->task_weight + cgc->child_weight;
-		}
-		bpf_cgroup_release(cgrp);
-	}
-	/* The task's own part among the runnable tasks of its cgroup. */
-	frac = frac * w / max64(denom, w);
-
-	vw = (frac * n * VWEIGHT_DFL) >> FRAC_SHIFT;
-	return vw ? vw : 1;
 }
 
 /* Scale CPU time to virtual time: heavier tasks and better classes age slower. */
@@ -648,13 +258,8 @@ static s32 pick_idle_llc_sibling(const struct task_struct *p, s32 prev_cpu)
  */
 static s32 pick_idle_cpu(struct task_struct *p, s32 prev_cpu)
 {
-	s32 cpu;
+	s32 cpu = pick_idle_prev_or_core(p, prev_cpu);
 
-	if (prev_cpu >= 0 && bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr) &&
-	    scx_bpf_test_and_clear_cpu_idle(prev_cpu))
-		return prev_cpu;
-
-	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, SCX_PICK_IDLE_CORE);
 	if (cpu >= 0)
 		return cpu;
 
@@ -665,14 +270,6 @@ static s32 pick_idle_cpu(struct task_struct *p, s32 prev_cpu)
 	}
 
 	return scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
-}
-
-static bool can_preempt(const struct task_struct *p, u32 cpu)
-{
-	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, &cpu);
-
-	return cs && cs->busy && cs->class != SWL_CLASS_CRITICAL &&
-	       bpf_cpumask_test_cpu(cpu, p->cpus_ptr);
 }
 
 /*
@@ -708,7 +305,6 @@ static bool should_preempt(const struct task_struct *p, const struct task_ctx *t
 static void kick_for_critical(struct task_struct *p)
 {
 	s32 prev = scx_bpf_task_cpu(p);
-	u32 i, cpu;
 	s32 idle;
 
 	idle = pick_idle_cpu(p, prev);
@@ -722,17 +318,7 @@ static void kick_for_critical(struct task_struct *p)
 		STAT_INC(preempt_kicks);
 		return;
 	}
-
-	bpf_for(i, 1, nr_cpus) {
-		if (i >= MAX_CPU_SCAN)
-			break;
-		cpu = ((u32)prev + i) % nr_cpus;
-		if (can_preempt(p, cpu)) {
-			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
-			STAT_INC(preempt_kicks);
-			return;
-		}
-	}
+	preempt_for_critical(p, prev, 1);
 }
 
 static void record_wait(u32 class, u64 wait_ns)
@@ -1088,62 +674,23 @@ void BPF_STRUCT_OPS(swl_enable, struct task_struct *p)
  */
 s32 BPF_STRUCT_OPS_SLEEPABLE(swl_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
-	struct task_ctx *tctx;
+	struct task_ctx *tctx = create_task_ctx(p);
 
-	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!tctx)
 		return -ENOMEM;
-	tctx->crit_budget = critical_burst_ns;
-	tctx->budget_at = bpf_ktime_get_ns();
-	tctx->class = SWL_CLASS_NORMAL;
-	tctx->run_class = SWL_CLASS_NORMAL;
 	tctx->vweight = (u64)p->scx.weight << 10; /* until it first runs */
 	return 0;
 }
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(swl_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_args *args)
 {
-	struct cgrp_ctx *cgc;
-
-	if (!cgrp->level)
-		return 0; /* the root has no cpu.weight: root_weight stands for it */
-	/*
-	 * Without state (out of memory) the cgroup's tasks count as the root's;
-	 * failing here would refuse the cgroup or stop the scheduler.
-	 */
-	cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (cgc)
-		cgc->weight = args->weight;
-	return 0;
+	cgroup_weight_init(cgrp, args);
+	return 0; /* never refuse a cgroup: see cgroup_weight_init() */
 }
 
 void BPF_STRUCT_OPS(swl_cgroup_set_weight, struct cgroup *cgrp, u32 weight)
 {
-	struct cgrp_ctx *cgc, *pcgc = NULL;
-	struct cgrp_lock *lk;
-	u32 zero = 0, old;
-	bool active;
-
-	cgc = bpf_cgrp_storage_get(&cgrp_ctxs, cgrp, 0, 0);
-	lk = bpf_map_lookup_elem(&cgrp_locks, &zero);
-	if (!cgc || !lk)
-		return;
-	if (cgrp->level > 1) {
-		pcgc = lookup_ancestor_ctx(cgrp, cgrp->level - 1);
-		if (!pcgc)
-			return;
-	}
-
-	bpf_spin_lock(&lk->lock);
-	old = cgc->weight;
-	cgc->weight = weight;
-	active = cgc->nr_active > 0;
-	if (active && pcgc)
-		pcgc->child_weight += (u64)weight - old;
-	bpf_spin_unlock(&lk->lock);
-
-	if (active && !pcgc)
-		__sync_fetch_and_add(&root_weight, (u64)weight - old);
+	cgroup_weight_set(cgrp, weight);
 }
 
 /*
@@ -1187,56 +734,8 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(swl_init)
 
 void BPF_STRUCT_OPS(swl_exit, struct scx_exit_info *ei)
 {
-	exit_info.kind = BPF_CORE_READ(ei, kind);
-	if (bpf_core_field_exists(ei->exit_code))
-		exit_info.exit_code = BPF_CORE_READ(ei, exit_code);
-	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason), BPF_CORE_READ(ei, reason));
-	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), BPF_CORE_READ(ei, msg));
-	exit_info.valid = 1;
+	record_exit(ei);
 	emit_event(SWL_EV_SCHED_EXIT, 0, 0, 0);
-}
-
-/* Process lifecycle: lets user space match new processes without rescanning /proc. */
-
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(swl_on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
-{
-	emit_event(SWL_EV_EXEC, p->pid, p->tgid, 0);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(swl_on_fork, struct task_struct *parent, struct task_struct *child)
-{
-	struct swl_strategy *s, inherited;
-	u32 ptgid = parent->tgid, tgid = child->tgid;
-
-	/* A new thread is covered by its thread group's entry already. */
-	if (child->pid != child->tgid)
-		return 0;
-
-	s = bpf_map_lookup_elem(&tgid_strategy, &ptgid);
-	if (s && (s->flags & SWL_STRAT_INHERIT)) {
-		inherited = *s;
-		inherited.flags |= SWL_STRAT_INHERITED;
-		bpf_map_update_elem(&tgid_strategy, &tgid, &inherited, BPF_NOEXIST);
-	}
-	emit_event(SWL_EV_FORK, child->pid, tgid, ptgid);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(swl_on_exit, struct task_struct *p)
-{
-	u32 tgid = p->tgid;
-
-	/* Only when the last thread of the group exits (signal->live already dropped). */
-	if (BPF_CORE_READ(p, signal, live.counter) != 0)
-		return 0;
-	/* Drop it here so a recycled PID never inherits a dead process's strategy. */
-	bpf_map_delete_elem(&tgid_strategy, &tgid);
-	emit_event(SWL_EV_EXIT, p->pid, tgid, 0);
-	return 0;
 }
 
 SEC(".struct_ops.link")

@@ -14,7 +14,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
-#include "intf.h"
+#include "gtp.h"
 
 char _license[] SEC("license") = "GPL";
 

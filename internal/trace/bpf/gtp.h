@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Structs shared by gtp.bpf.c and the Go loader (bpf2go generates the Go types). */
-#ifndef SWL_TRACE_INTF_H
-#define SWL_TRACE_INTF_H
+#ifndef SWL_TRACE_GTP_H
+#define SWL_TRACE_GTP_H
 
 #define GTP_COMM_LEN 16
 
@@ -39,4 +39,4 @@ struct gtp_count {
 	__u64 last_emit_ns;
 };
 
-#endif
+#endif /* SWL_TRACE_GTP_H */

@@ -14,12 +14,15 @@
  * and starved everything else. Tasks that run briefly and sleep, the shape
  * of a packet loop, never run out of either.
  *
- * The includer defines critical_share_pct and critical_burst_ns (const
- * volatile), calls crit_init() from ops.init and crit_cpu_online() from the
- * hotplug ops.
+ * The includer (after common.h) calls crit_init() from ops.init and
+ * crit_cpu_online() from the hotplug ops.
  */
 #ifndef SWIFTLANE_CRITICAL_H
 #define SWIFTLANE_CRITICAL_H
+
+/* Tunables: a loader could set them before load; none does, so these are the values. */
+const volatile u64 critical_burst_ns = 50 * NSEC_PER_MSEC; /* critical CPU budget a task can bank */
+const volatile u32 critical_share_pct = 50;                /* budget refill rate, % of one CPU */
 
 static s64 crit_pool;       /* critical CPU time all critical tasks may still use, ns */
 static u64 crit_pool_at;    /* last pool refill */
