@@ -724,18 +724,9 @@ void BPF_STRUCT_OPS(usr_cpu_online, s32 cpu)
 
 void BPF_STRUCT_OPS(usr_cpu_offline, s32 cpu)
 {
-	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+	const u64 dsqs[] = {DSQ_CRITICAL, DSQ_USER, DSQ_FALLBACK, DSQ_KTHREAD, DSQ_SCHED, DSQ_LOOP};
 
-	if (cs) {
-		cs->busy = 0;
-		evacuate_cpu(DSQ_CRITICAL, cpu, &cs->overdue);
-		evacuate_cpu(DSQ_USER, cpu, &cs->overdue);
-		evacuate_cpu(DSQ_FALLBACK, cpu, &cs->overdue);
-		evacuate_cpu(DSQ_KTHREAD, cpu, &cs->overdue);
-		evacuate_cpu(DSQ_SCHED, cpu, &cs->overdue);
-		evacuate_cpu(DSQ_LOOP, cpu, &cs->overdue);
-	}
-	crit_cpu_online(false);
+	cpu_going_offline(cpu, dsqs, ARRAY_SIZE(dsqs));
 }
 
 /*

@@ -709,14 +709,9 @@ void BPF_STRUCT_OPS(swl_cpu_online, s32 cpu)
 
 void BPF_STRUCT_OPS(swl_cpu_offline, s32 cpu)
 {
-	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+	const u64 dsqs[] = {DSQ_CRITICAL, DSQ_SHARED};
 
-	if (cs) {
-		cs->busy = 0;
-		evacuate_cpu(DSQ_CRITICAL, cpu, &cs->overdue);
-		evacuate_cpu(DSQ_SHARED, cpu, &cs->overdue);
-	}
-	crit_cpu_online(false);
+	cpu_going_offline(cpu, dsqs, ARRAY_SIZE(dsqs));
 	STAT_INC(cpu_hotplug);
 }
 

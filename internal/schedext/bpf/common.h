@@ -35,4 +35,8 @@ char _license[] SEC("license") = "GPL";
  */
 #define ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
 
+#ifndef ARRAY_SIZE
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#endif
+
 #endif /* SWIFTLANE_COMMON_H */

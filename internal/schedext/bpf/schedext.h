@@ -9,8 +9,8 @@
  * The includer has included common.h and critical.h, and defines first:
  *  - struct task_ctx, its own layout with at least the members enq_at,
  *    class, run_class, strat_gen, strat_slice, crit_budget and budget_at;
- *  - struct cpu_state, with at least class (of the task running there) and
- *    busy;
+ *  - struct cpu_state, with at least class (of the task running there),
+ *    busy and overdue (overdue.h's walk state);
  *  - nr_cpus, the number of possible CPUs;
  *  - STAT_INC(field), counting into its per-CPU stats, which have the
  *    fields events_dropped, critical_demoted and preempt_kicks.
@@ -285,6 +285,25 @@ static void record_exit(struct scx_exit_info *ei)
 	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason), BPF_CORE_READ(ei, reason));
 	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), BPF_CORE_READ(ei, msg));
 	exit_info.valid = 1;
+}
+
+/*
+ * ops.cpu_offline, both schedulers: the CPU runs nothing of ours any more,
+ * the tasks queued for it in our nr queues dsqs[] move to the kernel's global
+ * queue (evacuate_cpu, overdue.h), and it leaves the critical pool's count.
+ * Inlined, so each caller's loop over its constant list unrolls.
+ */
+static __always_inline void cpu_going_offline(s32 cpu, const u64 *dsqs, int nr)
+{
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+	int i;
+
+	if (cs) {
+		cs->busy = 0;
+		for (i = 0; i < nr; i++)
+			evacuate_cpu(dsqs[i], cpu, &cs->overdue);
+	}
+	crit_cpu_online(false);
 }
 
 #endif /* SWIFTLANE_SCHEDEXT_H */
