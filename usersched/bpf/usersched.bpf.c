@@ -74,6 +74,12 @@
 #define DSQ_SCHED 5    /* the Go process's other threads, FIFO */
 #define DSQ_KTHREAD 6  /* kernel threads not bound to one CPU, FIFO */
 
+/*
+ * Every queue a task can wait in, the scheduler's own threads' too: the
+ * overdue walk and a CPU going offline go through each, in this order.
+ */
+static const u64 usr_queues[] = {DSQ_CRITICAL, DSQ_USER, DSQ_FALLBACK, DSQ_KTHREAD, DSQ_SCHED, DSQ_LOOP};
+
 struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 void bpf_task_release(struct task_struct *p) __ksym;
 u32 scx_bpf_dispatch_nr_slots(void) __ksym;
@@ -488,6 +494,20 @@ s32 BPF_STRUCT_OPS(usr_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 	return cpu;
 }
 
+/*
+ * p was the last runnable task on its CPU (SCX_ENQ_LAST) and is to run on.
+ * The kernel asks this only after it has picked the idle task, while p is
+ * still current: an insert into the local queue then reschedules nothing,
+ * and the CPU went idle with p on its queue until some other event woke it
+ * (a tickless CPU may sleep for seconds; if it is the one being unplugged,
+ * the unplug waits). Kick the CPU so it reschedules and finds p.
+ */
+static void keep_running(struct task_struct *p, u64 enq_flags)
+{
+	swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+	scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
+}
+
 void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = lookup_task_ctx(p);
@@ -502,7 +522,7 @@ void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
 		 * spinning (hence SCX_OPS_ENQ_LAST).
 		 */
 		if ((enq_flags & ENQ_LAST) && user_work_pending()) {
-			swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+			keep_running(p, enq_flags);
 			return;
 		}
 		swl_insert(p, DSQ_LOOP, slice_ns, enq_flags);
@@ -517,7 +537,7 @@ void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 	/* Any other task that is the last one on its CPU keeps running. */
 	if (enq_flags & ENQ_LAST) {
-		swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		keep_running(p, enq_flags);
 		return;
 	}
 	if (!tctx) {
@@ -588,13 +608,7 @@ void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 	if (min_wait == overdue_ns && cs) {
 		u64 now = bpf_ktime_get_ns();
 
-		/* Every queue a task can wait in, the scheduler's own threads' too. */
-		rescue_overdue(DSQ_CRITICAL, cpu, now, overdue_ns, &cs->overdue);
-		rescue_overdue(DSQ_USER, cpu, now, overdue_ns, &cs->overdue);
-		rescue_overdue(DSQ_FALLBACK, cpu, now, overdue_ns, &cs->overdue);
-		rescue_overdue(DSQ_KTHREAD, cpu, now, overdue_ns, &cs->overdue);
-		rescue_overdue(DSQ_SCHED, cpu, now, overdue_ns, &cs->overdue);
-		rescue_overdue(DSQ_LOOP, cpu, now, overdue_ns, &cs->overdue);
+		rescue_overdue_queues(usr_queues, ARRAY_SIZE(usr_queues), cpu, now, overdue_ns, &cs->overdue);
 		if (cs->overdue.moved)
 			STAT_ADD(rescued, cs->overdue.moved);
 		if (cs->overdue.here)
@@ -704,6 +718,13 @@ void BPF_STRUCT_OPS(usr_update_idle, s32 cpu, bool idle)
 		__sync_fetch_and_or(&sh->idle[w], bit);
 	else
 		__sync_fetch_and_and(&sh->idle[w], ~bit);
+	/*
+	 * Going idle with a task on this CPU's local queue means no reschedule
+	 * is pending for it (see keep_running()): ask for one rather than
+	 * leave the task until the next interrupt.
+	 */
+	if (idle && scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL))
+		scx_bpf_kick_cpu(cpu, 0);
 }
 
 /*
@@ -724,9 +745,7 @@ void BPF_STRUCT_OPS(usr_cpu_online, s32 cpu)
 
 void BPF_STRUCT_OPS(usr_cpu_offline, s32 cpu)
 {
-	const u64 dsqs[] = {DSQ_CRITICAL, DSQ_USER, DSQ_FALLBACK, DSQ_KTHREAD, DSQ_SCHED, DSQ_LOOP};
-
-	cpu_going_offline(cpu, dsqs, ARRAY_SIZE(dsqs));
+	cpu_going_offline(cpu, usr_queues, ARRAY_SIZE(usr_queues));
 }
 
 /*

@@ -56,6 +56,9 @@
 #define DSQ_CRITICAL 1
 #define DSQ_SHARED 2
 
+/* Every queue a task can wait in, for the overdue walk and a CPU going offline. */
+static const u64 swl_queues[] = {DSQ_CRITICAL, DSQ_SHARED};
+
 /*
  * Tunables, set by the loader before the object is loaded (see
  * internal/sched/options.go for the defaults and the config keys).
@@ -517,8 +520,7 @@ void BPF_STRUCT_OPS(swl_dispatch, s32 cpu, struct task_struct *prev)
 	 */
 	cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
 	if ((queued_shared || queued_critical) && cs && overdue_walk_due(&cs->overdue, now)) {
-		rescue_overdue(DSQ_CRITICAL, cpu, now, starvation_ns, &cs->overdue);
-		rescue_overdue(DSQ_SHARED, cpu, now, starvation_ns, &cs->overdue);
+		rescue_overdue_queues(swl_queues, ARRAY_SIZE(swl_queues), cpu, now, starvation_ns, &cs->overdue);
 		if (cs->overdue.moved)
 			STAT_ADD(overdue_dispatch, cs->overdue.moved);
 		if (cs->overdue.here)
@@ -709,9 +711,7 @@ void BPF_STRUCT_OPS(swl_cpu_online, s32 cpu)
 
 void BPF_STRUCT_OPS(swl_cpu_offline, s32 cpu)
 {
-	const u64 dsqs[] = {DSQ_CRITICAL, DSQ_SHARED};
-
-	cpu_going_offline(cpu, dsqs, ARRAY_SIZE(dsqs));
+	cpu_going_offline(cpu, swl_queues, ARRAY_SIZE(swl_queues));
 	STAT_INC(cpu_hotplug);
 }
 

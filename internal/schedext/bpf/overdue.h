@@ -109,6 +109,16 @@ static void rescue_overdue(u64 dsq, s32 cpu, u64 now, u64 bound_ns, struct overd
 	}
 }
 
+/* rescue_overdue() over each of a scheduler's queues, in the order given. */
+static __always_inline void rescue_overdue_queues(const u64 *dsqs, int nr, s32 cpu, u64 now, u64 bound_ns,
+						  struct overdue_state *st)
+{
+	int i;
+
+	for (i = 0; i < nr; i++)
+		rescue_overdue(dsqs[i], cpu, now, bound_ns, st);
+}
+
 /* Queued tasks looked at per queue when a CPU goes offline. */
 #define MAX_EVACUATE_SCAN 4096
 
