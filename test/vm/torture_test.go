@@ -27,11 +27,13 @@ import (
 // SWL_TORTURE_SECONDS sets the stress time per case (default 20);
 // SWL_TORTURE_MODES picks the modes (default kernel; kernel,userspace for
 // both). The user-space mode is not in the default run (make test) for now:
-// repeated runs in one boot wedge the guest on both kernels, 6.18 at the
-// 4th run (the RCU Tasks grace period that frees a detached scheduler never
-// ends, the next unplug waits forever for the CPU to empty), 7.3 at the 3rd
-// (closing the struct_ops link waits forever for the kernel's disable work).
-// Both look like work queued on a CPU that never runs it. Open in issue #18.
+// repeated in one boot, about one run in three fails. On 6.18 the CPU being
+// hotplugged sits halted in the idle loop with work waiting for it (the
+// unplug's wait for it to empty, the RCU Tasks grace period freeing the
+// previous scheduler), until an NMI (a hung-task or RCU-stall backtrace)
+// wakes it; on 7.3 closing the struct_ops link waited for the kernel's
+// disable work, which never ran. A missed wakeup of a halted CPU; open in
+// issue #18.
 
 const maxTortureWait = time.Second
 
