@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -45,12 +47,23 @@ func (l *Links) OpenEvents(ring *ebpf.Map, progs ...*ebpf.Program) error {
 	return nil
 }
 
+// eventPoll is how often ReadEvent looks at the event ring: the BPF side
+// writes it without waking the reader (see emit_event in schedext.h).
+const eventPoll = 25 * time.Millisecond
+
 // ReadEvent blocks until the next process event. After CloseEvents or
 // Close it returns an error wrapping os.ErrClosed.
 func (l *Links) ReadEvent() (Event, error) {
-	rec, err := l.events.Read()
-	if err != nil {
-		return Event{}, err
+	var rec ringbuf.Record
+	for {
+		l.events.SetDeadline(time.Now().Add(eventPoll))
+		err := l.events.ReadInto(&rec)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return Event{}, err
+		}
 	}
 	var raw intfSwlEvent
 	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &raw); err != nil {

@@ -27,13 +27,12 @@ import (
 // SWL_TORTURE_SECONDS sets the stress time per case (default 20);
 // SWL_TORTURE_MODES picks the modes (default kernel; kernel,userspace for
 // both). The user-space mode is not in the default run (make test) for now:
-// repeated in one boot, about one run in three fails. On 6.18 the CPU being
-// hotplugged sits halted in the idle loop with work waiting for it (the
-// unplug's wait for it to empty, the RCU Tasks grace period freeing the
-// previous scheduler), until an NMI (a hung-task or RCU-stall backtrace)
-// wakes it; on 7.3 closing the struct_ops link waited for the kernel's
-// disable work, which never ran. A missed wakeup of a halted CPU; open in
-// issue #18.
+// repeated in one 6.18 boot, about one run in three fails. A CPU can stop
+// running its irq_work (sched_ext's kicks, ring buffer wakeups), and what
+// waits for that work waits with it: a kworker freeing the event ring spun
+// in irq_work_sync on the CPU being unplugged (fixed: the ring is written
+// without wakeups), and an unplug waits 17-19 s for a kick that does not
+// come. Open in issue #18; README "Torture suite" has the findings.
 
 const maxTortureWait = time.Second
 

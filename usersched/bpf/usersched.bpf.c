@@ -719,12 +719,10 @@ void BPF_STRUCT_OPS(usr_update_idle, s32 cpu, bool idle)
 	else
 		__sync_fetch_and_and(&sh->idle[w], ~bit);
 	/*
-	 * Going idle with a task on this CPU's local queue means no reschedule
-	 * is pending for it (see keep_running()): ask for one rather than
-	 * leave the task until the next interrupt.
+	 * No kick from here: the kernel calls this on a CPU going offline too,
+	 * as it idles for the last time, where a kick's irq_work would never
+	 * run (keep_running() kicks instead).
 	 */
-	if (idle && scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL))
-		scx_bpf_kick_cpu(cpu, 0);
 }
 
 /*

@@ -226,7 +226,15 @@ static void emit_event(u32 type, u32 pid, u32 tgid, u32 ppid)
 	e->pid = pid;
 	e->tgid = tgid;
 	e->ppid = ppid;
-	bpf_ringbuf_submit(e, 0);
+	/*
+	 * No wakeup: the reader polls (schedext.Links.ReadEvent). A wakeup is
+	 * an irq_work on this CPU, and freeing the ring waits for the last one
+	 * to have run (irq_work_sync spins). Under the torture suite a CPU
+	 * that went offline and came back stopped running its irq_work: the
+	 * kworker freeing the previous scheduler's ring then spun on the CPU
+	 * being unplugged, and the unplug waited for it forever.
+	 */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
 SEC("tp_btf/sched_process_exec")
