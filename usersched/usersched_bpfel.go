@@ -114,6 +114,7 @@ const (
 	userschedVarNrCpus             = "nr_cpus"
 	userschedVarNrSent             = "nr_sent"
 	userschedVarOverdueNs          = "overdue_ns"
+	userschedVarQueuedOverdueNs    = "queued_overdue_ns"
 	userschedVarSchedTgid          = "sched_tgid"
 	userschedVarSliceNs            = "slice_ns"
 	userschedVarStallNs            = "stall_ns"
@@ -214,6 +215,7 @@ type userschedVariableSpecs struct {
 	NrCpus             *ebpf.VariableSpec `ebpf:"nr_cpus"`
 	NrSent             *ebpf.VariableSpec `ebpf:"nr_sent"`
 	OverdueNs          *ebpf.VariableSpec `ebpf:"overdue_ns"`
+	QueuedOverdueNs    *ebpf.VariableSpec `ebpf:"queued_overdue_ns"`
 	SchedTgid          *ebpf.VariableSpec `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.VariableSpec `ebpf:"slice_ns"`
 	StallNs            *ebpf.VariableSpec `ebpf:"stall_ns"`
@@ -287,6 +289,7 @@ type userschedVariables struct {
 	NrCpus             *ebpf.Variable `ebpf:"nr_cpus"`
 	NrSent             *ebpf.Variable `ebpf:"nr_sent"`
 	OverdueNs          *ebpf.Variable `ebpf:"overdue_ns"`
+	QueuedOverdueNs    *ebpf.Variable `ebpf:"queued_overdue_ns"`
 	SchedTgid          *ebpf.Variable `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.Variable `ebpf:"slice_ns"`
 	StallNs            *ebpf.Variable `ebpf:"stall_ns"`

@@ -56,6 +56,7 @@ const (
 	userschedV3VarNrCpus             = "nr_cpus"
 	userschedV3VarNrSent             = "nr_sent"
 	userschedV3VarOverdueNs          = "overdue_ns"
+	userschedV3VarQueuedOverdueNs    = "queued_overdue_ns"
 	userschedV3VarSchedTgid          = "sched_tgid"
 	userschedV3VarSliceNs            = "slice_ns"
 	userschedV3VarStallNs            = "stall_ns"
@@ -156,6 +157,7 @@ type userschedV3VariableSpecs struct {
 	NrCpus             *ebpf.VariableSpec `ebpf:"nr_cpus"`
 	NrSent             *ebpf.VariableSpec `ebpf:"nr_sent"`
 	OverdueNs          *ebpf.VariableSpec `ebpf:"overdue_ns"`
+	QueuedOverdueNs    *ebpf.VariableSpec `ebpf:"queued_overdue_ns"`
 	SchedTgid          *ebpf.VariableSpec `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.VariableSpec `ebpf:"slice_ns"`
 	StallNs            *ebpf.VariableSpec `ebpf:"stall_ns"`
@@ -229,6 +231,7 @@ type userschedV3Variables struct {
 	NrCpus             *ebpf.Variable `ebpf:"nr_cpus"`
 	NrSent             *ebpf.Variable `ebpf:"nr_sent"`
 	OverdueNs          *ebpf.Variable `ebpf:"overdue_ns"`
+	QueuedOverdueNs    *ebpf.Variable `ebpf:"queued_overdue_ns"`
 	SchedTgid          *ebpf.Variable `ebpf:"sched_tgid"`
 	SliceNs            *ebpf.Variable `ebpf:"slice_ns"`
 	StallNs            *ebpf.Variable `ebpf:"stall_ns"`

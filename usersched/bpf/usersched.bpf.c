@@ -77,8 +77,11 @@
 /*
  * Every queue a task can wait in, the scheduler's own threads' too: the
  * overdue walk and a CPU going offline go through each, in this order.
+ * DSQ_CRITICAL comes last: every dispatch serves it first anyway, and a
+ * walk moves at most RESCUE_BATCH tasks, which overdue critical tasks that
+ * spin would otherwise take every time from the ones they starve.
  */
-static const u64 usr_queues[] = {DSQ_CRITICAL, DSQ_USER, DSQ_FALLBACK, DSQ_KTHREAD, DSQ_SCHED, DSQ_LOOP};
+static const u64 usr_queues[] = {DSQ_USER, DSQ_FALLBACK, DSQ_KTHREAD, DSQ_SCHED, DSQ_LOOP, DSQ_CRITICAL};
 
 struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 void bpf_task_release(struct task_struct *p) __ksym;
@@ -89,6 +92,14 @@ const volatile u64 slice_ns = 2 * NSEC_PER_MSEC;      /* slice of decisions that
 const volatile u64 heartbeat_ns = 100 * NSEC_PER_MSEC; /* a parked loop runs at least this often */
 const volatile u64 stall_ns = 500 * NSEC_PER_MSEC;     /* user space silent this long: rescue */
 const volatile u64 overdue_ns = 250 * NSEC_PER_MSEC;   /* a task user space holds this long: rescue it */
+/*
+ * A task queued with us this long goes next (the in-kernel scheduler's
+ * starvation_ns). Shorter than overdue_ns: those are the policy's to hold,
+ * these wait only because something else keeps going first. At 250 ms,
+ * an unplug beside critical loops took 1-2 s (0.3-0.8 s without them): its
+ * synchronize_rcu() waits for each wakeup of the RCU kthread.
+ */
+const volatile u64 queued_overdue_ns = 100 * NSEC_PER_MSEC;
 const volatile u32 nr_cpus = 1;
 const volatile u32 sched_tgid; /* the user-space scheduler's process */
 
@@ -274,7 +285,7 @@ static void kick_idle(struct task_struct *p)
 	s32 cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 
 	if (cpu >= 0)
-		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		swl_kick_cpu(cpu, SCX_KICK_IDLE);
 }
 
 /* May p be put on cpu's local queue? A migration-disabled task must stay where it is. */
@@ -295,7 +306,7 @@ static void kick_for_critical(struct task_struct *p)
 
 	idle = pick_idle_cpu(p, prev);
 	if (idle >= 0)
-		scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
+		swl_kick_cpu(idle, SCX_KICK_IDLE);
 	else
 		preempt_for_critical(p, prev, 0); /* its previous CPU first */
 }
@@ -461,7 +472,7 @@ static long apply_decision(struct bpf_dynptr *rec, void *data)
 		if (cpu == dc->cpu)
 			dc->local = true;
 		else
-			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+			swl_kick_cpu(cpu, SCX_KICK_IDLE);
 	} else {
 		swl_insert_vtime(p, DSQ_USER, slice, d.deadline, 0);
 	}
@@ -505,7 +516,7 @@ s32 BPF_STRUCT_OPS(usr_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 static void keep_running(struct task_struct *p, u64 enq_flags)
 {
 	swl_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
-	scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
+	swl_kick_cpu(scx_bpf_task_cpu(p), 0);
 }
 
 void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
@@ -587,7 +598,8 @@ void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 	u64 min_wait = NO_RESCUE;
 	struct drain_ctx dc = { .cpu = cpu };
 	struct cpu_state *cs;
-	bool critical;
+	bool critical, walk;
+	u64 now;
 
 	if ((heartbeat_due || loop_overdue()) && swl_move_to_local(DSQ_LOOP)) {
 		heartbeat_due = false;
@@ -596,19 +608,31 @@ void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 	}
 	/*
 	 * Bounded wait (overdue.h), whatever the policy: requests user space
-	 * has held, and decisions queued, longer than overdue_ns go first.
+	 * has held longer than overdue_ns, and tasks queued with us longer
+	 * than queued_overdue_ns, go first.
 	 */
 	cs = bpf_map_lookup_elem(&cpu_states, (u32 *)&cpu);
+	now = bpf_ktime_get_ns();
+	walk = cs && overdue_walk_due(&cs->overdue, now);
 	if (user_stalled())
 		min_wait = 0; /* all of them */
-	else if (cs && overdue_walk_due(&cs->overdue, bpf_ktime_get_ns()))
+	else if (walk)
 		min_wait = overdue_ns;
 	if (min_wait != NO_RESCUE)
 		bpf_for_each_map_elem(&outstanding, rescue_one, &min_wait, 0);
-	if (min_wait == overdue_ns && cs) {
-		u64 now = bpf_ktime_get_ns();
-
-		rescue_overdue_queues(usr_queues, ARRAY_SIZE(usr_queues), cpu, now, overdue_ns, &cs->overdue);
+	/*
+	 * The queues' walk is due on its own clock, also while user space is
+	 * stalled: that is when they starve. It was skipped then, and under
+	 * the torture, with critical tasks that yield in loops, one CPU being
+	 * unplugged (inactive, so the kernel runs nothing there, but still in
+	 * the critical pool until ops.cpu_offline) and the Go process starved
+	 * by them, the tasks taken back from user space, the kernel threads
+	 * and the Go threads all sat behind DSQ_CRITICAL for 20 s: the unplug's
+	 * synchronize_rcu() waited for the starved RCU kthread, and the kernel
+	 * ejected the scheduler for an RCU stall.
+	 */
+	if (walk && cs) {
+		rescue_overdue_queues(usr_queues, ARRAY_SIZE(usr_queues), cpu, now, queued_overdue_ns, &cs->overdue);
 		if (cs->overdue.moved)
 			STAT_ADD(rescued, cs->overdue.moved);
 		if (cs->overdue.here)
@@ -756,7 +780,7 @@ static int heartbeat_fn(void *map, int *key, struct bpf_timer *timer)
 	if (scx_bpf_dsq_nr_queued(DSQ_LOOP) > 0) {
 		heartbeat_due = true;
 		STAT_INC(heartbeats);
-		scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+		swl_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
 	}
 	bpf_timer_start(timer, heartbeat_ns, 0);
 	return 0;

@@ -312,12 +312,12 @@ static void kick_for_critical(struct task_struct *p)
 
 	idle = pick_idle_cpu(p, prev);
 	if (idle >= 0) {
-		scx_bpf_kick_cpu(idle, SCX_KICK_IDLE);
+		swl_kick_cpu(idle, SCX_KICK_IDLE);
 		return;
 	}
 
 	if (prev >= 0 && can_preempt(p, prev)) {
-		scx_bpf_kick_cpu(prev, SCX_KICK_PREEMPT);
+		swl_kick_cpu(prev, SCX_KICK_PREEMPT);
 		STAT_INC(preempt_kicks);
 		return;
 	}
@@ -476,7 +476,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 		} else {
 			cpu = pick_idle_cpu(p, prev);
 			if (cpu >= 0)
-				scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+				swl_kick_cpu(cpu, SCX_KICK_IDLE);
 		}
 		return;
 	}
@@ -486,7 +486,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	/* Wake an idle CPU for it (pinned tasks and re-queues skip select_cpu). */
 	cpu = pick_idle_cpu(p, prev);
 	if (cpu >= 0) {
-		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		swl_kick_cpu(cpu, SCX_KICK_IDLE);
 		return;
 	}
 
@@ -496,7 +496,7 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * waiting out a CPU hog's slice (what EEVDF does for woken tasks).
 	 */
 	if ((enq_flags & ENQ_WAKEUP) && prev >= 0 && should_preempt(p, tctx, prev, tctx->deadline)) {
-		scx_bpf_kick_cpu(prev, SCX_KICK_PREEMPT);
+		swl_kick_cpu(prev, SCX_KICK_PREEMPT);
 		STAT_INC(wakeup_preempts);
 	}
 }

@@ -39,4 +39,31 @@ char _license[] SEC("license") = "GPL";
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #endif
 
+/*
+ * scx_bpf_kick_cpu(), for every kick of ours: nothing when the CPU we run on
+ * is no longer online.
+ *
+ * A kick is sent by an irq_work queued on the kicking CPU. A CPU being
+ * unplugged still runs our callbacks after its last irq_work flush
+ * (smpcfd_dying_cpu): in the idle loop it reports itself dead to RCU, which
+ * wakes RCU's kthread, and that wakeup calls ops.select_cpu and
+ * ops.enqueue there (a probe on arch_irq_work_raise caught our enqueue
+ * kicking from a dead CPU). The work queued then stays on the dead CPU's
+ * list, and as the list is not empty when the CPU comes back, no later
+ * irq_work there raises its interrupt until the next unplug flushes it: the
+ * CPU's kicks, and anything that waits for its irq_work (irq_work_sync()
+ * when a ring buffer is freed), wait meanwhile. The woken task loses
+ * nothing: the wakeup reschedules its CPU if that one idles, and a busy one
+ * reschedules at its slice's end.
+ */
+static __always_inline void swl_kick_cpu(s32 cpu, u64 flags)
+{
+	const struct cpumask *online = scx_bpf_get_online_cpumask();
+	bool here = bpf_cpumask_test_cpu(bpf_get_smp_processor_id(), online);
+
+	scx_bpf_put_cpumask(online);
+	if (here)
+		scx_bpf_kick_cpu(cpu, flags);
+}
+
 #endif /* SWIFTLANE_COMMON_H */

@@ -194,7 +194,7 @@ static bool preempt_for_critical(struct task_struct *p, s32 prev, u32 first)
 			break;
 		cpu = ((u32)prev + i) % nr_cpus;
 		if (can_preempt(p, cpu)) {
-			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			swl_kick_cpu(cpu, SCX_KICK_PREEMPT);
 			STAT_INC(preempt_kicks);
 			return true;
 		}
