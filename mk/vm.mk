@@ -24,7 +24,7 @@ test-vm: deps vm-bins ## Scheduler tests on real sched_ext kernels in the VM lab
 	@# The torture suite once more on SMT siblings and two last-level caches,
 	@# where idle-core and cache-sibling placement have choices to make.
 	@echo "== VM torture on kernel 'newest', topology 2 sockets x 1 core x 2 threads"
-	$(VM) --timeout 1200 --kernel newest --topology 2,1,2 -- env SWIFTLANE_BIN=$(BUILD)/swiftlane SWL_TORTURE_MODES=kernel \
+	$(VM) --timeout 1200 --kernel newest --topology 2,1,2 -- env SWIFTLANE_BIN=$(BUILD)/swiftlane \
 	  $(VMTEST) -test.v -test.run TestTorture -test.timeout 15m
 
 .PHONY: vm-shell

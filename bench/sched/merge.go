@@ -287,9 +287,10 @@ func goals(rep *Report) []Goal {
 	for _, name := range sortedKeys(rep.Torture.Kernels) {
 		k := rep.Torture.Kernels[name]
 		tk = append(tk, fmt.Sprintf("%s %d/%d", name, k.Survived, k.Runs))
-		tortureOK = tortureOK && k.Runs >= 20 && k.Survived == k.Runs
+		tortureOK = tortureOK && k.Runs >= 20 && k.Survived == k.Runs && k.coversModes(tortureModes, 20)
 	}
-	add("torture: survived = runs, at least 20 runs per kernel", len(tk) > 0, strings.Join(tk, ", "), tortureOK)
+	add("torture: survived = runs, at least 20 runs per kernel, in "+strings.Join(tortureModes, " and ")+" mode",
+		len(tk) > 0, strings.Join(tk, ", "), tortureOK)
 
 	r, ok := ratio("swiftlane", "eevdf", "cyclictest_periods")
 	add("cyclictest periods run >= EEVDF's", ok, fmt.Sprintf("%.2fx EEVDF's", r), r >= 1)

@@ -396,3 +396,20 @@ func TestPrint(t *testing.T) {
 		t.Errorf("report:\n%s", b.String())
 	}
 }
+
+func TestTortureCoversModes(t *testing.T) {
+	k := TortureKernel{Runs: 20, Survived: 20, Cases: map[string]TortureCase{
+		"kernel/none": {Runs: 20, Survived: 20}, "kernel/strategies": {Runs: 20, Survived: 20},
+	}}
+	if k.coversModes(tortureModes, 20) {
+		t.Error("a kernel-mode tally passed for both modes")
+	}
+	k.Cases["userspace/none"] = TortureCase{Runs: 19, Survived: 19}
+	if k.coversModes(tortureModes, 20) {
+		t.Error("19 user-space runs passed for 20")
+	}
+	k.Cases["userspace/none"] = TortureCase{Runs: 20, Survived: 20}
+	if !k.coversModes(tortureModes, 20) {
+		t.Error("20 runs in each mode did not pass")
+	}
+}

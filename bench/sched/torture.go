@@ -33,6 +33,26 @@ type TortureCase struct {
 	Survived int `json:"survived"`
 }
 
+// tortureModes are the scheduler modes the torture goal asks for.
+var tortureModes = []string{"kernel", "userspace"}
+
+// coversModes reports whether every mode had a case (mode/…) run at least
+// runs times: a tally of kernel mode alone says nothing of user-space mode.
+func (k TortureKernel) coversModes(modes []string, runs int) bool {
+	for _, m := range modes {
+		found := false
+		for name, c := range k.Cases {
+			if strings.HasPrefix(name, m+"/") && c.Runs >= runs {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 var (
 	tortureKernelRE = regexp.MustCompile(`(?m)^torture-kernel: (\S+)`)
 	labExitRE       = regexp.MustCompile(`(?m)^lab-exit: (\d+)`)
