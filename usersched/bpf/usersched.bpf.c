@@ -485,6 +485,7 @@ static long apply_decision(struct bpf_dynptr *rec, void *data)
 s32 BPF_STRUCT_OPS(usr_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx;
+	u64 now;
 	s32 cpu;
 
 	/* Only critical tasks are placed here; for the rest, the CPU is user space's decision. */
@@ -493,12 +494,15 @@ s32 BPF_STRUCT_OPS(usr_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 	resolve_strategy(p, tctx);
 	if (tctx->class != SWL_CLASS_CRITICAL)
 		return prev_cpu;
-	tctx->run_class = effective_class(tctx, bpf_ktime_get_ns());
+	now = bpf_ktime_get_ns();
+	tctx->run_class = effective_class(tctx, now);
 	if (tctx->run_class != SWL_CLASS_CRITICAL)
 		return prev_cpu;
 	cpu = pick_idle_cpu(p, prev_cpu);
 	if (cpu < 0)
 		return prev_cpu;
+	if (!local_insert_ok(cpu, usr_queues, ARRAY_SIZE(usr_queues), now, queued_overdue_ns))
+		return cpu; /* ops.enqueue queues it; the wakeup wakes that idle CPU, which dispatches */
 	STAT_INC(critical);
 	STAT_INC(critical_direct);
 	swl_insert(p, SCX_DSQ_LOCAL, tctx->strat_slice ? tctx->strat_slice : slice_ns, 0);

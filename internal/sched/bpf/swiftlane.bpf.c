@@ -377,6 +377,8 @@ static bool critical_handoff(struct task_struct *p, struct task_ctx *tctx, u64 w
 		return false;
 
 	now = bpf_ktime_get_ns();
+	if (!local_insert_ok(cpu, swl_queues, ARRAY_SIZE(swl_queues), now, starvation_ns))
+		return false;
 	resolve_strategy(p, tctx);
 	if (tctx->class != SWL_CLASS_CRITICAL)
 		return false;
@@ -414,8 +416,8 @@ s32 BPF_STRUCT_OPS(swl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 			cpu = prev_cpu;
 	}
 
-	if (is_idle) {
-		now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_ns();
+	if (is_idle && local_insert_ok(cpu, swl_queues, ARRAY_SIZE(swl_queues), now, starvation_ns)) {
 		resolve_strategy(p, tctx);
 		tctx->run_class = effective_class(tctx, now);
 		tctx->deadline = task_deadline(p, tctx, tctx->run_class);
