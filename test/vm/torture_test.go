@@ -27,7 +27,7 @@ import (
 // SWL_TORTURE_SECONDS sets the stress time per case (default 20);
 // SWL_TORTURE_MODES picks the modes (default kernel; make bench-torture
 // runs kernel,userspace). User-space mode is out of the default run (make
-// test) while about one of its strategies runs in ten still fails: a task
+// test) while one of its strategies runs in 40 still fails: a task
 // sat 2 s on the local queue of the CPU being unplugged (README "Torture
 // suite").
 //
