@@ -77,9 +77,9 @@
 /*
  * Every queue a task can wait in, the scheduler's own threads' too: the
  * overdue walk and a CPU going offline go through each, in this order.
- * DSQ_CRITICAL comes last: every dispatch serves it first anyway, and a
- * walk moves at most RESCUE_BATCH tasks, which overdue critical tasks that
- * spin would otherwise take every time from the ones they starve.
+ * DSQ_CRITICAL comes last: every dispatch serves it first anyway, and the
+ * tasks a walk rescues run in the order it moves them, so those that
+ * critical tasks starve go first.
  */
 static const u64 usr_queues[] = {DSQ_USER, DSQ_FALLBACK, DSQ_KTHREAD, DSQ_SCHED, DSQ_LOOP, DSQ_CRITICAL};
 

@@ -416,8 +416,10 @@ s32 BPF_STRUCT_OPS(swl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 			cpu = prev_cpu;
 	}
 
-	now = bpf_ktime_get_ns();
-	if (is_idle && local_insert_ok(cpu, swl_queues, ARRAY_SIZE(swl_queues), now, starvation_ns)) {
+	if (is_idle) {
+		now = bpf_ktime_get_ns();
+		if (!local_insert_ok(cpu, swl_queues, ARRAY_SIZE(swl_queues), now, starvation_ns))
+			return cpu;
 		resolve_strategy(p, tctx);
 		tctx->run_class = effective_class(tctx, now);
 		tctx->deadline = task_deadline(p, tctx, tctx->run_class);

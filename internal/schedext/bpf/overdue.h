@@ -111,9 +111,9 @@ static void rescue_overdue(u64 dsq, s32 cpu, u64 now, u64 bound_ns, struct overd
 		if (mine) {
 			st->here++;
 			st->queue_here++;
-		}
-		else
+		} else {
 			swl_kick_cpu(pcpu, SCX_KICK_PREEMPT);
+		}
 	}
 }
 
