@@ -75,8 +75,6 @@ TORTURE_RUNS    ?= 20
 TORTURE_KERNELS ?= $(KERNELS)
 
 .PHONY: bench-torture
-# Both modes (the test's own default is kernel mode only, for make test).
-bench-torture: export SWL_TORTURE_MODES ?= kernel,userspace
 bench-torture: deps vm-bins ## TestTorture TORTURE_RUNS=20 times per kernel, a boot each -> bench/results/torture.json {kernel: {runs, survived}} (~80 min)
 	bash mk/bench-torture.sh --runs $(TORTURE_RUNS) --logs $(CACHE)/torture --out bench/results/torture.json \
 	  --vmtest $(VMTEST) --swiftlane $(BUILD)/swiftlane --tally $(BUILD)/bench-sched $(TORTURE_KERNELS)

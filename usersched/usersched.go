@@ -239,7 +239,8 @@ func (s *Scheduler) prepareProcess() error {
 }
 
 func (s *Scheduler) setup(queueBytes, decisionBytes int) error {
-	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit); err != nil {
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit,
+		s.objs.SwlOnCpuhpEnter, s.objs.SwlOnCpuhpExit); err != nil {
 		return err
 	}
 	queued, qm, err := userringbuf.MapConsumer(s.objs.Queued.FD(), queueBytes)
@@ -354,6 +355,7 @@ type Stats struct {
 	Kthread         uint64 // kernel threads, dispatched in BPF
 	SchedThread     uint64 // the scheduler's own threads dispatched
 	Heartbeats      uint64 // heartbeats that gave the scheduler's threads a turn
+	IdleKicks       uint64 // heartbeat kicks of CPUs not running one of ours with tasks on their local queue (only an idle one wakes)
 	EventsDropped   uint64 // process events lost (event ring full)
 	// Round trips: from a task queued to user space to its decision applied.
 	RoundTrips     uint64
@@ -419,6 +421,7 @@ func (s *Scheduler) Stats() (Stats, error) {
 		t.Kthread += c.Kthread
 		t.SchedThread += c.SchedThread
 		t.Heartbeats += c.Heartbeats
+		t.IdleKicks += c.IdleKicks
 		t.EventsDropped += c.EventsDropped
 		t.RoundTrips += c.RttCount
 		t.RoundTripSumNs += c.RttSumNs

@@ -43,6 +43,7 @@ type userschedUsrStats struct {
 	Kthread         uint64
 	SchedThread     uint64
 	Heartbeats      uint64
+	IdleKicks       uint64
 	PreemptKicks    uint64
 	CriticalDemoted uint64
 	EventsDropped   uint64
@@ -86,6 +87,8 @@ const (
 	userschedMapTaskCtxs           = "task_ctxs"
 	userschedMapTgidStrategy       = "tgid_strategy"
 	userschedMapUserschedOps       = "usersched_ops"
+	userschedProgSwlOnCpuhpEnter   = "swl_on_cpuhp_enter"
+	userschedProgSwlOnCpuhpExit    = "swl_on_cpuhp_exit"
 	userschedProgSwlOnExec         = "swl_on_exec"
 	userschedProgSwlOnExit         = "swl_on_exit"
 	userschedProgSwlOnFork         = "swl_on_fork"
@@ -163,22 +166,24 @@ type userschedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type userschedProgramSpecs struct {
-	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
-	UsrCpuOffline *ebpf.ProgramSpec `ebpf:"usr_cpu_offline"`
-	UsrCpuOnline  *ebpf.ProgramSpec `ebpf:"usr_cpu_online"`
-	UsrDequeue    *ebpf.ProgramSpec `ebpf:"usr_dequeue"`
-	UsrDispatch   *ebpf.ProgramSpec `ebpf:"usr_dispatch"`
-	UsrEnqueue    *ebpf.ProgramSpec `ebpf:"usr_enqueue"`
-	UsrExit       *ebpf.ProgramSpec `ebpf:"usr_exit"`
-	UsrInit       *ebpf.ProgramSpec `ebpf:"usr_init"`
-	UsrInitTask   *ebpf.ProgramSpec `ebpf:"usr_init_task"`
-	UsrRunnable   *ebpf.ProgramSpec `ebpf:"usr_runnable"`
-	UsrRunning    *ebpf.ProgramSpec `ebpf:"usr_running"`
-	UsrSelectCpu  *ebpf.ProgramSpec `ebpf:"usr_select_cpu"`
-	UsrStopping   *ebpf.ProgramSpec `ebpf:"usr_stopping"`
-	UsrUpdateIdle *ebpf.ProgramSpec `ebpf:"usr_update_idle"`
+	SwlOnCpuhpEnter *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit  *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_exit"`
+	SwlOnExec       *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit       *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork       *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
+	UsrCpuOffline   *ebpf.ProgramSpec `ebpf:"usr_cpu_offline"`
+	UsrCpuOnline    *ebpf.ProgramSpec `ebpf:"usr_cpu_online"`
+	UsrDequeue      *ebpf.ProgramSpec `ebpf:"usr_dequeue"`
+	UsrDispatch     *ebpf.ProgramSpec `ebpf:"usr_dispatch"`
+	UsrEnqueue      *ebpf.ProgramSpec `ebpf:"usr_enqueue"`
+	UsrExit         *ebpf.ProgramSpec `ebpf:"usr_exit"`
+	UsrInit         *ebpf.ProgramSpec `ebpf:"usr_init"`
+	UsrInitTask     *ebpf.ProgramSpec `ebpf:"usr_init_task"`
+	UsrRunnable     *ebpf.ProgramSpec `ebpf:"usr_runnable"`
+	UsrRunning      *ebpf.ProgramSpec `ebpf:"usr_running"`
+	UsrSelectCpu    *ebpf.ProgramSpec `ebpf:"usr_select_cpu"`
+	UsrStopping     *ebpf.ProgramSpec `ebpf:"usr_stopping"`
+	UsrUpdateIdle   *ebpf.ProgramSpec `ebpf:"usr_update_idle"`
 }
 
 // userschedMapSpecs contains maps before they are loaded into the kernel.
@@ -300,26 +305,30 @@ type userschedVariables struct {
 //
 // It can be passed to loadUserschedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type userschedPrograms struct {
-	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
-	UsrCpuOffline *ebpf.Program `ebpf:"usr_cpu_offline"`
-	UsrCpuOnline  *ebpf.Program `ebpf:"usr_cpu_online"`
-	UsrDequeue    *ebpf.Program `ebpf:"usr_dequeue"`
-	UsrDispatch   *ebpf.Program `ebpf:"usr_dispatch"`
-	UsrEnqueue    *ebpf.Program `ebpf:"usr_enqueue"`
-	UsrExit       *ebpf.Program `ebpf:"usr_exit"`
-	UsrInit       *ebpf.Program `ebpf:"usr_init"`
-	UsrInitTask   *ebpf.Program `ebpf:"usr_init_task"`
-	UsrRunnable   *ebpf.Program `ebpf:"usr_runnable"`
-	UsrRunning    *ebpf.Program `ebpf:"usr_running"`
-	UsrSelectCpu  *ebpf.Program `ebpf:"usr_select_cpu"`
-	UsrStopping   *ebpf.Program `ebpf:"usr_stopping"`
-	UsrUpdateIdle *ebpf.Program `ebpf:"usr_update_idle"`
+	SwlOnCpuhpEnter *ebpf.Program `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit  *ebpf.Program `ebpf:"swl_on_cpuhp_exit"`
+	SwlOnExec       *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit       *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork       *ebpf.Program `ebpf:"swl_on_fork"`
+	UsrCpuOffline   *ebpf.Program `ebpf:"usr_cpu_offline"`
+	UsrCpuOnline    *ebpf.Program `ebpf:"usr_cpu_online"`
+	UsrDequeue      *ebpf.Program `ebpf:"usr_dequeue"`
+	UsrDispatch     *ebpf.Program `ebpf:"usr_dispatch"`
+	UsrEnqueue      *ebpf.Program `ebpf:"usr_enqueue"`
+	UsrExit         *ebpf.Program `ebpf:"usr_exit"`
+	UsrInit         *ebpf.Program `ebpf:"usr_init"`
+	UsrInitTask     *ebpf.Program `ebpf:"usr_init_task"`
+	UsrRunnable     *ebpf.Program `ebpf:"usr_runnable"`
+	UsrRunning      *ebpf.Program `ebpf:"usr_running"`
+	UsrSelectCpu    *ebpf.Program `ebpf:"usr_select_cpu"`
+	UsrStopping     *ebpf.Program `ebpf:"usr_stopping"`
+	UsrUpdateIdle   *ebpf.Program `ebpf:"usr_update_idle"`
 }
 
 func (p *userschedPrograms) Close() error {
 	return _UserschedClose(
+		p.SwlOnCpuhpEnter,
+		p.SwlOnCpuhpExit,
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,

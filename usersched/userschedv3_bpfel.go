@@ -28,6 +28,8 @@ const (
 	userschedV3MapTaskCtxs           = "task_ctxs"
 	userschedV3MapTgidStrategy       = "tgid_strategy"
 	userschedV3MapUserschedOps       = "usersched_ops"
+	userschedV3ProgSwlOnCpuhpEnter   = "swl_on_cpuhp_enter"
+	userschedV3ProgSwlOnCpuhpExit    = "swl_on_cpuhp_exit"
 	userschedV3ProgSwlOnExec         = "swl_on_exec"
 	userschedV3ProgSwlOnExit         = "swl_on_exit"
 	userschedV3ProgSwlOnFork         = "swl_on_fork"
@@ -105,22 +107,24 @@ type userschedV3Specs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type userschedV3ProgramSpecs struct {
-	SwlOnExec     *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
-	UsrCpuOffline *ebpf.ProgramSpec `ebpf:"usr_cpu_offline"`
-	UsrCpuOnline  *ebpf.ProgramSpec `ebpf:"usr_cpu_online"`
-	UsrDequeue    *ebpf.ProgramSpec `ebpf:"usr_dequeue"`
-	UsrDispatch   *ebpf.ProgramSpec `ebpf:"usr_dispatch"`
-	UsrEnqueue    *ebpf.ProgramSpec `ebpf:"usr_enqueue"`
-	UsrExit       *ebpf.ProgramSpec `ebpf:"usr_exit"`
-	UsrInit       *ebpf.ProgramSpec `ebpf:"usr_init"`
-	UsrInitTask   *ebpf.ProgramSpec `ebpf:"usr_init_task"`
-	UsrRunnable   *ebpf.ProgramSpec `ebpf:"usr_runnable"`
-	UsrRunning    *ebpf.ProgramSpec `ebpf:"usr_running"`
-	UsrSelectCpu  *ebpf.ProgramSpec `ebpf:"usr_select_cpu"`
-	UsrStopping   *ebpf.ProgramSpec `ebpf:"usr_stopping"`
-	UsrUpdateIdle *ebpf.ProgramSpec `ebpf:"usr_update_idle"`
+	SwlOnCpuhpEnter *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit  *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_exit"`
+	SwlOnExec       *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
+	SwlOnExit       *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
+	SwlOnFork       *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
+	UsrCpuOffline   *ebpf.ProgramSpec `ebpf:"usr_cpu_offline"`
+	UsrCpuOnline    *ebpf.ProgramSpec `ebpf:"usr_cpu_online"`
+	UsrDequeue      *ebpf.ProgramSpec `ebpf:"usr_dequeue"`
+	UsrDispatch     *ebpf.ProgramSpec `ebpf:"usr_dispatch"`
+	UsrEnqueue      *ebpf.ProgramSpec `ebpf:"usr_enqueue"`
+	UsrExit         *ebpf.ProgramSpec `ebpf:"usr_exit"`
+	UsrInit         *ebpf.ProgramSpec `ebpf:"usr_init"`
+	UsrInitTask     *ebpf.ProgramSpec `ebpf:"usr_init_task"`
+	UsrRunnable     *ebpf.ProgramSpec `ebpf:"usr_runnable"`
+	UsrRunning      *ebpf.ProgramSpec `ebpf:"usr_running"`
+	UsrSelectCpu    *ebpf.ProgramSpec `ebpf:"usr_select_cpu"`
+	UsrStopping     *ebpf.ProgramSpec `ebpf:"usr_stopping"`
+	UsrUpdateIdle   *ebpf.ProgramSpec `ebpf:"usr_update_idle"`
 }
 
 // userschedV3MapSpecs contains maps before they are loaded into the kernel.
@@ -242,26 +246,30 @@ type userschedV3Variables struct {
 //
 // It can be passed to loadUserschedV3Objects or ebpf.CollectionSpec.LoadAndAssign.
 type userschedV3Programs struct {
-	SwlOnExec     *ebpf.Program `ebpf:"swl_on_exec"`
-	SwlOnExit     *ebpf.Program `ebpf:"swl_on_exit"`
-	SwlOnFork     *ebpf.Program `ebpf:"swl_on_fork"`
-	UsrCpuOffline *ebpf.Program `ebpf:"usr_cpu_offline"`
-	UsrCpuOnline  *ebpf.Program `ebpf:"usr_cpu_online"`
-	UsrDequeue    *ebpf.Program `ebpf:"usr_dequeue"`
-	UsrDispatch   *ebpf.Program `ebpf:"usr_dispatch"`
-	UsrEnqueue    *ebpf.Program `ebpf:"usr_enqueue"`
-	UsrExit       *ebpf.Program `ebpf:"usr_exit"`
-	UsrInit       *ebpf.Program `ebpf:"usr_init"`
-	UsrInitTask   *ebpf.Program `ebpf:"usr_init_task"`
-	UsrRunnable   *ebpf.Program `ebpf:"usr_runnable"`
-	UsrRunning    *ebpf.Program `ebpf:"usr_running"`
-	UsrSelectCpu  *ebpf.Program `ebpf:"usr_select_cpu"`
-	UsrStopping   *ebpf.Program `ebpf:"usr_stopping"`
-	UsrUpdateIdle *ebpf.Program `ebpf:"usr_update_idle"`
+	SwlOnCpuhpEnter *ebpf.Program `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit  *ebpf.Program `ebpf:"swl_on_cpuhp_exit"`
+	SwlOnExec       *ebpf.Program `ebpf:"swl_on_exec"`
+	SwlOnExit       *ebpf.Program `ebpf:"swl_on_exit"`
+	SwlOnFork       *ebpf.Program `ebpf:"swl_on_fork"`
+	UsrCpuOffline   *ebpf.Program `ebpf:"usr_cpu_offline"`
+	UsrCpuOnline    *ebpf.Program `ebpf:"usr_cpu_online"`
+	UsrDequeue      *ebpf.Program `ebpf:"usr_dequeue"`
+	UsrDispatch     *ebpf.Program `ebpf:"usr_dispatch"`
+	UsrEnqueue      *ebpf.Program `ebpf:"usr_enqueue"`
+	UsrExit         *ebpf.Program `ebpf:"usr_exit"`
+	UsrInit         *ebpf.Program `ebpf:"usr_init"`
+	UsrInitTask     *ebpf.Program `ebpf:"usr_init_task"`
+	UsrRunnable     *ebpf.Program `ebpf:"usr_runnable"`
+	UsrRunning      *ebpf.Program `ebpf:"usr_running"`
+	UsrSelectCpu    *ebpf.Program `ebpf:"usr_select_cpu"`
+	UsrStopping     *ebpf.Program `ebpf:"usr_stopping"`
+	UsrUpdateIdle   *ebpf.Program `ebpf:"usr_update_idle"`
 }
 
 func (p *userschedV3Programs) Close() error {
 	return _UserschedV3Close(
+		p.SwlOnCpuhpEnter,
+		p.SwlOnCpuhpExit,
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,

@@ -40,6 +40,7 @@ var (
 	descUserRTTMax    = prometheus.NewDesc("swiftlane_user_round_trip_max_seconds", "Longest round trip through user space so far.", nil, nil)
 	descUserLoop      = prometheus.NewDesc("swiftlane_user_loop_iterations_total", "Passes of the Go dispatch loop.", nil, nil)
 	descUserBeats     = prometheus.NewDesc("swiftlane_user_heartbeats_total", "Heartbeats that gave the scheduler's own threads a turn.", nil, nil)
+	descUserIdleKicks = prometheus.NewDesc("swiftlane_user_idle_kicks_total", "Heartbeat kicks of CPUs that run none of our tasks while tasks wait on their local queue (only an idle CPU wakes).", nil, nil)
 )
 
 // kernelPaths and userPaths are the dispatches by path (descDispatch's
@@ -146,6 +147,7 @@ func exportUser(ch chan<- prometheus.Metric, st usersched.Stats) {
 	gauge(ch, descWaitMax, float64(st.WaitMaxNs)/1e9)
 	counter(ch, descUserLoop, st.Loop.Iterations)
 	counter(ch, descUserBeats, st.Heartbeats)
+	counter(ch, descUserIdleKicks, st.IdleKicks)
 	counter(ch, descPreempt, st.PreemptKicks)
 	counter(ch, descDemoted, st.CriticalDemoted)
 	counter(ch, descDropped, st.EventsDropped)

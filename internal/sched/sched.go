@@ -83,7 +83,8 @@ func Load(opts Options) (*Scheduler, error) {
 		s.Close()
 		return nil, err
 	}
-	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit); err != nil {
+	if err := s.links.OpenEvents(s.objs.Events, s.objs.SwlOnExec, s.objs.SwlOnFork, s.objs.SwlOnExit,
+		s.objs.SwlOnCpuhpEnter, s.objs.SwlOnCpuhpExit); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -58,6 +58,8 @@ const (
 	swiftlaneProgSwlExit            = "swl_exit"
 	swiftlaneProgSwlInit            = "swl_init"
 	swiftlaneProgSwlInitTask        = "swl_init_task"
+	swiftlaneProgSwlOnCpuhpEnter    = "swl_on_cpuhp_enter"
+	swiftlaneProgSwlOnCpuhpExit     = "swl_on_cpuhp_exit"
 	swiftlaneProgSwlOnExec          = "swl_on_exec"
 	swiftlaneProgSwlOnExit          = "swl_on_exit"
 	swiftlaneProgSwlOnFork          = "swl_on_fork"
@@ -136,6 +138,8 @@ type swiftlaneProgramSpecs struct {
 	SwlExit            *ebpf.ProgramSpec `ebpf:"swl_exit"`
 	SwlInit            *ebpf.ProgramSpec `ebpf:"swl_init"`
 	SwlInitTask        *ebpf.ProgramSpec `ebpf:"swl_init_task"`
+	SwlOnCpuhpEnter    *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit     *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_exit"`
 	SwlOnExec          *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
 	SwlOnExit          *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
 	SwlOnFork          *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
@@ -266,6 +270,8 @@ type swiftlanePrograms struct {
 	SwlExit            *ebpf.Program `ebpf:"swl_exit"`
 	SwlInit            *ebpf.Program `ebpf:"swl_init"`
 	SwlInitTask        *ebpf.Program `ebpf:"swl_init_task"`
+	SwlOnCpuhpEnter    *ebpf.Program `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit     *ebpf.Program `ebpf:"swl_on_cpuhp_exit"`
 	SwlOnExec          *ebpf.Program `ebpf:"swl_on_exec"`
 	SwlOnExit          *ebpf.Program `ebpf:"swl_on_exit"`
 	SwlOnFork          *ebpf.Program `ebpf:"swl_on_fork"`
@@ -289,6 +295,8 @@ func (p *swiftlanePrograms) Close() error {
 		p.SwlExit,
 		p.SwlInit,
 		p.SwlInitTask,
+		p.SwlOnCpuhpEnter,
+		p.SwlOnCpuhpExit,
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,

@@ -36,6 +36,8 @@ const (
 	swiftlaneV2ProgSwlExit            = "swl_exit"
 	swiftlaneV2ProgSwlInit            = "swl_init"
 	swiftlaneV2ProgSwlInitTask        = "swl_init_task"
+	swiftlaneV2ProgSwlOnCpuhpEnter    = "swl_on_cpuhp_enter"
+	swiftlaneV2ProgSwlOnCpuhpExit     = "swl_on_cpuhp_exit"
 	swiftlaneV2ProgSwlOnExec          = "swl_on_exec"
 	swiftlaneV2ProgSwlOnExit          = "swl_on_exit"
 	swiftlaneV2ProgSwlOnFork          = "swl_on_fork"
@@ -114,6 +116,8 @@ type swiftlaneV2ProgramSpecs struct {
 	SwlExit            *ebpf.ProgramSpec `ebpf:"swl_exit"`
 	SwlInit            *ebpf.ProgramSpec `ebpf:"swl_init"`
 	SwlInitTask        *ebpf.ProgramSpec `ebpf:"swl_init_task"`
+	SwlOnCpuhpEnter    *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit     *ebpf.ProgramSpec `ebpf:"swl_on_cpuhp_exit"`
 	SwlOnExec          *ebpf.ProgramSpec `ebpf:"swl_on_exec"`
 	SwlOnExit          *ebpf.ProgramSpec `ebpf:"swl_on_exit"`
 	SwlOnFork          *ebpf.ProgramSpec `ebpf:"swl_on_fork"`
@@ -244,6 +248,8 @@ type swiftlaneV2Programs struct {
 	SwlExit            *ebpf.Program `ebpf:"swl_exit"`
 	SwlInit            *ebpf.Program `ebpf:"swl_init"`
 	SwlInitTask        *ebpf.Program `ebpf:"swl_init_task"`
+	SwlOnCpuhpEnter    *ebpf.Program `ebpf:"swl_on_cpuhp_enter"`
+	SwlOnCpuhpExit     *ebpf.Program `ebpf:"swl_on_cpuhp_exit"`
 	SwlOnExec          *ebpf.Program `ebpf:"swl_on_exec"`
 	SwlOnExit          *ebpf.Program `ebpf:"swl_on_exit"`
 	SwlOnFork          *ebpf.Program `ebpf:"swl_on_fork"`
@@ -267,6 +273,8 @@ func (p *swiftlaneV2Programs) Close() error {
 		p.SwlExit,
 		p.SwlInit,
 		p.SwlInitTask,
+		p.SwlOnCpuhpEnter,
+		p.SwlOnCpuhpExit,
 		p.SwlOnExec,
 		p.SwlOnExit,
 		p.SwlOnFork,

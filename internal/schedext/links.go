@@ -28,8 +28,9 @@ type Links struct {
 	ops    link.Link
 }
 
-// OpenEvents attaches a scheduler's exec, fork and exit tracing programs
-// and opens the ring they write struct swl_event records to. On error, Close
+// OpenEvents attaches a scheduler's tracing programs (process exec, fork
+// and exit; CPU hotplug steps, for the critical pool) and opens the ring
+// they write struct swl_event records to. On error, Close
 // releases what it did attach.
 func (l *Links) OpenEvents(ring *ebpf.Map, progs ...*ebpf.Program) error {
 	for _, p := range progs {

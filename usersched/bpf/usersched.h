@@ -65,6 +65,7 @@ struct usr_stats {
 	__u64 kthread;         /* kernel threads, dispatched here */
 	__u64 sched_thread;    /* the user-space scheduler's own threads dispatched */
 	__u64 heartbeats;      /* timer ticks that gave the scheduler's threads a turn */
+	__u64 idle_kicks;      /* heartbeat kicks of CPUs not running ours, tasks on their local queue */
 	__u64 preempt_kicks;   /* CPUs preempted for a critical task */
 	__u64 critical_demoted;/* critical tasks over their CPU budget, sent to user space */
 	__u64 events_dropped;  /* process events lost, event ring full */

@@ -705,11 +705,11 @@ void BPF_STRUCT_OPS(swl_cgroup_set_weight, struct cgroup *cgrp, u32 weight)
  * Nothing to move: our queues are shared, the kernel re-homes tasks queued
  * on an offline CPU's local queue, and a task pinned to a CPU on its way
  * offline reaches it through the global queue once overdue (overdue.h).
- * Online CPUs size the critical pool (critical.h).
+ * Online, active CPUs size the critical pool (critical.h).
  */
 void BPF_STRUCT_OPS(swl_cpu_online, s32 cpu)
 {
-	crit_cpu_online(true);
+	crit_cpu_member(cpu, true);
 	STAT_INC(cpu_hotplug);
 }
 

@@ -14,8 +14,16 @@
  * and starved everything else. Tasks that run briefly and sleep, the shape
  * of a packet loop, never run out of either.
  *
- * The includer (after common.h) calls crit_init() from ops.init and
- * crit_cpu_online() from the hotplug ops.
+ * A CPU on its way offline leaves the pool when it stops being active (the
+ * CPUHP_AP_ACTIVE teardown, sched_cpu_deactivate), not at ops.cpu_offline:
+ * in between, a synchronize_rcu() long, the kernel runs nothing there. With
+ * the pool still sized for it, critical tasks took every CPU left, RCU's
+ * kthread starved, the unplug waited on RCU, and the kernel ejected the
+ * scheduler for an RCU stall.
+ *
+ * The includer (after common.h, having defined nr_cpus) calls crit_init()
+ * from ops.init and crit_cpu_member() from the hotplug ops, and attaches
+ * swl_on_cpuhp_enter and swl_on_cpuhp_exit.
  */
 #ifndef SWIFTLANE_CRITICAL_H
 #define SWIFTLANE_CRITICAL_H
@@ -26,23 +34,66 @@ const volatile u32 critical_share_pct = 50;                /* budget refill rate
 
 static s64 crit_pool;       /* critical CPU time all critical tasks may still use, ns */
 static u64 crit_pool_at;    /* last pool refill */
-static s32 crit_online = 1; /* online CPUs */
+static s32 crit_online = 1; /* CPUs in the pool: online and active */
+
+/* CPUs past this count in the pool from ops.init on, whatever hotplug does. */
+#define CRIT_MAX_CPUS 8192 /* a power of two: crit_cpu_member() masks with it */
+static u8 crit_member[CRIT_MAX_CPUS]; /* 1 while the CPU counts in crit_online */
 
 /* From ops.init (sleepable). */
 static void crit_init(u64 now)
 {
 	const struct cpumask *online = scx_bpf_get_online_cpumask();
+	u32 cpu;
 
 	crit_online = bpf_cpumask_weight(online);
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= CRIT_MAX_CPUS)
+			break;
+		crit_member[cpu & (CRIT_MAX_CPUS - 1)] = bpf_cpumask_test_cpu(cpu, online);
+	}
 	scx_bpf_put_cpumask(online);
 	crit_pool = critical_burst_ns * crit_online;
 	crit_pool_at = now;
 }
 
-/* From ops.cpu_online (up) and ops.cpu_offline. */
-static void crit_cpu_online(bool up)
+/*
+ * cpu joins the pool (in) or leaves it; a no-op if it is already so, as
+ * both its deactivation and ops.cpu_offline take it out. The kernel runs
+ * one CPU's hotplug steps one at a time, so the flag needs no atomics.
+ */
+static void crit_cpu_member(s32 cpu, bool in)
 {
-	__sync_fetch_and_add(&crit_online, up ? 1 : -1);
+	u32 i = cpu; /* a negative cpu wraps past the cap */
+
+	if (i >= CRIT_MAX_CPUS)
+		return;
+	/* For the verifier: the compiler may index with a copy of what it checked. */
+	i &= CRIT_MAX_CPUS - 1;
+	if (crit_member[i] == in)
+		return;
+	crit_member[i] = in;
+	__sync_fetch_and_add(&crit_online, in ? 1 : -1);
+}
+
+/* The hotplug step that makes a CPU active, or inactive on the way down. */
+#define CPUHP_ACTIVE bpf_core_enum_value(enum cpuhp_state, CPUHP_AP_ACTIVE)
+
+SEC("tp_btf/cpuhp_enter")
+int BPF_PROG(swl_on_cpuhp_enter, unsigned int cpu, int target, int step)
+{
+	if (step == CPUHP_ACTIVE && target < step)
+		crit_cpu_member(cpu, false);
+	return 0;
+}
+
+SEC("tp_btf/cpuhp_exit")
+int BPF_PROG(swl_on_cpuhp_exit, unsigned int cpu, int state, int step, int ret)
+{
+	/* Only the deactivation can fail, and the CPU is active again then. */
+	if (step == CPUHP_ACTIVE && ret)
+		crit_cpu_member(cpu, true);
+	return 0;
 }
 
 static bool crit_pool_left(u64 now)

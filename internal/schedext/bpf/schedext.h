@@ -340,7 +340,7 @@ static __always_inline void cpu_going_offline(s32 cpu, const u64 *dsqs, int nr)
 		for (i = 0; i < nr; i++)
 			evacuate_cpu(dsqs[i], cpu, &cs->overdue);
 	}
-	crit_cpu_online(false);
+	crit_cpu_member(cpu, false);
 }
 
 #endif /* SWIFTLANE_SCHEDEXT_H */
