@@ -113,6 +113,7 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	t.Cleanup(func() {
 		stress.Process.Kill()
 		for _, dir := range []string{a, b} {
+			evictStrangers(dir)
 			os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 		}
 	})
@@ -257,6 +258,14 @@ func tortureCgroups(t *testing.T) (a, b string) {
 // moveTasks moves every task of cgroup from into cgroup to and returns how
 // many moved (tasks exit meanwhile: the fork stressor's children live
 // microseconds).
+//
+// A move writes a PID read a moment before, and the fork stressor recycles
+// PIDs fast: if that process has exited and its PID now names a thread of
+// another process, the write moves that whole process. One torture run lost
+// the test binary so: moved into a torture cgroup, it was killed with it at
+// cleanup. So a move skips what is not stress-ng just before it writes, a
+// PID that went to a kernel thread meanwhile (EINVAL) is skipped like one
+// that is gone (ESRCH), and evictStrangers runs before a cgroup is killed.
 func moveTasks(t *testing.T, p *schedProc, mark int, from, to string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
@@ -265,18 +274,39 @@ func moveTasks(t *testing.T, p *schedProc, mark int, from, to string) int {
 	}
 	n := 0
 	for _, pid := range strings.Fields(string(b)) {
+		if !isStressNG(pid) {
+			continue
+		}
 		err := stuckGuard(p, mark, "cgroup move", func() error {
 			return os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(pid), 0)
 		})
 		switch {
 		case err == nil:
 			n++
-		case errors.Is(err, syscall.ESRCH):
+		case errors.Is(err, syscall.ESRCH), errors.Is(err, syscall.EINVAL):
 		default:
 			t.Fatalf("move %s to %s: %v", pid, to, err)
 		}
 	}
 	return n
+}
+
+// isStressNG says whether pid is a stress-ng process (its stressors are
+// named stress-ng-cpu, stress-ng-fork, ...); false once it is gone.
+func isStressNG(pid string) bool {
+	comm, err := os.ReadFile("/proc/" + pid + "/comm")
+	return err == nil && strings.HasPrefix(string(comm), "stress-ng")
+}
+
+// evictStrangers moves every process of cgroup dir that is not stress-ng to
+// the root cgroup, before the cgroup is killed (see moveTasks).
+func evictStrangers(dir string) {
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, pid := range strings.Fields(string(b)) {
+		if !isStressNG(pid) {
+			os.WriteFile(filepath.Join(cgroupFS, "cgroup.procs"), []byte(pid), 0)
+		}
+	}
 }
 
 // stuckAfter is how long a cgroup move or a hotplug write may block: far

@@ -777,14 +777,18 @@ void BPF_STRUCT_OPS(usr_cpu_offline, s32 cpu)
 }
 
 /*
- * A CPU idles with tasks on its local queue only if nothing told it they
- * came: under the torture suite a task waited 2.2 s on the local queue of a
- * CPU being unplugged (past ops.cpu_offline, where the kernel queues there
- * without asking us), with that CPU idle and no reschedule sent. Wake such
- * CPUs. Not running one of ours (busy) is not idle: it may run a task of
- * another class (stress-ng's schedpolicy stressor makes real-time ones);
- * SCX_KICK_IDLE does nothing to a CPU that is not idle, so the count
- * (idle_kicks) is of kicks, not of CPUs woken.
+ * On 6.18 a CPU can idle with a task on its local queue and nothing to wake
+ * it. Once sched_ext has taken a CPU offline (an unplug, from
+ * sched_cpu_deactivate on) the kernel queues tasks there without asking
+ * us, and with SCX_OPS_ENQ_LAST the last runnable one, out of slice, goes
+ * back on that local queue while the CPU switches to idle, when a
+ * reschedule would only mark the task leaving (our reading of 6.18's
+ * put_prev_task_scx(); 7.3 marks the idle task instead). The unplug then
+ * waits for that task: 2.2 s in one torture run in 40. So every heartbeat
+ * kicks such CPUs. Not running one of ours (!busy) is not idle: the CPU
+ * may run a task of another class (stress-ng's schedpolicy stressor makes
+ * real-time ones), and SCX_KICK_IDLE does nothing to a CPU that is not
+ * idle, so idle_kicks counts kicks, not CPUs woken.
  */
 static void kick_idle_with_local_tasks(void)
 {
