@@ -108,6 +108,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 					Client: client, Node: node, Labels: lbl, Version: version,
 					Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
 					Log: log, Applier: rt.Applier, Mode: rt.Mode, Reason: rt.Reason, Stats: rt.Stats, SchedulerState: rt.SchedulerState,
+					Carriers: rt.Carriers,
 				}) // applies the state file's strategies before attach
 				if err != nil {
 					return nil, err
@@ -164,7 +165,7 @@ func runKubeAgent(ctx context.Context, cfg config.Config, node, kubeconfig, sysN
 		a, err := kubeagent.New(kubeagent.Options{
 			Config: rc, Node: node, SystemNamespace: sysNamespace, Applier: rt.Applier, Cgroups: kubeagent.Resolver{Resolver: res},
 			Mode: rt.Mode, Reason: rt.Reason, Version: version, Kernel: kernelRelease(),
-			Interval: time.Duration(cfg.API.Interval) * time.Second, SchedulerState: rt.SchedulerState, Log: log,
+			Interval: time.Duration(cfg.API.Interval) * time.Second, SchedulerState: rt.SchedulerState, Carriers: rt.Carriers, Log: log,
 		})
 		if err != nil {
 			return nil, err

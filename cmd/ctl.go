@@ -59,7 +59,7 @@ func newCtlCmd() *cobra.Command {
 	var output string
 	ctl := &cobra.Command{
 		Use:   "ctl",
-		Short: "Control-plane CLI: get/apply/delete strategies, get nodes and workloads, log in",
+		Short: "Control-plane CLI: get/apply/delete strategies, get nodes, workloads and GTP-U carriers, log in",
 	}
 	ctl.PersistentFlags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
 	persist := func(c *cobra.Command) *cobra.Command {
@@ -68,10 +68,10 @@ func newCtlCmd() *cobra.Command {
 	}
 
 	get := &cobra.Command{
-		Use:       "get strategies|nodes|workloads NODE",
-		Short:     "List strategies, nodes, or a node's resolved workloads",
+		Use:       "get strategies|nodes|workloads NODE|carriers NODE",
+		Short:     "List strategies, nodes, a node's resolved workloads, or the processes automatic mode prioritises on it",
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"strategies", "nodes", "workloads"},
+		ValidArgs: []string{"strategies", "nodes", "workloads", "carriers"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
@@ -83,7 +83,7 @@ func newCtlCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return show(output, l, func(w io.Writer) {
+				return show(cmd.OutOrStdout(), output, l, func(w io.Writer) {
 					fmt.Fprintln(w, "NAME\tCLASS\tSLICE\tMATCH\tNODES\tREVISION")
 					for _, s := range l.Strategies {
 						slice := "-"
@@ -101,7 +101,7 @@ func newCtlCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return show(output, l, func(w io.Writer) {
+				return show(cmd.OutOrStdout(), output, l, func(w io.Writer) {
 					fmt.Fprintln(w, "NAME\tHEALTHY\tMODE\tSCHEDULER\tKERNEL\tVERSION\tAPPLIED\tWORKLOADS\tLAST HEARTBEAT")
 					for _, n := range l.Nodes {
 						fmt.Fprintf(w, "%s\t%v\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.Name, n.Healthy, n.Mode, n.SchedulerState, n.Kernel, n.Version,
@@ -116,14 +116,29 @@ func newCtlCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return show(output, l, func(w io.Writer) {
+				return show(cmd.OutOrStdout(), output, l, func(w io.Writer) {
 					fmt.Fprintln(w, "PID\tSTRATEGY\tCLASS\tINHERITED\tCOMMAND")
 					for _, x := range l.Workloads {
 						fmt.Fprintf(w, "%d\t%s\t%s\t%v\t%s\n", x.PID, x.Strategy, x.Class, x.Inherited, x.Cmdline)
 					}
 				})
+			case "carriers", "ca":
+				if len(args) != 2 {
+					return fmt.Errorf("get carriers needs a node name: swiftlane ctl get carriers NODE")
+				}
+				l, err := c.Carriers(cmd.Context(), args[1])
+				if err != nil {
+					return err
+				}
+				return show(cmd.OutOrStdout(), output, l, func(w io.Writer) {
+					fmt.Fprintln(w, "PID\tCOMMAND\tCLASS\tPACKETS\tPACKETS/S\tLAST PACKET\tSINCE\tFUNCTION")
+					for _, x := range l.Carriers {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\n", x.PID, x.Command, x.Class, x.Packets, x.PacketsPerSecond,
+							ago(l.LastHeartbeat, x.LastPacket), x.Since.Local().Format(time.DateTime), x.Function)
+					}
+				})
 			}
-			return fmt.Errorf("unknown resource %q: use strategies, nodes or workloads", args[0])
+			return fmt.Errorf("unknown resource %q: use strategies, nodes, workloads or carriers", args[0])
 		},
 	}
 	var file string
@@ -206,6 +221,14 @@ func newCtlCmd() *cobra.Command {
 	return ctl
 }
 
+// ago says how long before the report at a time was ("1.2s ago").
+func ago(report, at time.Time) string {
+	if at.IsZero() {
+		return "-"
+	}
+	return max(report.Sub(at), 0).Round(100*time.Millisecond).String() + " ago"
+}
+
 func matchers(s apitypes.Strategy) string {
 	var m []string
 	if s.CommandRegex != "" {
@@ -237,10 +260,10 @@ func selector(m map[string]string) string {
 	return strings.Join(out, ",")
 }
 
-func show(format string, v any, table func(io.Writer)) error {
+func show(out io.Writer, format string, v any, table func(io.Writer)) error {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	case "yaml":
@@ -248,9 +271,9 @@ func show(format string, v any, table func(io.Writer)) error {
 		b, _ := json.Marshal(v)
 		var generic any
 		_ = json.Unmarshal(b, &generic)
-		return yaml.NewEncoder(os.Stdout).Encode(generic)
+		return yaml.NewEncoder(out).Encode(generic)
 	case "table", "":
-		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+		w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 		table(w)
 		return w.Flush()
 	}

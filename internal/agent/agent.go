@@ -54,6 +54,8 @@ type Options struct {
 	Stats func() (*apitypes.Counters, error)
 	// SchedulerState reports sched_ext's state (nil: "unknown").
 	SchedulerState func() string
+	// Carriers lists what automatic mode prioritises (nil: automatic mode off).
+	Carriers func() []apitypes.Carrier
 	// StateFile keeps the last strategies so an agent restarted while the
 	// server is down still applies them ("" : memory only).
 	StateFile string
@@ -344,6 +346,9 @@ func (a *Agent) heartbeat(ctx context.Context) {
 			w.PodUID, w.ContainerID = pp.UID, pp.ContainerID
 		}
 		hb.Workloads = append(hb.Workloads, w)
+	}
+	if a.o.Carriers != nil {
+		hb.Carriers = a.o.Carriers()
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

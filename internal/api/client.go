@@ -269,6 +269,11 @@ func (c *Client) Workloads(ctx context.Context, name string) (apitypes.WorkloadL
 	return l, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name)+"/workloads", nil, &l)
 }
 
+func (c *Client) Carriers(ctx context.Context, name string) (apitypes.CarrierList, error) {
+	var l apitypes.CarrierList
+	return l, c.Do(ctx, "GET", "/api/v1/nodes/"+esc(name)+"/carriers", nil, &l)
+}
+
 // Watch streams strategy events after revision since (0: start with a sync
 // event) to fn until ctx ends, the stream breaks, or fn fails. It returns
 // the error that ended it; the caller reconnects from the last revision fn

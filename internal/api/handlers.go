@@ -405,3 +405,13 @@ func (s *Server) workloads(w http.ResponseWriter, r *http.Request, _ *auth.Claim
 	writeJSON(w, http.StatusOK, apitypes.WorkloadList{Node: name, AppliedRevision: n.AppliedRevision, Workloads: nonNil(n.Workloads)})
 	return nil
 }
+
+func (s *Server) carriers(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+	name := r.PathValue("name")
+	n, err := s.o.Store.GetNode(r.Context(), name)
+	if err != nil {
+		return storeError("node "+name, err)
+	}
+	writeJSON(w, http.StatusOK, apitypes.CarrierList{Node: name, LastHeartbeat: n.LastHeartbeat, Carriers: nonNil(n.Carriers)})
+	return nil
+}

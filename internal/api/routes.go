@@ -84,10 +84,12 @@ func routes() []route {
 			roles: nodeWriter, nodeScoped: true, in: apitypes.Registration{}, out: apitypes.Node{}, handle: (*Server).registerNode},
 		{method: "DELETE", path: "/api/v1/nodes/{name}", op: "deleteNode", summary: "Forget a node",
 			roles: adminOnly, out: apitypes.Deleted{}, handle: (*Server).deleteNode},
-		{method: "POST", path: "/api/v1/nodes/{name}/heartbeat", op: "heartbeat", summary: "An agent's status: scheduler state, counters, resolved workloads",
+		{method: "POST", path: "/api/v1/nodes/{name}/heartbeat", op: "heartbeat", summary: "An agent's status: scheduler state, counters, resolved workloads, GTP-U carriers",
 			roles: nodeWriter, nodeScoped: true, in: apitypes.Heartbeat{}, out: apitypes.HeartbeatReply{}, handle: (*Server).heartbeat},
 		{method: "GET", path: "/api/v1/nodes/{name}/workloads", op: "listWorkloads", summary: "Processes the strategies resolved to on a node",
 			roles: anyRole, nodeScoped: true, out: apitypes.WorkloadList{}, handle: (*Server).workloads},
+		{method: "GET", path: "/api/v1/nodes/{name}/carriers", op: "listCarriers", summary: "Processes automatic mode prioritises on a node (GTP-U carriers), as of its last heartbeat",
+			roles: anyRole, nodeScoped: true, out: apitypes.CarrierList{}, handle: (*Server).carriers},
 
 		// Generation 1 (the reference API), kept for existing clients.
 		{method: "GET", path: "/api/v1/scheduling/strategies", op: "gen1ListStrategies", summary: "Generation 1: list strategies as {strategies: [...]} with priority: bool",

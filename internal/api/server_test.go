@@ -288,7 +288,9 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{AppliedRevision: 5, Workloads: []apitypes.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}}}); err != nil {
+	seen := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{AppliedRevision: 5, Workloads: []apitypes.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}},
+		Carriers: []apitypes.Carrier{{PID: 77, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: seen, LastPacket: seen.Add(time.Minute), Packets: 9000, PacketsPerSecond: 150}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.ListStrategies(bg())
@@ -308,6 +310,14 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 	wl, err := ts2.client(agentTok.Token).Workloads(bg(), "n1")
 	if err != nil || len(wl.Workloads) != 1 || wl.AppliedRevision != 5 {
 		t.Fatalf("workloads after restart: %+v %v", wl, err)
+	}
+	cl, err := ts2.client(agentTok.Token).Carriers(bg(), "n1")
+	if err != nil || len(cl.Carriers) != 1 || cl.Node != "n1" {
+		t.Fatalf("carriers after restart: %+v %v", cl, err)
+	}
+	if got := cl.Carriers[0]; got.PID != 77 || got.Command != "nr-gnb" || got.Packets != 9000 || got.PacketsPerSecond != 150 ||
+		!got.Since.Equal(seen) || !got.LastPacket.Equal(seen.Add(time.Minute)) {
+		t.Fatalf("carrier after restart: %+v", got)
 	}
 	if _, err := ts2.client("").Login(bg(), "admin", ts.bootstrap); err != nil {
 		t.Fatalf("credential after restart: %v", err)

@@ -161,6 +161,14 @@ type WorkloadList struct {
 	Workloads       []Workload `json:"workloads"`
 }
 
+// CarrierList is what automatic mode prioritises on one node, as of its
+// last heartbeat.
+type CarrierList struct {
+	Node          string    `json:"node"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	Carriers      []Carrier `json:"carriers"`
+}
+
 // Gen1Strategies is the generation-1 body of POST /api/v1/scheduling/strategies.
 type Gen1Strategies struct {
 	Strategies []Gen1Strategy `json:"strategies"`

@@ -41,6 +41,36 @@ type Heartbeat struct {
 	AppliedRevision uint64     `json:"applied_revision"`
 	Counters        *Counters  `json:"counters,omitempty"`
 	Workloads       []Workload `json:"workloads"`
+	// Carriers are the processes automatic mode prioritises (absent when
+	// automatic mode is off).
+	Carriers []Carrier `json:"carriers,omitempty"`
+}
+
+// Carrier is a process automatic mode prioritises because it was seen
+// carrying GTP-U packets in its own context (docs/gtp.md).
+type Carrier struct {
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+	Class   string `json:"class"`
+	// Function is the traced kernel function it was first seen in.
+	Function string `json:"function"`
+	// Since is when it was prioritised; LastPacket its last packet, to
+	// within the tracer's emit interval (automatic.idle_timeout_ms / 4,
+	// at most 1 s).
+	Since      time.Time `json:"since"`
+	LastPacket time.Time `json:"last_packet"`
+	// Packets it carried since the tracer loaded, and their rate over the
+	// agent's last heartbeat period.
+	Packets          uint64  `json:"packets"`
+	PacketsPerSecond float64 `json:"packets_per_second"`
+}
+
+// JSONRules: a carrier is a real process.
+func (Carrier) JSONRules() schema.Rules {
+	return schema.Rules{
+		"pid":                {Required: true, Min: schema.Int64(1), Doc: "process id"},
+		"packets_per_second": {Doc: "average since the agent's previous reading"},
+	}
 }
 
 // Workload is one process a strategy applies to on a node.

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -23,6 +24,36 @@ import (
 // by people (kubectl get -o yaml), not an inventory, and etcd refuses values
 // over 1.5 MiB.
 const MaxWorkloads = 256
+
+// MaxCarriers caps the GTP-U carriers a SchedulingNode lists (a node runs a
+// handful: its gNBs and UPFs).
+const MaxCarriers = 64
+
+// Carriers converts and caps automatic mode's carriers for a SchedulingNode.
+func Carriers(cs []apitypes.Carrier) []v1alpha1.Carrier {
+	out := make([]v1alpha1.Carrier, 0, min(len(cs), MaxCarriers))
+	for _, c := range cs[:min(len(cs), MaxCarriers)] {
+		out = append(out, v1alpha1.Carrier{
+			PID: int32(min(c.PID, math.MaxInt32)), Command: Truncate(c.Command, 64), Class: c.Class, Function: Truncate(c.Function, 128),
+			Since: metav1.NewTime(c.Since), LastPacket: metav1.NewTime(c.LastPacket),
+			Packets: int64(min(c.Packets, math.MaxInt64)), PacketsPerSecond: int64(math.Round(c.PacketsPerSecond)),
+		})
+	}
+	return out
+}
+
+// APICarriers is the reverse of Carriers (times to the second, rates rounded).
+func APICarriers(cs []v1alpha1.Carrier) []apitypes.Carrier {
+	var out []apitypes.Carrier
+	for _, c := range cs {
+		out = append(out, apitypes.Carrier{
+			PID: int(c.PID), Command: c.Command, Class: c.Class, Function: c.Function,
+			Since: c.Since.UTC(), LastPacket: c.LastPacket.UTC(),
+			Packets: uint64(max(c.Packets, 0)), PacketsPerSecond: float64(c.PacketsPerSecond),
+		})
+	}
+	return out
+}
 
 // Strategy is the scheduler-core part of spec: class (the CRD's default
 // when empty, for objects written before the default existed), matchers

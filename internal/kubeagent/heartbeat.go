@@ -122,10 +122,15 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 		Param("fieldManager", a.fieldManager()).Param("force", "true").Body(body).Do(ctx).Error(); err != nil {
 		return fmt.Errorf("apply SchedulingNode %s: %w", a.o.Node, err)
 	}
+	var carriers []v1alpha1.Carrier
+	if a.o.Carriers != nil {
+		carriers = crdconv.Carriers(a.o.Carriers())
+	}
 	obj["status"] = v1alpha1.SchedulingNodeStatus{
 		Version: a.o.Version, Kernel: a.o.Kernel, Mode: a.o.Mode, Reason: a.o.Reason, Labels: nodeLabels,
 		HeartbeatSeconds: int32(max(a.o.Interval.Round(time.Second), time.Second) / time.Second),
 		SchedulerState:   state, RegisteredAt: a.started, LastHeartbeat: metav1.Now(), Workloads: wl,
+		Carriers: carriers,
 	}
 	body, _ = json.Marshal(obj)
 	if err := a.crd.Patch(types.ApplyPatchType).Resource(v1alpha1.NodesResource.Resource).Name(a.o.Node).

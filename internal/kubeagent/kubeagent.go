@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -79,7 +80,9 @@ type Options struct {
 	Interval time.Duration
 	// SchedulerState reports sched_ext's state (nil: "unknown").
 	SchedulerState func() string
-	Log            *slog.Logger
+	// Carriers lists what automatic mode prioritises (nil: automatic mode off).
+	Carriers func() []apitypes.Carrier
+	Log      *slog.Logger
 	// OnSynced runs after each resync applied to the scheduler (tests, benchmarks).
 	OnSynced func(SyncTimes)
 	// ProcRoot is where a process's cgroup file tells its container (default /proc).

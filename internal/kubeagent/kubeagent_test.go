@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/kubetest"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -66,6 +67,10 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	a, err := New(Options{
 		Config: cfg, Node: "n1", SystemNamespace: "swiftlane-system", Cgroups: Resolver{res},
 		Applier: fakeTreeApplier(rec, root), Interval: 200 * time.Millisecond,
+		// What automatic mode would report (test/vm traces real GTP-U).
+		Carriers: func() []apitypes.Carrier {
+			return []apitypes.Carrier{{PID: 4242, Command: "nr-gnb", Class: "critical", Since: time.Now(), LastPacket: time.Now(), Packets: 10, PacketsPerSecond: 2.4}}
+		},
 		OnSynced: func(st SyncTimes) {
 			if st.Start.IsZero() || st.Expanded.Before(st.Start) || st.Applied.Before(st.Expanded) || st.Start.Before(st.Event) {
 				t.Errorf("resync stages out of order: %+v", st)
@@ -169,6 +174,9 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	})
 	if sn.Status.Mode != ModeSchedule || len(sn.OwnerReferences) != 1 || sn.OwnerReferences[0].UID != node.UID {
 		t.Errorf("SchedulingNode: mode %q owners %+v", sn.Status.Mode, sn.OwnerReferences)
+	}
+	if c := sn.Status.Carriers; len(c) != 1 || c[0].PID != 4242 || c[0].Command != "nr-gnb" || c[0].Packets != 10 || c[0].PacketsPerSecond != 2 {
+		t.Errorf("SchedulingNode carriers: %+v, want nr-gnb (4242) with 10 packets at 2/s", c)
 	}
 }
 

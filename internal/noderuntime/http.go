@@ -47,6 +47,7 @@ func (s *collectorSlot) Collect(ch chan<- prometheus.Metric) {
 // agent observing).
 type endpoint struct {
 	slot  collectorSlot
+	auto  collectorSlot // automatic mode's carriers, from its start on
 	ready atomic.Bool
 }
 
@@ -55,7 +56,7 @@ type endpoint struct {
 // server's Addr (useful with port 0).
 func (e *endpoint) serve(addr string, out io.Writer) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&e.slot)
+	reg.MustRegister(&e.slot, &e.auto)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w (pick another address, or pass --metrics-addr='' to turn it off)", addr, err)

@@ -3,8 +3,11 @@
 package noderuntime
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/usersched"
@@ -42,6 +45,31 @@ var (
 	descUserBeats     = prometheus.NewDesc("swiftlane_user_heartbeats_total", "Heartbeats that gave the scheduler's own threads a turn.", nil, nil)
 	descUserIdleKicks = prometheus.NewDesc("swiftlane_user_idle_kicks_total", "Heartbeat kicks of CPUs that run none of our tasks while tasks wait on their local queue (only an idle CPU wakes).", nil, nil)
 )
+
+// Automatic mode: the processes it prioritises. Rates are PromQL's to take
+// (rate() of the packets); pid and command label a handful of series.
+var (
+	descCarriers       = prometheus.NewDesc("swiftlane_gtp_carriers", "Processes automatic mode prioritises because they carry GTP-U packets.", nil, nil)
+	descCarrierPackets = prometheus.NewDesc("swiftlane_gtp_carrier_packets_total", "GTP-U packets a prioritised process carried in its own context since the tracer loaded.", []string{"pid", "command", "class"}, nil)
+	descCarrierLast    = prometheus.NewDesc("swiftlane_gtp_carrier_last_packet_timestamp_seconds", "When a prioritised process last carried a GTP-U packet (to within the tracer's emit interval).", []string{"pid", "command", "class"}, nil)
+)
+
+// carrierCollector exports automatic mode's carriers, read at each scrape.
+type carrierCollector struct {
+	list func() []apitypes.Carrier
+}
+
+func (carrierCollector) Describe(chan<- *prometheus.Desc) {} // behind a collectorSlot
+
+func (c carrierCollector) Collect(ch chan<- prometheus.Metric) {
+	cs := c.list()
+	gauge(ch, descCarriers, float64(len(cs)))
+	for _, x := range cs {
+		pid := strconv.Itoa(x.PID)
+		counter(ch, descCarrierPackets, x.Packets, pid, x.Command, x.Class)
+		gauge(ch, descCarrierLast, float64(x.LastPacket.UnixNano())/1e9, pid, x.Command, x.Class)
+	}
+}
 
 // kernelPaths and userPaths are the dispatches by path (descDispatch's
 // labels), for the metrics and an agent's heartbeat.

@@ -8,11 +8,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/usersched"
@@ -127,6 +129,25 @@ func TestUserMetrics(t *testing.T) {
 		"swiftlane_critical_demoted_total":             1,
 		"swiftlane_strategy_processes{class=critical}": 1,
 	})
+}
+
+func TestCarrierMetrics(t *testing.T) {
+	last := time.Unix(1_800_000_000, 500_000_000)
+	list := []apitypes.Carrier{
+		{PID: 4242, Command: "nr-gnb", Class: "critical", LastPacket: last, Packets: 9000},
+		{PID: 77, Command: "upf", Class: "critical", LastPacket: last.Add(-time.Second), Packets: 10},
+	}
+	checkCollector(t, carrierCollector{func() []apitypes.Carrier { return list }}, map[string]float64{
+		"swiftlane_gtp_carriers": 2,
+		"swiftlane_gtp_carrier_packets_total{class=critical,command=nr-gnb,pid=4242}":                 9000,
+		"swiftlane_gtp_carrier_packets_total{class=critical,command=upf,pid=77}":                      10,
+		"swiftlane_gtp_carrier_last_packet_timestamp_seconds{class=critical,command=nr-gnb,pid=4242}": 1_800_000_000.5,
+	})
+	list = nil // a carrier that went idle leaves no series behind
+	got, _ := gather(t, carrierCollector{func() []apitypes.Carrier { return list }})
+	if len(got) != 1 || got["swiftlane_gtp_carriers"] != 0 {
+		t.Errorf("without carriers: %v, want only swiftlane_gtp_carriers 0", got)
+	}
 }
 
 // The names both modes export are one definition: same help text, so one

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
@@ -72,6 +73,9 @@ type Node struct {
 	Stats func() (*apitypes.Counters, error)
 	// SchedulerState reports sched_ext's state and the attached scheduler.
 	SchedulerState func() string
+	// Carriers lists the processes automatic mode prioritises (nil when
+	// automatic mode is off in the config; empty until it has started).
+	Carriers func() []apitypes.Carrier
 }
 
 // Agent runs beside the scheduler until ctx ends.
@@ -169,7 +173,7 @@ type runner[S scheduler, T any] struct {
 	// From the first attach to the end of Run.
 	started   bool
 	agent     Agent
-	auto      *operator.Automatic
+	auto      atomic.Pointer[operator.Automatic] // read by heartbeats and scrapes
 	cancel    context.CancelFunc
 	agentDone chan struct{}
 }
@@ -179,6 +183,9 @@ var errNotAttached = errors.New("the scheduler is not attached (it is being load
 func newRunner[S scheduler, T any](o Options, set *strategy.Set, ep *endpoint, build Build, m mode[S, T]) *runner[S, T] {
 	r := &runner[S, T]{o: o, set: set, ep: ep, build: build, m: m}
 	r.node = Node{Mode: Schedule, SchedulerState: schedulerState, Stats: r.counters}
+	if o.Config.Automatic.Enabled {
+		r.node.Carriers = r.carriers
+	}
 	return r
 }
 
@@ -306,7 +313,8 @@ func (r *runner[S, T]) start(ctx context.Context) error {
 		a, err := operator.StartAutomatic(r.o.Config.Automatic, r.node.Applier, r.o.Log)
 		switch {
 		case err == nil:
-			r.auto = a
+			r.auto.Store(a)
+			r.ep.auto.set(carrierCollector{r.carriers})
 		case r.o.Degrade:
 			r.o.Log.Warn("automatic mode is off on this node", "err", err)
 		default:
@@ -333,8 +341,9 @@ func (r *runner[S, T]) stop() {
 		r.cancel()
 		<-r.agentDone
 	}
-	if r.auto != nil {
-		r.auto.Stop()
+	if a := r.auto.Load(); a != nil {
+		r.ep.auto.set(nil)
+		a.Stop()
 	}
 }
 
@@ -353,6 +362,28 @@ func (r *runner[S, T]) counters() (*apitypes.Counters, error) {
 		return nil, errNotAttached
 	}
 	return r.m.readCounters(r.cur)
+}
+
+// carriers lists what automatic mode prioritises, for the agents and
+// /metrics (nil before it has started or where it could not).
+func (r *runner[S, T]) carriers() []apitypes.Carrier {
+	a := r.auto.Load()
+	if a == nil {
+		return nil
+	}
+	cs, err := a.Carriers()
+	if err != nil {
+		r.o.Log.Warn("GTP-U packet counts", "err", err) // the carriers, without them
+	}
+	class := a.Operator.Class().String()
+	out := make([]apitypes.Carrier, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, apitypes.Carrier{
+			PID: int(c.TGID), Command: c.Comm, Class: class, Function: c.Function,
+			Since: c.Since, LastPacket: c.LastSeen, Packets: c.Packets, PacketsPerSecond: c.PacketsPerSecond,
+		})
+	}
+	return out
 }
 
 // schedulerState is sched_ext's state and, when one is attached, its name.

@@ -21,6 +21,81 @@ type Automatic struct {
 	Operator *Operator
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	rates    rates
+}
+
+// rates turns the tracer's cumulative packet counts into per-process rates.
+// It samples when read (an agent's heartbeat, a metrics scrape), so a rate
+// is the average since the previous sample, which is at least minRateWindow
+// old: two readers close together share one sample.
+type rates struct {
+	mu   sync.Mutex
+	at   time.Time
+	last map[uint32]uint64
+	pps  map[uint32]float64
+}
+
+const minRateWindow = time.Second
+
+// update takes the packets per process at now and returns the rates.
+func (r *rates) update(now time.Time, packets map[uint32]uint64) map[uint32]float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.at.IsZero() && now.Sub(r.at) < minRateWindow {
+		return r.pps
+	}
+	pps := make(map[uint32]float64, len(packets))
+	if !r.at.IsZero() {
+		dt := now.Sub(r.at).Seconds()
+		for tgid, n := range packets {
+			// A process first counted now has no rate yet; a count that
+			// went down belongs to a recycled PID's new entry.
+			if prev, ok := r.last[tgid]; ok && n >= prev {
+				pps[tgid] = float64(n-prev) / dt
+			}
+		}
+	}
+	r.at, r.last, r.pps = now, packets, pps
+	return pps
+}
+
+// Carriers lists the prioritised processes with the packets each carried
+// in its own context and their rate.
+func (a *Automatic) Carriers() ([]Carrier, error) {
+	cs := a.Operator.Carriers()
+	counts, err := a.Tracer.Counts()
+	if err != nil {
+		return cs, err
+	}
+	return a.withPackets(cs, counts, a.Operator.opts.Now()), nil
+}
+
+// withPackets fills in the carriers' packets: the calls of the traced
+// packet functions (trace.PacketFunctions) in each process's own context,
+// or, for a process seen only in other functions (a custom function list),
+// the calls of its busiest one.
+func (a *Automatic) withPackets(cs []Carrier, counts []trace.Count, now time.Time) []Carrier {
+	packets, busiest := map[uint32]uint64{}, map[uint32]uint64{}
+	for _, c := range counts {
+		if c.Context != trace.Process || c.TGID == 0 {
+			continue
+		}
+		if trace.PacketFunctions[c.Function] {
+			packets[c.TGID] += c.Packets
+		}
+		busiest[c.TGID] = max(busiest[c.TGID], c.Packets)
+	}
+	for tgid, n := range busiest {
+		if _, ok := packets[tgid]; !ok {
+			packets[tgid] = n
+		}
+	}
+	pps := a.rates.update(now, packets)
+	for i := range cs {
+		cs[i].Packets = packets[cs[i].TGID]
+		cs[i].PacketsPerSecond = pps[cs[i].TGID]
+	}
+	return cs
 }
 
 // EmitInterval is the tracer's per-(process, function) event gap for an idle

@@ -56,9 +56,16 @@ type Carrier struct {
 	Comm     string
 	Function string        // first function seen
 	Since    time.Time     // when the entry was written
-	LastSeen time.Time     // last event
+	LastSeen time.Time     // last event (events are at most one per emit interval)
 	Latency  time.Duration // first packet → entry in the scheduler's map
+	// Packets the process carried in its own context since the tracer
+	// loaded, and their rate; filled by Automatic.Carriers.
+	Packets          uint64
+	PacketsPerSecond float64
 }
+
+// Class is the class the operator gives carriers.
+func (o *Operator) Class() strategy.Class { return o.entry.Class }
 
 // CPUReport is GTP-U work seen in softirq on one CPU.
 type CPUReport struct {

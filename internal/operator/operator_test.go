@@ -157,3 +157,55 @@ func TestEmitIntervalBelowIdleTimeout(t *testing.T) {
 		}
 	}
 }
+
+// The call counts the tracer keeps per (process, function, CPU context)
+// become a carrier's packets and rate: the packet functions' calls (a packet
+// passes gtp_encap_recv and gtp_rx, counted once); softirq counts and other
+// processes are not the carrier's.
+func TestCarrierPacketsAndRate(t *testing.T) {
+	f := newFixture(t)
+	a := &Automatic{Operator: f.op}
+	f.packet(100, "gnb", 0)
+	counts := func(gnb, upf, softirq uint64) []trace.Count {
+		return []trace.Count{
+			{TGID: 100, Function: "gtp_encap_recv", Context: trace.Process, Packets: gnb},
+			{TGID: 100, Function: "gtp_rx", Context: trace.Process, Packets: gnb},
+			{TGID: 100, Function: "gtp_dev_xmit", Context: trace.Process, Packets: gnb / 2},
+			{TGID: 200, Function: "gtp_encap_recv", Context: trace.Process, Packets: upf},
+			{TGID: 0, CPU: 1, Function: "gtp_encap_recv", Context: trace.Interrupt, Packets: softirq},
+		}
+	}
+	cs := a.withPackets(f.op.Carriers(), counts(1000, 50, 7000), f.now)
+	if len(cs) != 1 || cs[0].TGID != 100 || cs[0].Packets != 1500 || cs[0].PacketsPerSecond != 0 {
+		t.Fatalf("first reading: %+v, want pid 100 with 1500 packets and no rate yet", cs)
+	}
+	// A second reader within the window shares the first sample.
+	f.advance(500 * time.Millisecond)
+	if cs = a.withPackets(f.op.Carriers(), counts(1500, 50, 7000), f.now); cs[0].PacketsPerSecond != 0 || cs[0].Packets != 2250 {
+		t.Fatalf("within the window: %+v, want 2250 packets and no rate", cs)
+	}
+	f.advance(1500 * time.Millisecond)
+	if cs = a.withPackets(f.op.Carriers(), counts(3000, 50, 9000), f.now); cs[0].PacketsPerSecond != 1500 {
+		t.Fatalf("after 2 s: %+v, want (4500-1500)/2 = 1500 packets/s", cs)
+	}
+	// A count that went down is a recycled PID's fresh entry: no rate.
+	f.advance(time.Second)
+	if cs = a.withPackets(f.op.Carriers(), counts(10, 50, 9000), f.now); cs[0].PacketsPerSecond != 0 || cs[0].Packets != 15 {
+		t.Fatalf("count went down: %+v, want 15 packets and no rate", cs)
+	}
+}
+
+// With a custom function list that has no packet function, a carrier's
+// packets are its busiest function's calls.
+func TestCarrierPacketsWithoutEntryPoints(t *testing.T) {
+	f := newFixture(t)
+	a := &Automatic{Operator: f.op}
+	f.packet(100, "upf", 0)
+	cs := a.withPackets(f.op.Carriers(), []trace.Count{
+		{TGID: 100, Function: "pdr_find_by_gtp1u", Context: trace.Process, Packets: 40},
+		{TGID: 100, Function: "ip4_find_route", Context: trace.Process, Packets: 30},
+	}, f.now)
+	if len(cs) != 1 || cs[0].Packets != 40 {
+		t.Fatalf("%+v, want 40 packets (the busiest function's calls)", cs)
+	}
+}

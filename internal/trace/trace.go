@@ -36,6 +36,15 @@ var DefaultFunctions = []string{
 	"pdr_find_by_gtp1u", "ip4_find_route",
 }
 
+// PacketFunctions are the functions each GTP-U packet passes exactly once
+// (the modules' receive and transmit entry points): counting their calls
+// counts packets, where summing all traced functions would count a packet
+// once per function on its path.
+var PacketFunctions = map[string]bool{
+	"gtp_encap_recv": true, "gtp_dev_xmit": true,
+	"gtp5g_encap_recv": true, "gtp5g_handle_skb_ipv4": true,
+}
+
 // DefaultModules are searched, in order, for the functions' BTF.
 var DefaultModules = []string{"gtp", "gtp5g"}
 

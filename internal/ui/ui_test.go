@@ -82,6 +82,12 @@ func TestUIInChromium(t *testing.T) {
 		Applier: strategy.NewApplier(strategy.NewRecorder(), proc, t.TempDir(), nil),
 		Mode:    agent.ModeSchedule, SchedulerState: func() string { return "enabled (swiftlane)" },
 		Stats: func() (*apitypes.Counters, error) { return syntheticCounters(tick.Add(1)), nil },
+		// What automatic mode would report (the VM tests trace real GTP-U).
+		Carriers: func() []apitypes.Carrier {
+			now := time.Now()
+			return []apitypes.Carrier{{PID: 4242, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv",
+				Since: now.Add(-time.Minute), LastPacket: now.Add(-200 * time.Millisecond), Packets: 120000, PacketsPerSecond: 2000}}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +191,10 @@ func TestUIInChromium(t *testing.T) {
 		chromedp.WaitVisible(css(`#nodes-table tr[data-node="n1"]`)),
 		chromedp.Click(css(`#nodes-table tr[data-node="n1"]`)),
 		chromedp.WaitVisible(css("#workloads-table tbody tr")),
+		chromedp.WaitVisible(css("#carriers-table tbody tr")),
 		chromedp.WaitVisible(css("#latency-table tbody tr")))
 	workloads := text("#workloads-table tbody")
+	carriers := text("#carriers-table tbody")
 	nodeRow := text(`#nodes-table tr[data-node="n1"]`)
 	shot("ui-node.png")
 
@@ -231,6 +239,10 @@ func TestUIInChromium(t *testing.T) {
 	}
 	if !strings.Contains(workloads, "4242") || !strings.Contains(workloads, "gnb") || !strings.Contains(workloads, "nr-gnb -c gnb.yaml") {
 		t.Errorf("workloads shown: %q", workloads)
+	}
+	if !strings.Contains(carriers, "4242") || !strings.Contains(carriers, "nr-gnb") || !strings.Contains(carriers, "2000") ||
+		!strings.Contains(carriers, "0.2 s before the report") {
+		t.Errorf("carriers shown: %q", carriers)
 	}
 	if !strings.Contains(nodeRow, "healthy") || !strings.Contains(nodeRow, "schedule") {
 		t.Errorf("node row: %q", nodeRow)

@@ -38,9 +38,24 @@ automatic:
 	lat := waitCarrier(t, p, g.Process.Pid)
 	t.Logf("gNB pid %d prioritised %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
 
+	// /metrics lists it with the packets it carried, counted in BPF: more
+	// pings, more packets.
+	packets := fmt.Sprintf("swiftlane_gtp_carrier_packets_total{class=critical}{command=swiftlane}{pid=%d}", g.Process.Pid)
+	m := p.waitMetric(t, "the gNB as a carrier in /metrics", func(m map[string]float64) bool {
+		return m["swiftlane_gtp_carriers"] == 1 && m[packets] >= 1
+	})
+	before := m[packets]
+	uePing(t, 5)
+	m = p.waitMetric(t, "the gNB's packet count to grow", func(m map[string]float64) bool { return m[packets] > before })
+	t.Logf("gNB carried %.0f GTP-U packets in its own context (%.0f before the last 5 pings)", m[packets], before)
+
 	// Exit: the operator forgets it with the scheduler's exit event.
 	g.kill()
 	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, g.Process.Pid)), "the exit to be handled")
+	p.waitMetric(t, "no carrier in /metrics after the exit", func(m map[string]float64) bool {
+		_, left := m[packets]
+		return m["swiftlane_gtp_carriers"] == 0 && !left
+	})
 
 	// Restart: the new process is prioritised on its first packet.
 	g2 := startGnb(t)

@@ -177,6 +177,35 @@ type SchedulingNodeStatus struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	Workloads []Workload `json:"workloads,omitempty"`
+	// Carriers are the processes automatic mode prioritises because they
+	// carry GTP-U packets (capped).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Carriers []Carrier `json:"carriers,omitempty"`
+}
+
+// Carrier is a process automatic mode prioritises.
+type Carrier struct {
+	PID int32 `json:"pid"`
+	// Command is the process's name (comm).
+	// +kubebuilder:validation:MaxLength=64
+	Command string `json:"command"`
+	Class   string `json:"class"`
+	// Function is the traced kernel function it was first seen in.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Function string `json:"function,omitempty"`
+	// Since is when it was prioritised.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
+	// LastPacket is its last GTP-U packet, to within the tracer's emit interval.
+	// +optional
+	LastPacket metav1.Time `json:"lastPacket,omitempty"`
+	// Packets it carried since the tracer loaded.
+	Packets int64 `json:"packets"`
+	// PacketsPerSecond is their rate over the last heartbeat period, rounded.
+	PacketsPerSecond int64 `json:"packetsPerSecond"`
 }
 
 // Workload is one process a strategy applies to.

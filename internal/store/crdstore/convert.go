@@ -255,6 +255,7 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *apitypes.Counters) api
 		}
 		n.Workloads = append(n.Workloads, sw)
 	}
+	n.Carriers = crdconv.APICarriers(st.Carriers)
 	return n
 }
 

@@ -198,3 +198,22 @@ func TestWorkloadPodFields(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", n.Workloads[0], in)
 	}
 }
+
+// TestCarriersRoundTrip: automatic mode's carriers survive the
+// SchedulingNode status, to the second and the whole packet per second.
+func TestCarriersRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	in := apitypes.Carrier{PID: 7, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: at, LastPacket: at.Add(time.Second),
+		Packets: 12345, PacketsPerSecond: 99.6}
+	out := crdconv.Carriers([]apitypes.Carrier{in})
+	n := nodeFromObject(&v1alpha1.SchedulingNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1alpha1.SchedulingNodeStatus{Carriers: out}}, nil)
+	want := in
+	want.PacketsPerSecond = 100
+	if len(n.Carriers) != 1 || n.Carriers[0] != want {
+		t.Fatalf("round trip: %+v, want %+v", n.Carriers, want)
+	}
+	many := make([]apitypes.Carrier, crdconv.MaxCarriers+1)
+	if got := len(crdconv.Carriers(many)); got != crdconv.MaxCarriers {
+		t.Fatalf("%d carriers in the status, want the cap %d", got, crdconv.MaxCarriers)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
 
@@ -72,6 +73,7 @@ func (s *Store) Heartbeat(ctx context.Context, name string, h apitypes.Heartbeat
 		"schedulerState":  h.SchedulerState,
 		"appliedRevision": int64(min(h.AppliedRevision, math.MaxInt64)),
 		"workloads":       workloadsOf(h.Workloads),
+		"carriers":        crdconv.Carriers(h.Carriers),
 		"lastHeartbeat":   metav1.NewTime(now),
 	}})
 	if err != nil {

@@ -179,7 +179,25 @@ function renderNodeDetail(n) {
     tbody.appendChild(tr);
   }
   $("workloads-empty").hidden = (n.workloads || []).length > 0;
+  renderCarriers(n);
   drawLatency(n.counters && n.counters.runqueue_wait);
+}
+
+// The processes automatic mode prioritises; the table shows only while
+// there are some (agents leave an empty list out of the heartbeat).
+function renderCarriers(n) {
+  const cs = n.carriers || [];
+  $("carriers").hidden = cs.length === 0;
+  const tbody = $("carriers-table").querySelector("tbody");
+  tbody.replaceChildren();
+  const at = Date.parse(n.last_heartbeat);
+  for (const c of cs) {
+    const last = Math.max(0, (at - Date.parse(c.last_packet)) / 1000);
+    const tr = row([c.pid, c.command, c.class, Math.round(c.packets_per_second), last.toFixed(1) + " s before the report",
+      new Date(c.since).toLocaleTimeString()]);
+    tr.dataset.class = c.class;
+    tbody.appendChild(tr);
+  }
 }
 
 // Bucket i of the agents' histograms counts waits below 2^i µs.

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
+)
+
+// TestCtlGetCarriers: `swiftlane ctl get carriers NODE` lists what a node's
+// agent last reported automatic mode prioritises, from a real API server
+// over HTTP, as a table and as JSON.
+func TestCtlGetCarriers(t *testing.T) {
+	dir := t.TempDir()
+	a, _, err := auth.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := api.New(api.Options{Store: st, Auth: a, Version: "ctl-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { srv.Serve(ctx, ln, nil); close(served) }()
+	defer func() { cancel(); <-served }()
+	url := "http://" + ln.Addr().String()
+
+	agentTok, _, _ := a.Issue("ctl-test", auth.Agent, "n1", time.Hour)
+	ag := api.NewClient(url, agentTok, nil)
+	if _, err := ag.RegisterNode(ctx, "n1", apitypes.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := ag.Heartbeat(ctx, "n1", apitypes.Heartbeat{SchedulerState: "enabled", Carriers: []apitypes.Carrier{
+		{PID: 4242, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: now.Add(-time.Minute), LastPacket: now, Packets: 9000, PacketsPerSecond: 150},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+
+	viewerTok, _, _ := a.Issue("ctl-test", auth.Viewer, "", time.Hour)
+	t.Setenv("SWIFTLANE_TOKEN", viewerTok)
+	ctl := func(args ...string) (string, error) {
+		c := newCtlCmd()
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetErr(&out)
+		c.SetArgs(append(args, "--server", url))
+		err := c.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	out, err := ctl("get", "carriers", "n1")
+	if err != nil {
+		t.Fatalf("get carriers: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "PID") || !strings.Contains(lines[1], "4242") ||
+		!strings.Contains(lines[1], "nr-gnb") || !strings.Contains(lines[1], "150") || !strings.Contains(lines[1], "gtp_encap_recv") {
+		t.Fatalf("table:\n%s", out)
+	}
+	out, err = ctl("get", "carriers", "n1", "-o", "json")
+	var l apitypes.CarrierList
+	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.Node != "n1" || len(l.Carriers) != 1 || l.Carriers[0].Packets != 9000 {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if _, err := ctl("get", "carriers"); err == nil || !strings.Contains(err.Error(), "get carriers NODE") {
+		t.Fatalf("without a node: %v, want the usage", err)
+	}
+	if _, err := ctl("get", "carriers", "n9"); err == nil || !strings.Contains(err.Error(), "n9") {
+		t.Fatalf("unknown node: %v, want an error naming it", err)
+	}
+}
