@@ -134,7 +134,7 @@ func newCtlCmd() *cobra.Command {
 					fmt.Fprintln(w, "PID\tCOMMAND\tCLASS\tPACKETS\tPACKETS/S\tLAST PACKET\tSINCE\tFUNCTION")
 					for _, x := range l.Carriers {
 						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\n", x.PID, x.Command, x.Class, x.Packets, x.PacketsPerSecond,
-							ago(l.LastHeartbeat, x.LastPacket), x.Since.Local().Format(time.DateTime), x.Function)
+							clock(x.LastPacket, "15:04:05.000"), clock(x.Since, time.DateTime), x.Function)
 					}
 				})
 			}
@@ -221,12 +221,13 @@ func newCtlCmd() *cobra.Command {
 	return ctl
 }
 
-// ago says how long before the report at a time was ("1.2s ago").
-func ago(report, at time.Time) string {
+// clock prints a node's timestamp in local time, "-" when it has none. It
+// is the node's clock: an age against ours would add their skew.
+func clock(at time.Time, layout string) string {
 	if at.IsZero() {
 		return "-"
 	}
-	return max(report.Sub(at), 0).Round(100*time.Millisecond).String() + " ago"
+	return at.Local().Format(layout)
 }
 
 func matchers(s apitypes.Strategy) string {

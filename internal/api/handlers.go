@@ -373,6 +373,10 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ *auth.Claim
 	if err := s.decode(r, &hb); err != nil {
 		return err
 	}
+	for i := range hb.Carriers { // one zone whichever store keeps them
+		c := &hb.Carriers[i]
+		c.Since, c.LastPacket = c.Since.UTC(), c.LastPacket.UTC()
+	}
 	if _, err := s.o.Store.Heartbeat(r.Context(), name, hb, time.Now()); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errorf(http.StatusNotFound, "name", "register first with PUT /api/v1/nodes/"+name, "node %s is not registered", name)

@@ -232,6 +232,9 @@ func testRejectedWritesChangeNothing(t *testing.T, bk backend) {
 		{"PUT", "/api/v1/nodes/n1", `{"mode":"fast","heartbeat_seconds":5}`, 400, "mode"},
 		{"PUT", "/api/v1/nodes/N_1", `{"mode":"observe","heartbeat_seconds":5}`, 400, "name"},
 		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[]}`, 404, "name"},
+		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"carriers":[{"pid":7,"class":"critical","packets_per_second":-1}]}`, 400, "carriers[0].packets_per_second"},
+		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"carriers":[{"pid":7,"class":"fast"}]}`, 400, "carriers[0].class"},
+		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"carriers":[` + strings.Repeat(`{"pid":7,"class":"critical"},`, 64) + `{"pid":7,"class":"critical"}]}`, 400, "carriers"},
 	}
 	before, _ := c.ListStrategies(bg())
 	for _, tc := range cases {
@@ -288,7 +291,7 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 	if _, err := ag.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5, Kernel: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	seen := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	seen := time.Date(2026, 11, 26, 10, 0, 0, 123456000, time.UTC) // to the µs, as both stores keep it
 	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{AppliedRevision: 5, Workloads: []apitypes.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}},
 		Carriers: []apitypes.Carrier{{PID: 77, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: seen, LastPacket: seen.Add(time.Minute), Packets: 9000, PacketsPerSecond: 150}}}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/schema"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // Registration is what an agent says about itself when it (re)starts.
@@ -59,18 +60,36 @@ type Carrier struct {
 	// at most 1 s).
 	Since      time.Time `json:"since"`
 	LastPacket time.Time `json:"last_packet"`
-	// Packets it carried since the tracer loaded, and their rate over the
-	// agent's last heartbeat period.
+	// Packets it carried since the tracer loaded (or since its PID was last
+	// a carrier's), and their rate since the agent's previous heartbeat.
 	Packets          uint64  `json:"packets"`
 	PacketsPerSecond float64 `json:"packets_per_second"`
 }
 
-// JSONRules: a carrier is a real process.
+// Bounds of a carrier as the API takes it: Linux's largest PID, a comm
+// (15 bytes) with room to spare, a kernel symbol, and a rate no NIC reaches.
+const (
+	maxPID           = 1 << 22
+	MaxCarriers      = 64
+	MaxCommandLength = 64
+	MaxFunctionLen   = 128
+	maxPacketRate    = 1 << 40
+)
+
+// JSONRules: a carrier is a real process in a known class.
 func (Carrier) JSONRules() schema.Rules {
 	return schema.Rules{
-		"pid":                {Required: true, Min: schema.Int64(1), Doc: "process id"},
-		"packets_per_second": {Doc: "average since the agent's previous reading"},
+		"pid":                {Required: true, Min: schema.Int64(1), Max: schema.Int64(maxPID), Doc: "process id"},
+		"command":            {MaxLength: MaxCommandLength, Doc: "the process's comm"},
+		"class":              {Required: true, Enum: strategy.ClassNames(), Doc: "the class automatic mode gives carriers"},
+		"function":           {MaxLength: MaxFunctionLen, Doc: "a traced kernel function"},
+		"packets_per_second": {Min: schema.Int64(0), Max: schema.Int64(maxPacketRate), Doc: "average since the agent's previous heartbeat"},
 	}
+}
+
+// JSONRules: a node lists a handful of carriers (its gNBs and UPFs).
+func (Heartbeat) JSONRules() schema.Rules {
+	return schema.Rules{"carriers": {MaxItems: MaxCarriers, Doc: "the processes automatic mode prioritises"}}
 }
 
 // Workload is one process a strategy applies to on a node.

@@ -26,23 +26,32 @@ import (
 const MaxWorkloads = 256
 
 // MaxCarriers caps the GTP-U carriers a SchedulingNode lists (a node runs a
-// handful: its gNBs and UPFs).
-const MaxCarriers = 64
+// handful: its gNBs and UPFs); the API takes no more either.
+const MaxCarriers = apitypes.MaxCarriers
 
 // Carriers converts and caps automatic mode's carriers for a SchedulingNode.
 func Carriers(cs []apitypes.Carrier) []v1alpha1.Carrier {
 	out := make([]v1alpha1.Carrier, 0, min(len(cs), MaxCarriers))
 	for _, c := range cs[:min(len(cs), MaxCarriers)] {
 		out = append(out, v1alpha1.Carrier{
-			PID: int32(min(c.PID, math.MaxInt32)), Command: Truncate(c.Command, 64), Class: c.Class, Function: Truncate(c.Function, 128),
-			Since: metav1.NewTime(c.Since), LastPacket: metav1.NewTime(c.LastPacket),
-			Packets: int64(min(c.Packets, math.MaxInt64)), PacketsPerSecond: int64(math.Round(c.PacketsPerSecond)),
+			PID: int32(min(c.PID, math.MaxInt32)), Command: Truncate(c.Command, apitypes.MaxCommandLength), Class: c.Class,
+			Function: Truncate(c.Function, apitypes.MaxFunctionLen), Since: microTime(c.Since), LastPacket: microTime(c.LastPacket),
+			// The API bounds the rate; a direct caller's NaN or overflow must not wrap.
+			Packets: int64(min(c.Packets, math.MaxInt64)), PacketsPerSecond: int64(math.Round(max(0, min(c.PacketsPerSecond, 1<<40)))),
 		})
 	}
 	return out
 }
 
-// APICarriers is the reverse of Carriers (times to the second, rates rounded).
+// microTime keeps a zero time zero (the field is then omitted).
+func microTime(t time.Time) metav1.MicroTime {
+	if t.IsZero() {
+		return metav1.MicroTime{}
+	}
+	return metav1.NewMicroTime(t)
+}
+
+// APICarriers is the reverse of Carriers (times to the microsecond, rates rounded).
 func APICarriers(cs []v1alpha1.Carrier) []apitypes.Carrier {
 	var out []apitypes.Carrier
 	for _, c := range cs {

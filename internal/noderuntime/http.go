@@ -16,9 +16,11 @@ import (
 )
 
 // collectorSlot lets the metrics endpoint outlive scheduler reloads: it
-// serves whichever scheduler is loaded now, or nothing between loads.
+// serves whichever scheduler is loaded now, or nothing between loads. A
+// scrape holds the read lock while it collects, so set returns only once
+// no scrape still reads what the old collector reads (maps about to close).
 type collectorSlot struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	c  prometheus.Collector
 }
 
@@ -28,17 +30,13 @@ func (s *collectorSlot) set(c prometheus.Collector) {
 	s.c = c
 }
 
-func (s *collectorSlot) get() prometheus.Collector {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.c
-}
-
 func (s *collectorSlot) Describe(chan<- *prometheus.Desc) {} // unchecked collector
 
 func (s *collectorSlot) Collect(ch chan<- prometheus.Metric) {
-	if c := s.get(); c != nil {
-		c.Collect(ch)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.c != nil {
+		s.c.Collect(ch)
 	}
 }
 

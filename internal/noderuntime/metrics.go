@@ -55,18 +55,23 @@ var (
 )
 
 // carrierCollector exports automatic mode's carriers, read at each scrape.
+// Without the packet counts (a failed map read) it leaves the counters out
+// rather than report zeros, which rate() would take for a counter reset; the
+// rest of the scrape stands (an invalid metric would fail all of it).
 type carrierCollector struct {
-	list func() []apitypes.Carrier
+	list func() ([]apitypes.Carrier, error)
 }
 
 func (carrierCollector) Describe(chan<- *prometheus.Desc) {} // behind a collectorSlot
 
 func (c carrierCollector) Collect(ch chan<- prometheus.Metric) {
-	cs := c.list()
+	cs, err := c.list()
 	gauge(ch, descCarriers, float64(len(cs)))
 	for _, x := range cs {
 		pid := strconv.Itoa(x.PID)
-		counter(ch, descCarrierPackets, x.Packets, pid, x.Command, x.Class)
+		if err == nil {
+			counter(ch, descCarrierPackets, x.Packets, pid, x.Command, x.Class)
+		}
 		gauge(ch, descCarrierLast, float64(x.LastPacket.UnixNano())/1e9, pid, x.Command, x.Class)
 	}
 }

@@ -137,14 +137,21 @@ func TestCarrierMetrics(t *testing.T) {
 		{PID: 4242, Command: "nr-gnb", Class: "critical", LastPacket: last, Packets: 9000},
 		{PID: 77, Command: "upf", Class: "critical", LastPacket: last.Add(-time.Second), Packets: 10},
 	}
-	checkCollector(t, carrierCollector{func() []apitypes.Carrier { return list }}, map[string]float64{
+	carriers := carrierCollector{func() ([]apitypes.Carrier, error) { return list, nil }}
+	checkCollector(t, carriers, map[string]float64{
 		"swiftlane_gtp_carriers": 2,
 		"swiftlane_gtp_carrier_packets_total{class=critical,command=nr-gnb,pid=4242}":                 9000,
 		"swiftlane_gtp_carrier_packets_total{class=critical,command=upf,pid=77}":                      10,
 		"swiftlane_gtp_carrier_last_packet_timestamp_seconds{class=critical,command=nr-gnb,pid=4242}": 1_800_000_000.5,
 	})
+	// Counts unreadable: no packet counters (zeros would read as a reset),
+	// the carriers still listed.
+	got, _ := gather(t, carrierCollector{func() ([]apitypes.Carrier, error) { return list, errors.New("counts map gone") }})
+	if _, ok := got["swiftlane_gtp_carrier_packets_total{class=critical,command=nr-gnb,pid=4242}"]; ok || got["swiftlane_gtp_carriers"] != 2 {
+		t.Errorf("with unreadable counts: %v, want 2 carriers and no packet counters", got)
+	}
 	list = nil // a carrier that went idle leaves no series behind
-	got, _ := gather(t, carrierCollector{func() []apitypes.Carrier { return list }})
+	got, _ = gather(t, carriers)
 	if len(got) != 1 || got["swiftlane_gtp_carriers"] != 0 {
 		t.Errorf("without carriers: %v, want only swiftlane_gtp_carriers 0", got)
 	}

@@ -184,7 +184,13 @@ func newRunner[S scheduler, T any](o Options, set *strategy.Set, ep *endpoint, b
 	r := &runner[S, T]{o: o, set: set, ep: ep, build: build, m: m}
 	r.node = Node{Mode: Schedule, SchedulerState: schedulerState, Stats: r.counters}
 	if o.Config.Automatic.Enabled {
-		r.node.Carriers = r.carriers
+		r.node.Carriers = func() []apitypes.Carrier {
+			cs, err := r.carriers(true)
+			if err != nil {
+				r.o.Log.Debug("GTP-U packet counts", "err", err) // the carriers, without packets
+			}
+			return cs
+		}
 	}
 	return r
 }
@@ -314,7 +320,13 @@ func (r *runner[S, T]) start(ctx context.Context) error {
 		switch {
 		case err == nil:
 			r.auto.Store(a)
-			r.ep.auto.set(carrierCollector{r.carriers})
+			r.ep.auto.set(carrierCollector{func() ([]apitypes.Carrier, error) {
+				cs, err := r.carriers(false)
+				if err != nil {
+					r.o.Log.Debug("GTP-U packet counts", "err", err)
+				}
+				return cs, err
+			}})
 		case r.o.Degrade:
 			r.o.Log.Warn("automatic mode is off on this node", "err", err)
 		default:
@@ -341,8 +353,8 @@ func (r *runner[S, T]) stop() {
 		r.cancel()
 		<-r.agentDone
 	}
-	if a := r.auto.Load(); a != nil {
-		r.ep.auto.set(nil)
+	if a := r.auto.Swap(nil); a != nil {
+		r.ep.auto.set(nil) // returns once no scrape reads the tracer's maps
 		a.Stop()
 	}
 }
@@ -364,16 +376,21 @@ func (r *runner[S, T]) counters() (*apitypes.Counters, error) {
 	return r.m.readCounters(r.cur)
 }
 
-// carriers lists what automatic mode prioritises, for the agents and
-// /metrics (nil before it has started or where it could not).
-func (r *runner[S, T]) carriers() []apitypes.Carrier {
+// carriers lists what automatic mode prioritises, for the agents (with
+// rates) and /metrics (without): nil before it has started, where it could
+// not, and after it stopped. On an error reading the packet counts, the
+// carriers without packets, and the error.
+func (r *runner[S, T]) carriers(rates bool) ([]apitypes.Carrier, error) {
 	a := r.auto.Load()
 	if a == nil {
-		return nil
+		return nil, nil
 	}
-	cs, err := a.Carriers()
-	if err != nil {
-		r.o.Log.Warn("GTP-U packet counts", "err", err) // the carriers, without them
+	var cs []operator.Carrier
+	var err error
+	if rates {
+		cs, err = a.Carriers()
+	} else {
+		cs, err = a.Packets()
 	}
 	class := a.Operator.Class().String()
 	out := make([]apitypes.Carrier, 0, len(cs))
@@ -383,7 +400,7 @@ func (r *runner[S, T]) carriers() []apitypes.Carrier {
 			Since: c.Since, LastPacket: c.LastSeen, Packets: c.Packets, PacketsPerSecond: c.PacketsPerSecond,
 		})
 	}
-	return out
+	return out, err
 }
 
 // schedulerState is sched_ext's state and, when one is attached, its name.

@@ -49,7 +49,8 @@ func (r *rates) update(now time.Time, packets map[uint32]uint64) map[uint32]floa
 		dt := now.Sub(r.at).Seconds()
 		for tgid, n := range packets {
 			// A process first counted now has no rate yet; a count that
-			// went down belongs to a recycled PID's new entry.
+			// went down was forgotten (an exit) or evicted from the LRU
+			// map, and belongs to a new process with that PID.
 			if prev, ok := r.last[tgid]; ok && n >= prev {
 				pps[tgid] = float64(n-prev) / dt
 			}
@@ -60,20 +61,37 @@ func (r *rates) update(now time.Time, packets map[uint32]uint64) map[uint32]floa
 }
 
 // Carriers lists the prioritised processes with the packets each carried
-// in its own context and their rate.
+// in its own context and their rate since the previous call (an agent's
+// heartbeat). If the counts cannot be read, it returns the carriers
+// without packets, and the error.
 func (a *Automatic) Carriers() ([]Carrier, error) {
+	return a.carriers(true)
+}
+
+// Packets is Carriers without the rates, for readers that take their own
+// (a Prometheus scrape): it leaves the rate window to Carriers.
+func (a *Automatic) Packets() ([]Carrier, error) {
+	return a.carriers(false)
+}
+
+func (a *Automatic) carriers(rate bool) ([]Carrier, error) {
 	cs := a.Operator.Carriers()
 	counts, err := a.Tracer.Counts()
 	if err != nil {
 		return cs, err
 	}
-	return a.withPackets(cs, counts, a.Operator.opts.Now()), nil
+	var now time.Time
+	if rate {
+		now = a.Operator.opts.Now()
+	}
+	return a.withPackets(cs, counts, now), nil
 }
 
 // withPackets fills in the carriers' packets: the calls of the traced
 // packet functions (trace.PacketFunctions) in each process's own context,
 // or, for a process seen only in other functions (a custom function list),
-// the calls of its busiest one.
+// the calls of its busiest one; and their rates, sampled at now (zero: no
+// rates).
 func (a *Automatic) withPackets(cs []Carrier, counts []trace.Count, now time.Time) []Carrier {
 	packets, busiest := map[uint32]uint64{}, map[uint32]uint64{}
 	for _, c := range counts {
@@ -90,7 +108,10 @@ func (a *Automatic) withPackets(cs []Carrier, counts []trace.Count, now time.Tim
 			packets[tgid] = n
 		}
 	}
-	pps := a.rates.update(now, packets)
+	var pps map[uint32]float64
+	if !now.IsZero() {
+		pps = a.rates.update(now, packets)
+	}
 	for i := range cs {
 		cs[i].Packets = packets[cs[i].TGID]
 		cs[i].PacketsPerSecond = pps[cs[i].TGID]
@@ -145,9 +166,10 @@ func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.L
 			}
 		},
 	})
-	applier.OnExit(op.HandleExit)
+	a := &Automatic{Tracer: tr, Operator: op}
+	applier.OnExit(a.handleExit)
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &Automatic{Tracer: tr, Operator: op, cancel: cancel}
+	a.cancel = cancel
 	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()
@@ -161,6 +183,17 @@ func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.L
 	}()
 	log.Info("automatic mode: tracing GTP-U", "functions", tr.Functions(), "class", cfg.Class, "idle_timeout", idle)
 	return a, nil
+}
+
+// handleExit forgets an exited carrier in the operator and its counts in
+// the tracer's map (an LRU that would otherwise hand them to the next
+// process with that PID). Only carriers: a fork storm's exits cost nothing.
+func (a *Automatic) handleExit(tgid uint32) {
+	if a.Operator.exited(tgid) {
+		if err := a.Tracer.Forget(tgid); err != nil {
+			a.Operator.opts.Log.Debug("GTP-U counts of an exited carrier", "pid", tgid, "err", err)
+		}
+	}
 }
 
 // Stop detaches the tracer and stops the operator.

@@ -163,14 +163,19 @@ func (o *Operator) Handle(ev trace.Event) {
 
 // HandleExit forgets a process that exited. The scheduler already removed
 // its entry from the map (and the Applier its dynamic entry).
-func (o *Operator) HandleExit(tgid uint32) {
+func (o *Operator) HandleExit(tgid uint32) { o.exited(tgid) }
+
+// exited is HandleExit, saying whether the process was a carrier.
+func (o *Operator) exited(tgid uint32) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if c, ok := o.carriers[tgid]; ok {
+	c, ok := o.carriers[tgid]
+	if ok {
 		delete(o.carriers, tgid)
 		o.opts.Log.Info("GTP-U carrier exited", "pid", tgid, "comm", c.Comm)
 		o.setActiveLocked()
 	}
+	return ok
 }
 
 // Expire removes the entries of processes idle for the idle timeout and

@@ -184,11 +184,17 @@ func TestCarrierPacketsAndRate(t *testing.T) {
 	if cs = a.withPackets(f.op.Carriers(), counts(1500, 50, 7000), f.now); cs[0].PacketsPerSecond != 0 || cs[0].Packets != 2250 {
 		t.Fatalf("within the window: %+v, want 2250 packets and no rate", cs)
 	}
-	f.advance(1500 * time.Millisecond)
+	// A scrape's reading (no rates) does not move the window.
+	f.advance(1000 * time.Millisecond)
+	if cs = a.withPackets(f.op.Carriers(), counts(2000, 50, 9000), time.Time{}); cs[0].PacketsPerSecond != 0 || cs[0].Packets != 3000 {
+		t.Fatalf("reading without rates: %+v, want 3000 packets and no rate", cs)
+	}
+	f.advance(500 * time.Millisecond)
 	if cs = a.withPackets(f.op.Carriers(), counts(3000, 50, 9000), f.now); cs[0].PacketsPerSecond != 1500 {
 		t.Fatalf("after 2 s: %+v, want (4500-1500)/2 = 1500 packets/s", cs)
 	}
-	// A count that went down is a recycled PID's fresh entry: no rate.
+	// A count that went down was forgotten (exit) or evicted and belongs to
+	// a new process with the PID: no rate.
 	f.advance(time.Second)
 	if cs = a.withPackets(f.op.Carriers(), counts(10, 50, 9000), f.now); cs[0].PacketsPerSecond != 0 || cs[0].Packets != 15 {
 		t.Fatalf("count went down: %+v, want 15 packets and no rate", cs)

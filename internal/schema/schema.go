@@ -44,8 +44,8 @@ type Rule struct {
 	Pattern string
 	// Enum lists the allowed strings.
 	Enum []string
-	// Min and Max bound a number; Exclude is a range inside them that is
-	// refused (e.g. "0, or 50000 and up").
+	// Min and Max bound a number (integer or float); Exclude is a range
+	// inside them that is refused (e.g. "0, or 50000 and up"), integers only.
 	Min, Max *int64
 	Exclude  *[2]int64
 	// MinItems and MaxItems bound an array.
@@ -280,6 +280,11 @@ func (r *Rule) check(v reflect.Value, at string) error {
 		if (r.Min != nil && !big && n < *r.Min) || (r.Max != nil && (big || n > *r.Max)) ||
 			(r.Exclude != nil && !big && n >= r.Exclude[0] && n <= r.Exclude[1]) {
 			return bad("%v is out of range: use %s", v.Interface(), r.Range())
+		}
+	case reflect.Float32, reflect.Float64:
+		f := v.Float()
+		if (r.Min != nil && f < float64(*r.Min)) || (r.Max != nil && f > float64(*r.Max)) {
+			return bad("%v is out of range: use %s", f, r.Range())
 		}
 	case reflect.Slice, reflect.Array:
 		if r.MinItems > 0 && v.Len() < r.MinItems {

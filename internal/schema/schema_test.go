@@ -92,3 +92,23 @@ func TestStrictRefusesNullAndUnknownKeys(t *testing.T) {
 		t.Errorf("fields (the outer slice shadows the inner one): %+v", f)
 	}
 }
+
+type rated struct {
+	Rate float64 `json:"rate"`
+}
+
+func (rated) JSONRules() Rules { return Rules{"rate": {Min: Int64(0), Max: Int64(1000)}} }
+
+// Min and Max bound floats as well as integers.
+func TestCheckBoundsFloats(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		ok   bool
+	}{{0, true}, {999.5, true}, {1000, true}, {-0.5, false}, {1000.5, false}} {
+		err := Check(&rated{Rate: tc.rate})
+		var fe *FieldError
+		if tc.ok != (err == nil) || (err != nil && (!errors.As(err, &fe) || fe.Field != "rate")) {
+			t.Errorf("rate %v: %v, want ok=%v (a FieldError naming rate otherwise)", tc.rate, err, tc.ok)
+		}
+	}
+}

@@ -36,6 +36,9 @@ const (
 
 var classNames = [...]string{"critical", "high", "normal", "background"}
 
+// ClassNames are the classes' names, highest first.
+func ClassNames() []string { return append([]string(nil), classNames[:]...) }
+
 func (c Class) String() string {
 	if int(c) < len(classNames) {
 		return classNames[c]
@@ -204,6 +207,10 @@ func (s *Strategy) Validate() error {
 		if _, err := regexp.Compile(s.CommandRegex); err != nil {
 			return &FieldError{Field: "command_regex", Msg: fmt.Sprintf("invalid RE2 regular expression: %v", err)}
 		}
+		if i := loneBrace(s.CommandRegex); i >= 0 {
+			return &FieldError{Field: "command_regex", Msg: fmt.Sprintf("%q at byte %d is not part of a repetition like {2} or {2,5}: escape it as \\%c "+
+				"(RE2 reads a lone brace as a literal, the ECMA-262 dialect of the API's schema as an error)", s.CommandRegex[i], i, s.CommandRegex[i])}
+		}
 	}
 	if s.PID < 0 || s.PID > math.MaxInt32 {
 		return &FieldError{Field: "pid", Msg: fmt.Sprintf("%d is not a process id", s.PID)}
@@ -220,6 +227,58 @@ func (s *Strategy) Validate() error {
 		return &FieldError{Field: "command_regex", Msg: "a strategy needs at least one matcher: command_regex, pid, cgroup_path or selectors"}
 	}
 	return nil
+}
+
+// loneBrace is the offset of the first brace outside a character class
+// that is not part of a repetition ({n}, {n,}, {n,m}), or -1. RE2 takes such
+// a brace as a literal; ECMA-262, which the API's JSON Schema declares for
+// command_regex (format: regex), refuses it, so the two would disagree.
+// \p{…}, \P{…} and \x{…} are RE2 escapes and skipped whole.
+func loneBrace(re string) int {
+	digits := func(j int) int {
+		for j < len(re) && re[j] >= '0' && re[j] <= '9' {
+			j++
+		}
+		return j
+	}
+	inClass := false
+	for i := 0; i < len(re); i++ {
+		c := re[i]
+		switch {
+		case c == '\\':
+			i++
+			if i+1 < len(re) && (re[i] == 'p' || re[i] == 'P' || re[i] == 'x') && re[i+1] == '{' {
+				if end := strings.IndexByte(re[i:], '}'); end > 0 {
+					i += end
+				}
+			}
+		case inClass:
+			inClass = c != ']'
+		case c == '[':
+			inClass = true
+			if i+1 < len(re) && re[i+1] == '^' {
+				i++
+			}
+			if i+1 < len(re) && re[i+1] == ']' { // a leading ] is a member
+				i++
+			}
+		case c == '{':
+			j := digits(i + 1)
+			if j == i+1 {
+				return i
+			}
+			if j < len(re) && re[j] == ',' {
+				j = digits(j + 1)
+			}
+			if j >= len(re) || re[j] != '}' {
+				return i
+			}
+			i = j
+		case c == '}':
+			return i
+		}
+	}
+	return -1
 }
 
 // String is a short human description, for logs.

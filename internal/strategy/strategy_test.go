@@ -3,6 +3,7 @@
 package strategy
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -340,4 +341,27 @@ func mustCompile(t *testing.T, list ...Strategy) *Set {
 		t.Fatal(err)
 	}
 	return set
+}
+
+// A lone brace is refused with the fix: RE2 would take it as a literal, the
+// ECMA-262 dialect of the API's schema (format: regex) as an error.
+func TestCommandRegexLoneBrace(t *testing.T) {
+	critical := Critical
+	for re, lone := range map[string]int{
+		"x{2}": -1, "x{2,}": -1, "x{2,5}": -1, `\{`: -1, `a\}`: -1, "[{}]": -1, "[]{]": -1, "[^]}]": -1, `\p{Greek}+`: -1, `\x{41}`: -1,
+		"{": 0, "a{": 1, "a}": 1, "a{,3}": 1, "a{x}": 1, "nr-gnb{": 6, "\u00bf{\u0005": 2,
+	} {
+		if got := loneBrace(re); got != lone {
+			t.Errorf("loneBrace(%q) = %d, want %d", re, got, lone)
+		}
+		s := Strategy{Name: "s", Class: &critical, CommandRegex: re}
+		err := s.Validate()
+		if (err != nil) != (lone >= 0) {
+			t.Errorf("Validate(%q): %v, want an error: %v", re, err, lone >= 0)
+		}
+		var fe *FieldError
+		if err != nil && (!errors.As(err, &fe) || fe.Field != "command_regex" || !strings.Contains(err.Error(), `escape it as \`)) {
+			t.Errorf("Validate(%q): %v, want a command_regex error saying how to escape it", re, err)
+		}
+	}
 }

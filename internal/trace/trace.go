@@ -366,6 +366,20 @@ func (t *Tracer) Counts() ([]Count, error) {
 	return out, nil
 }
 
+// Forget deletes a process's counts (every traced function, process
+// context), so a later process with its PID starts from zero; counts of
+// other contexts are per CPU and stay.
+func (t *Tracer) Forget(tgid uint32) error {
+	var errs []error
+	for id := range t.funcs {
+		k := gtpGtpKey{Tgid: tgid, Func: uint32(id), Cpu: 0xffffffff, Ctx: uint32(Process)}
+		if err := t.counts.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Drops is the number of events lost because the ring was full (the
 // counts still include them).
 func (t *Tracer) Drops() (uint64, error) {

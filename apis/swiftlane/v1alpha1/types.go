@@ -191,20 +191,21 @@ type Carrier struct {
 	// Command is the process's name (comm).
 	// +kubebuilder:validation:MaxLength=64
 	Command string `json:"command"`
-	Class   string `json:"class"`
+	// +kubebuilder:validation:Enum=critical;high;normal;background
+	Class string `json:"class"`
 	// Function is the traced kernel function it was first seen in.
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	Function string `json:"function,omitempty"`
 	// Since is when it was prioritised.
 	// +optional
-	Since metav1.Time `json:"since,omitempty"`
+	Since metav1.MicroTime `json:"since,omitempty"`
 	// LastPacket is its last GTP-U packet, to within the tracer's emit interval.
 	// +optional
-	LastPacket metav1.Time `json:"lastPacket,omitempty"`
-	// Packets it carried since the tracer loaded.
+	LastPacket metav1.MicroTime `json:"lastPacket,omitempty"`
+	// Packets it carried since the tracer loaded (or since its PID was last a carrier's).
 	Packets int64 `json:"packets"`
-	// PacketsPerSecond is their rate over the last heartbeat period, rounded.
+	// PacketsPerSecond is their rate since the agent's previous heartbeat, rounded.
 	PacketsPerSecond int64 `json:"packetsPerSecond"`
 }
 

@@ -200,9 +200,10 @@ func TestWorkloadPodFields(t *testing.T) {
 }
 
 // TestCarriersRoundTrip: automatic mode's carriers survive the
-// SchedulingNode status, to the second and the whole packet per second.
+// SchedulingNode status, to the microsecond (MicroTime) and the whole packet
+// per second. (Through JSON and a real apiserver: internal/api's restart test.)
 func TestCarriersRoundTrip(t *testing.T) {
-	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 26, 10, 0, 0, 123456000, time.UTC)
 	in := apitypes.Carrier{PID: 7, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: at, LastPacket: at.Add(time.Second),
 		Packets: 12345, PacketsPerSecond: 99.6}
 	out := crdconv.Carriers([]apitypes.Carrier{in})

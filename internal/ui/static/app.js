@@ -183,6 +183,15 @@ function renderNodeDetail(n) {
   drawLatency(n.counters && n.counters.runqueue_wait);
 }
 
+// A node's timestamp as local hh:mm:ss.mmm ("–" when absent): the node's
+// clock, so no age against ours (that would add the clocks' skew).
+function clockMs(ts) {
+  const d = new Date(ts || 0);
+  if (!ts || isNaN(d) || d.getTime() <= 0) return "–";
+  const p = (n, w) => String(n).padStart(w, "0");
+  return p(d.getHours(), 2) + ":" + p(d.getMinutes(), 2) + ":" + p(d.getSeconds(), 2) + "." + p(d.getMilliseconds(), 3);
+}
+
 // The processes automatic mode prioritises; the table shows only while
 // there are some (agents leave an empty list out of the heartbeat).
 function renderCarriers(n) {
@@ -190,11 +199,9 @@ function renderCarriers(n) {
   $("carriers").hidden = cs.length === 0;
   const tbody = $("carriers-table").querySelector("tbody");
   tbody.replaceChildren();
-  const at = Date.parse(n.last_heartbeat);
   for (const c of cs) {
-    const last = Math.max(0, (at - Date.parse(c.last_packet)) / 1000);
-    const tr = row([c.pid, c.command, c.class, Math.round(c.packets_per_second), last.toFixed(1) + " s before the report",
-      new Date(c.since).toLocaleTimeString()]);
+    const tr = row([c.pid, c.command, c.class, Math.round(c.packets_per_second), clockMs(c.last_packet),
+      c.since ? new Date(c.since).toLocaleString() : "–"]);
     tr.dataset.class = c.class;
     tbody.appendChild(tr);
   }
