@@ -185,10 +185,7 @@ func newRunner[S scheduler, T any](o Options, set *strategy.Set, ep *endpoint, b
 	r.node = Node{Mode: Schedule, SchedulerState: schedulerState, Stats: r.counters}
 	if o.Config.Automatic.Enabled {
 		r.node.Carriers = func() []apitypes.Carrier {
-			cs, err := r.carriers(true)
-			if err != nil {
-				r.o.Log.Debug("GTP-U packet counts", "err", err) // the carriers, without packets
-			}
+			cs, _ := r.carriers(true) // on an error, without packets (logged)
 			return cs
 		}
 	}
@@ -320,13 +317,7 @@ func (r *runner[S, T]) start(ctx context.Context) error {
 		switch {
 		case err == nil:
 			r.auto.Store(a)
-			r.ep.auto.set(carrierCollector{func() ([]apitypes.Carrier, error) {
-				cs, err := r.carriers(false)
-				if err != nil {
-					r.o.Log.Debug("GTP-U packet counts", "err", err)
-				}
-				return cs, err
-			}})
+			r.ep.auto.set(carrierCollector{func() ([]apitypes.Carrier, error) { return r.carriers(false) }})
 		case r.o.Degrade:
 			r.o.Log.Warn("automatic mode is off on this node", "err", err)
 		default:
@@ -379,7 +370,7 @@ func (r *runner[S, T]) counters() (*apitypes.Counters, error) {
 // carriers lists what automatic mode prioritises, for the agents (with
 // rates) and /metrics (without): nil before it has started, where it could
 // not, and after it stopped. On an error reading the packet counts, the
-// carriers without packets, and the error.
+// carriers without packets, and the error (logged here for both readers).
 func (r *runner[S, T]) carriers(rates bool) ([]apitypes.Carrier, error) {
 	a := r.auto.Load()
 	if a == nil {
@@ -391,6 +382,9 @@ func (r *runner[S, T]) carriers(rates bool) ([]apitypes.Carrier, error) {
 		cs, err = a.Carriers()
 	} else {
 		cs, err = a.Packets()
+	}
+	if err != nil {
+		r.o.Log.Debug("GTP-U packet counts", "err", err)
 	}
 	class := a.Operator.Class().String()
 	out := make([]apitypes.Carrier, 0, len(cs))

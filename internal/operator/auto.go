@@ -25,9 +25,10 @@ type Automatic struct {
 }
 
 // rates turns the tracer's cumulative packet counts into per-process rates.
-// It samples when read (an agent's heartbeat, a metrics scrape), so a rate
-// is the average since the previous sample, which is at least minRateWindow
-// old: two readers close together share one sample.
+// It samples when Carriers is called (an agent's heartbeat; a scrape reads
+// Packets and leaves it alone), so a rate is the average since the previous
+// sample, which is at least minRateWindow old: two calls close together
+// share one sample.
 type rates struct {
 	mu   sync.Mutex
 	at   time.Time
