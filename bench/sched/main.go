@@ -42,7 +42,7 @@ var (
 	samples    = flag.Int("samples", 100000, "probe round trips per phase at most (by default -phase bounds it)")
 	interval   = flag.Duration("interval", time.Millisecond, "pause between probe round trips")
 	cycDur     = flag.Duration("cyclictest", 20*time.Second, "cyclictest duration")
-	runs       = flag.Int("runs", 3, "runs of messaging, pipe and hackbench per variant (the median counts)")
+	runs       = flag.Int("runs", 9, "runs of messaging, pipe and hackbench per variant, the median counts (a hackbench run lasts ~0.25 s: with 3, two variants with the same policy for it came out 13 % apart)")
 	groups     = flag.Int("groups", 2, "messaging and hackbench: groups of 20 senders + 20 receivers")
 	loops      = flag.Int("loops", 100, "messaging and hackbench: messages each sender sends each receiver")
 	pipeLoops  = flag.Int("pipe-loops", 20000, "perf bench sched pipe: round trips")
