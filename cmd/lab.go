@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -94,6 +96,44 @@ func newLabCmd() *cobra.Command {
 	ping.Flags().DurationVarP(&interval, "interval", "i", 20*time.Millisecond, "gap between a reply and the next request")
 	ping.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for each reply")
 	ping.Flags().BoolVar(&asJSON, "json", false, `print {"rtt_ms": [...]} instead of one line per reply`)
-	root.AddCommand(up, down, gnb, ping)
+	pause := &cobra.Command{
+		Use:    "pause",
+		Short:  "Hold a pod sandbox's namespaces until SIGINT/SIGTERM, reaping orphans (the lab cluster's pause image)",
+		Args:   cobra.NoArgs,
+		Hidden: true, // a container runtime runs it, not a user
+		RunE: func(*cobra.Command, []string) error {
+			sandboxPause(nil)
+			return nil
+		},
+	}
+	root.AddCommand(up, down, gnb, ping, pause)
 	return root
+}
+
+// sandboxPause is what a Kubernetes pod sandbox's process does: nothing,
+// as PID 1 of the pod's namespaces, reaping the orphans a shared PID
+// namespace hands it, until told to stop. make test-cluster's runtime has no
+// registry to pull the usual pause image from, so it runs this instead.
+// listening, if set, is called once the signals are caught.
+func sandboxPause(listening func()) {
+	sig := make(chan os.Signal, 8)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	defer signal.Stop(sig)
+	reap := func() {
+		for {
+			if pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				return
+			}
+		}
+	}
+	reap() // children that exited before the handler was in place sent their SIGCHLD to no one
+	if listening != nil {
+		listening()
+	}
+	for s := range sig {
+		if s != syscall.SIGCHLD {
+			return
+		}
+		reap()
+	}
 }

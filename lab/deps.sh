@@ -16,7 +16,11 @@ VNG_VERSION=1.42 # virtme-ng from PyPI, the sched_ext community CI's runner
 main_pkgs=(clang-19 llvm-19 stress-ng zstd iproute2 kmod busybox-static file binutils python3-venv
 	# bench-sched's workloads, run in the guest from the host's root:
 	# perf bench, cyclictest and hackbench, a web server and its load.
-	linux-perf rt-tests nginx wrk)
+	linux-perf rt-tests nginx wrk
+	# make test-cluster's node, in the guest from the host's root: the OCI
+	# runtime, the CNI plugins (bridge, host-local, portmap, loopback) and
+	# iptables for kube-proxy and the bridge's masquerade.
+	runc containernetworking-plugins iptables)
 # From bookworm-backports: bookworm's QEMU 7.2 oopses guests on sched_ext
 # attach/detach under multi-threaded TCG; bpftool/libbpf 1.1 predate
 # struct_ops links and the kfunc BTF we need.

@@ -5,12 +5,18 @@
 # (go.etcd.io/etcd/server/v3) and helm (helm.sh/helm/v3). Prints the bin dir,
 # so callers can do SWL_K8S_BIN=$(bash lab/k8s.sh).
 #
-# Usage: lab/k8s.sh [--force]
+# --cluster adds what a one-node cluster needs beyond that (make test-cluster):
+# kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and
+# containerd v2 with its runc shim and ctr (github.com/containerd/containerd/v2;
+# Debian's containerd 1.6 is older than kubelet 1.36 supports). runc and the
+# CNI plugins come from Debian (make deps).
+#
+# Usage: lab/k8s.sh [--cluster] [--force]
 #
 # Binaries land in ${SWIFTLANE_CACHE:-.cache}/k8s/bin, each with a stamp of the
 # module version it was built from; a rerun with every stamp current only
 # prints the dir. Versions can be overridden with SWIFTLANE_K8S_VERSION,
-# SWIFTLANE_ETCD_VERSION and SWIFTLANE_HELM_VERSION.
+# SWIFTLANE_ETCD_VERSION, SWIFTLANE_HELM_VERSION and SWIFTLANE_CONTAINERD_VERSION.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 log() { echo "k8s: $*" >&2; }
@@ -19,16 +25,19 @@ die() { echo "k8s: error: $*" >&2; exit 1; }
 K8S_VERSION=${SWIFTLANE_K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${SWIFTLANE_ETCD_VERSION:-v3.6.16} # newest v3.6 on the proxy that builds with Go 1.26
 HELM_VERSION=${SWIFTLANE_HELM_VERSION:-v3.22.0} # newest v3 on the proxy
+CONTAINERD_VERSION=${SWIFTLANE_CONTAINERD_VERSION:-v2.4.2}
 K8S_CACHE=$CACHE/k8s
 BIN=$K8S_CACHE/bin
 
-force=0
-case ${1:-} in
-'') ;;
---force) force=1 ;;
--h | --help) sed -n 's/^# \{0,1\}Usage: /Usage: /p' "$0" >&2; exit 0 ;;
-*) die "unknown argument '$1' (usage: lab/k8s.sh [--force])" ;;
-esac
+force=0 cluster=0
+for arg; do
+	case $arg in
+	--force) force=1 ;;
+	--cluster) cluster=1 ;;
+	-h | --help) sed -n 's/^# \{0,1\}Usage: /Usage: /p' "$0" >&2; exit 0 ;;
+	*) die "unknown argument '$arg' (usage: lab/k8s.sh [--cluster] [--force])" ;;
+	esac
+done
 
 [[ $K8S_VERSION =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] ||
 	die "SWIFTLANE_K8S_VERSION='$K8S_VERSION' is not a release like v1.36.3"
@@ -43,6 +52,14 @@ targets=(
 	"etcd go.etcd.io/etcd/server/v3 $ETCD_VERSION go.etcd.io/etcd/server/v3"
 	"helm helm.sh/helm/v3 $HELM_VERSION helm.sh/helm/v3/cmd/helm"
 )
+if [[ $cluster = 1 ]]; then
+	for c in kube-controller-manager kube-scheduler kubelet kube-proxy; do
+		targets+=("$c k8s.io/kubernetes $K8S_VERSION k8s.io/kubernetes/cmd/$c")
+	done
+	for c in containerd containerd-shim-runc-v2 ctr; do
+		targets+=("$c github.com/containerd/containerd/v2 $CONTAINERD_VERSION github.com/containerd/containerd/v2/cmd/$c")
+	done
+fi
 
 stamp_of() { echo "$2@$3 $4"; } # name module version package -> stamp text
 current() { [[ $force = 0 && -x $BIN/$1 && -f $BIN/.$1.stamp && $(<"$BIN/.$1.stamp") = "$(stamp_of "$@")" ]]; }
@@ -118,7 +135,7 @@ prepare() {
 ldflags_for() { # name version
 	local v=$2 kv=()
 	case $1 in
-	kube-apiserver | kubectl)
+	kube-* | kubectl | kubelet)
 		# What kubernetes' own build stamps, so `kubectl version` and the
 		# apiserver's /version report the release instead of v0.0.0-master.
 		for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -126,6 +143,7 @@ ldflags_for() { # name version
 		done ;;
 	etcd) ;; # the version is compiled in
 	helm) kv+=("-X helm.sh/helm/v3/internal/version.version=$v") ;;
+	containerd | containerd-shim-runc-v2 | ctr) kv+=("-X github.com/containerd/containerd/v2/version.Version=$v") ;;
 	esac
 	echo "-s -w ${kv[*]}"
 }

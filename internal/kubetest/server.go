@@ -4,10 +4,13 @@
 // kube-apiserver as built by lab/k8s.sh, for tests (Start), and for VM test
 // drivers and benchmarks that live outside package testing (Run).
 //
-// There is no kubelet, controller-manager or scheduler: objects are stored,
-// validated, admitted and watched as on a real cluster, but pods stay
-// Pending and new namespaces get no "default" ServiceAccount (create one
+// By default there is no kubelet, controller-manager or scheduler: objects
+// are stored, validated, admitted and watched as on a real cluster, but pods
+// stay Pending and new namespaces get no "default" ServiceAccount (create one
 // before creating pods there, or the ServiceAccount admission rejects them).
+// Options.Controllers adds kube-controller-manager and kube-scheduler, for a
+// cluster whose nodes are kubelets joining from elsewhere (test/vm's
+// TestCluster: a lab VM guest).
 package kubetest
 
 import (
@@ -59,7 +62,13 @@ type Options struct {
 	// APIServerArgs are appended to kube-apiserver's flags (a repeated flag
 	// overrides an earlier one), e.g. --feature-gates=....
 	APIServerArgs []string
-	// StartTimeout bounds etcd plus kube-apiserver startup; default 2 min.
+	// Controllers also starts kube-controller-manager and kube-scheduler
+	// (from BinDir), so that pods are scheduled onto kubelets that join,
+	// namespaces get their "default" ServiceAccount and kube-root-ca.crt,
+	// and Deployments and DaemonSets are rolled out.
+	Controllers bool
+	// StartTimeout bounds the whole startup; default 2 min (4 with
+	// Controllers).
 	StartTimeout time.Duration
 }
 
@@ -75,8 +84,10 @@ type Server struct {
 	// Dir holds the data, key material, kubeconfig and logs.
 	Dir    string
 	BinDir string
-	// EtcdLog and APIServerLog are the processes' output files.
-	EtcdLog, APIServerLog string
+	// EtcdLog and APIServerLog are the processes' output files; with
+	// Options.Controllers, ControllerManagerLog and SchedulerLog too.
+	EtcdLog, APIServerLog              string
+	ControllerManagerLog, SchedulerLog string
 
 	kubeconfig string
 	procs      []*proc // in start order
@@ -96,7 +107,11 @@ func Run(ctx context.Context, dir string, opts Options) (_ *Server, err error) {
 	if opts.BinDir == "" {
 		return nil, fmt.Errorf("no binaries: set Options.BinDir or %s=$(bash lab/k8s.sh)", EnvBinDir)
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+	bins := []string{"etcd", "kube-apiserver", "kubectl"}
+	if opts.Controllers {
+		bins = append(bins, "kube-controller-manager", "kube-scheduler")
+	}
+	for _, name := range bins {
 		if fi, err := os.Stat(filepath.Join(opts.BinDir, name)); err != nil || fi.Mode()&0o111 == 0 {
 			return nil, fmt.Errorf("%s is not an executable in %s (%s / Options.BinDir): build it with `bash lab/k8s.sh`",
 				name, opts.BinDir, EnvBinDir)
@@ -111,6 +126,9 @@ func Run(ctx context.Context, dir string, opts Options) (_ *Server, err error) {
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 2 * time.Minute
+		if opts.Controllers {
+			opts.StartTimeout = 4 * time.Minute
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
@@ -166,9 +184,7 @@ func Run(ctx context.Context, dir string, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(s.CACert)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	hc := s.apiClient()
 	defer hc.CloseIdleConnections()
 	err = s.startOnFreePorts(ctx, "kube-apiserver", s.APIServerLog, 1, func(p []int) []string {
 		return append([]string{
@@ -210,7 +226,75 @@ func Run(ctx context.Context, dir string, opts Options) (_ *Server, err error) {
 	if err := s.WriteKubeconfig(s.kubeconfig, s.ServerURL); err != nil {
 		return nil, err
 	}
+	if opts.Controllers {
+		if err := s.startControllers(ctx, pki); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startControllers runs kube-controller-manager and kube-scheduler as the
+// admin, each serving only its health endpoints on a loopback port.
+func (s *Server) startControllers(ctx context.Context, pki *pki) error {
+	s.ControllerManagerLog = filepath.Join(s.Dir, "kube-controller-manager.log")
+	s.SchedulerLog = filepath.Join(s.Dir, "kube-scheduler.log")
+	// Their serving certificates are self-signed (in --cert-dir); only
+	// liveness is read from them.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer hc.CloseIdleConnections()
+	healthy := func(ctx context.Context, p []int) error {
+		return get(ctx, hc, loopURL("https", p[0])+"/healthz", "")
+	}
+	common := func(name string, port int) []string {
+		return []string{
+			"--kubeconfig=" + s.kubeconfig,
+			"--authentication-kubeconfig=" + s.kubeconfig,
+			"--authorization-kubeconfig=" + s.kubeconfig,
+			"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + filepath.Join(s.Dir, name),
+			"--leader-elect=false",
+			"--profiling=false",
+		}
+	}
+	err := s.startOnFreePorts(ctx, "kube-controller-manager", s.ControllerManagerLog, 1, func(p []int) []string {
+		return append(common("kube-controller-manager", p[0]),
+			// Signs the ServiceAccount tokens the token controller makes,
+			// and is published as kube-root-ca.crt in every namespace
+			// (pods' projected service account volumes need it).
+			"--service-account-private-key-file="+pki.saKey,
+			"--root-ca-file="+pki.caCert,
+			"--use-service-account-credentials=true",
+		)
+	}, healthy)
+	if err != nil {
+		return err
+	}
+	// Namespaces exist before the controllers: wait for what pods in
+	// "default" need, so a test can create one straight away.
+	api := s.apiClient()
+	defer api.CloseIdleConnections()
+	err = s.procs[len(s.procs)-1].waitReady(ctx, func(ctx context.Context) error {
+		for _, path := range []string{"/api/v1/namespaces/default/serviceaccounts/default", "/api/v1/namespaces/default/configmaps/kube-root-ca.crt"} {
+			if err := get(ctx, api, s.ServerURL+path, s.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n=== %s (last 40 lines)\n%s", err, s.ControllerManagerLog, tail(s.ControllerManagerLog, 40))
+	}
+	return s.startOnFreePorts(ctx, "kube-scheduler", s.SchedulerLog, 1, func(p []int) []string {
+		return common("kube-scheduler", p[0])
+	}, healthy)
+}
+
+// apiClient trusts the server's CA, for readiness checks.
+func (s *Server) apiClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.CACert)
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 }
 
 // RESTConfig is a fresh admin client configuration, without client-side rate
@@ -277,11 +361,14 @@ func (s *Server) Stop() error {
 	return s.stopErr
 }
 
-// Logs is the tail (up to lines lines each) of etcd's and kube-apiserver's
-// output, for a failure report.
+// Logs is the tail (up to lines lines each) of the processes' output, for
+// a failure report.
 func (s *Server) Logs(lines int) string {
 	var b strings.Builder
-	for _, f := range []string{s.EtcdLog, s.APIServerLog} {
+	for _, f := range []string{s.EtcdLog, s.APIServerLog, s.ControllerManagerLog, s.SchedulerLog} {
+		if f == "" {
+			continue
+		}
 		fmt.Fprintf(&b, "=== %s (last %d lines)\n%s\n", f, lines, tail(f, lines))
 	}
 	return b.String()
@@ -430,7 +517,9 @@ func get(ctx context.Context, hc *http.Client, url, token string) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

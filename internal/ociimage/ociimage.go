@@ -57,6 +57,10 @@ type Options struct {
 	Created time.Time
 	// Version goes in the org.opencontainers.image.version label.
 	Version string
+	// Args follow the binary in the entrypoint; empty for the product image
+	// (the chart passes the subcommand). The lab cluster's pod sandbox
+	// image is the same binary with "lab", "pause".
+	Args []string
 }
 
 // Artifact is a built or read image: a v1.Image for one platform, or a
@@ -121,7 +125,7 @@ func buildOne(b Binary, o Options) (v1.Image, error) {
 		Architecture: b.Platform.Architecture,
 		Variant:      b.Platform.Variant,
 		Config: v1.Config{
-			Entrypoint: []string{BinaryPath},
+			Entrypoint: append([]string{BinaryPath}, o.Args...),
 			User:       User,
 			WorkingDir: "/",
 			Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command serve runs the kubetest control plane (etcd + kube-apiserver) on
-// this host until interrupted, for VM test drivers, benchmarks and manual
-// poking. Once it is ready it prints shell assignments on stdout:
+// Command serve runs the kubetest control plane (etcd + kube-apiserver, and
+// with -controllers kube-controller-manager + kube-scheduler) on this host
+// until interrupted, for VM test drivers, benchmarks and manual poking. Once
+// it is ready it prints shell assignments on stdout:
 //
 //	server=https://127.0.0.1:PORT
 //	kubeconfig=PATH
@@ -51,6 +52,7 @@ func main() {
 	)
 	flag.StringVar(&opts.BinDir, "bin", "", "directory with etcd, kube-apiserver, kubectl (default $"+kubetest.EnvBinDir+")")
 	flag.Var(&extraIPs, "extra-ip", "extra IP SAN for the serving certificate (repeatable)")
+	flag.BoolVar(&opts.Controllers, "controllers", false, "also run kube-controller-manager and kube-scheduler, for kubelets that join")
 	flag.Parse()
 	if err := run(opts, extraIPs, *dir, *kc, *guestKC, strings.Fields(*apiArgs)); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)

@@ -76,11 +76,12 @@ func build(args []string) error {
 	ref := fs.String("name", "ghcr.io/swiftlane/swiftlane:latest", "image name recorded for `ctr images import` (and pushed by default)")
 	version := fs.String("version", "", "org.opencontainers.image.version label")
 	epoch := fs.Int64("source-date-epoch", envEpoch(), "every timestamp in the image, seconds since 1970")
+	entryArgs := fs.String("args", "", "space-separated arguments after the binary in the entrypoint (e.g. \"lab pause\" for the lab cluster's sandbox image)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	created := time.Unix(*epoch, 0).UTC()
-	a, err := ociimage.Build(ociimage.Options{Binaries: bins, Created: created, Version: *version})
+	a, err := ociimage.Build(ociimage.Options{Binaries: bins, Created: created, Version: *version, Args: strings.Fields(*entryArgs)})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,807 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build vmtest
+
+package vm
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+)
+
+// A real one-node cluster, as a platform team would try swiftlane first
+// (make test-cluster). etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler run on the host (internal/kubetest, started by
+// mk/cluster-vm.sh); this guest, on the sched_ext kernel, is the node:
+// containerd, runc and the CNI bridge, kube-proxy and a kubelet that joins.
+// Nothing is faked: the chart is installed with helm, the images come from
+// `make image`, and every check reads what the kernel, the kubelet or the
+// API server says.
+//
+//   - helm install: the API Deployment and the agent DaemonSet become Ready,
+//     the agent attaches swiftlane and reports the node (SchedulingNode);
+//   - a pod labelled tier=critical and a SchedulingStrategy selecting it:
+//     the pod's cgroup is in the scheduler's cgroup map and each of its
+//     processes in the process map, the strategy's node status counts
+//     them; a pod without the label is in neither;
+//   - the pod deleted and created again, and a container killed and
+//     restarted by the kubelet: the new processes are covered within 1 s;
+//   - the strategy deleted: the pod leaves the maps;
+//   - helm upgrade with a changed value rolls the agent: the node ends on
+//     the new agent's scheduler, which applies the strategy again, and the
+//     kernel logged no error;
+//   - helm uninstall: sched_ext is disabled, the workloads run on, and the
+//     release left nothing behind but the CRDs.
+func TestCluster(t *testing.T) {
+	env := clusterEnvFrom(t)
+	ctx := runCtx(t, 45*time.Minute)
+	mark := logMark(t)
+	requireState(t, "disabled", "")
+
+	n := startNode(t, ctx, env)
+	core := n.core
+	crd, err := v1alpha1.NewRESTClient(n.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// helm install, with the chart's default image: `make image` built it
+	// under that name and the node imported it.
+	const release, sysNS, ns = "swiftlane", "swiftlane-system", "lab"
+	start := time.Now()
+	n.helm(t, "install", release, "deploy/helm/swiftlane", "--namespace", sysNS, "--create-namespace",
+		"--wait", "--timeout", "15m")
+	t.Logf("helm install: API Deployment and agent DaemonSet ready in %v", time.Since(start).Round(time.Second))
+	requireState(t, "enabled", "swiftlane")
+	agentUID := n.agentPod(t, ctx, sysNS).UID
+	n.waitUntil(t, "the agent to report the node (SchedulingNode) with sched_ext enabled", 2*time.Minute, func() bool {
+		var sn v1alpha1.SchedulingNode
+		if crd.Get().Resource(v1alpha1.NodesResource.Resource).Name(n.name).Do(ctx).Into(&sn) != nil {
+			return false
+		}
+		return sn.Status.Mode == "schedule" && strings.HasPrefix(sn.Status.SchedulerState, "enabled")
+	})
+
+	// The workloads: the same pod with and without the label.
+	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitUntil(t, "the default ServiceAccount in "+ns, time.Minute, func() bool {
+		_, err := core.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	critical := n.runPod(t, ctx, ns, "echo", map[string]string{"tier": "critical"})
+	plain := n.runPod(t, ctx, ns, "plain", map[string]string{"tier": "batch"})
+
+	strategy := `{"apiVersion":"swiftlane.io/v1alpha1","kind":"SchedulingStrategy","metadata":{"name":"critical","namespace":"` + ns + `"},` +
+		`"spec":{"podSelector":{"matchLabels":{"tier":"critical"}},"class":"critical"}}`
+	applyStrategy := func() {
+		t.Helper()
+		if err := crd.Patch(types.ApplyPatchType).Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").
+			Param("fieldManager", "vmtest").Body([]byte(strategy)).Do(ctx).Error(); err != nil {
+			t.Fatalf("apply strategy: %v", err)
+		}
+	}
+	applyStrategy()
+	maps := n.schedulerMaps(t)
+	n.waitCovered(t, critical, maps, time.Minute)
+	n.waitUntil(t, "the strategy's status to count the pod and its processes on the node", time.Minute, func() bool {
+		var s v1alpha1.SchedulingStrategy
+		if crd.Get().Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").Do(ctx).Into(&s) != nil {
+			return false
+		}
+		want := int32(len(critical.pids()))
+		return slices.ContainsFunc(s.Status.Nodes, func(st v1alpha1.StrategyNodeStatus) bool {
+			return st.Node == n.name && st.Pods == 1 && st.Processes >= want
+		})
+	})
+	if !maps.none(plain) {
+		t.Fatal("the pod without the label is in the scheduler's maps")
+	}
+
+	// Deleted and created again: a new pod, a new cgroup, new processes.
+	res := map[string]any{}
+	if err := core.CoreV1().Pods(ns).Delete(ctx, critical.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitUntil(t, "the deleted pod to be gone", 2*time.Minute, func() bool {
+		_, err := core.CoreV1().Pods(ns).Get(ctx, critical.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	critical = n.runPodTimed(t, ctx, ns, "echo", map[string]string{"tier": "critical"}, maps, "recreated pod", res)
+
+	// A container killed: the kubelet restarts it in the same pod.
+	old := critical.containerPID(t, "echo")
+	before := critical.pids()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	n.coverNewProcesses(t, critical, maps, 1, func(pid int) bool { return pid != old && !slices.Contains(before, pid) },
+		"restarted container", res)
+	mergeK8sResults(t, res)
+
+	// Strategy deleted: back to normal.
+	if err := crd.Delete().Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	n.waitUntil(t, "the pod to leave the scheduler's maps", time.Minute, func() bool { return maps.none(critical) })
+
+	// helm upgrade with a changed value rolls the agent (its config
+	// checksum changes): the old one detaches, the new one attaches.
+	applyStrategy()
+	n.waitCovered(t, critical, maps, time.Minute)
+	watch := watchSchedState()
+	n.helm(t, "upgrade", release, "deploy/helm/swiftlane", "--namespace", sysNS, "--reuse-values",
+		"--set", "agent.config.scheduler.slice_ns_default=3000000", "--wait", "--timeout", "15m")
+	states := watch()
+	t.Logf("sched_ext during the upgrade: %s", strings.Join(states, " -> "))
+	if newUID := n.agentPod(t, ctx, sysNS).UID; newUID == agentUID {
+		t.Fatal("helm upgrade did not replace the agent pod")
+	}
+	requireState(t, "enabled", "swiftlane")
+	maps = n.schedulerMaps(t) // the new scheduler's
+	n.waitCovered(t, critical, maps, time.Minute)
+	if !maps.none(plain) {
+		t.Fatal("after the upgrade, the pod without the label is in the scheduler's maps")
+	}
+
+	// helm uninstall: the scheduler detaches and the release's objects go.
+	n.helm(t, "uninstall", release, "--namespace", sysNS, "--wait", "--timeout", "10m")
+	waitState(t, "disabled")
+	for _, p := range []*clusterPod{critical, plain} {
+		for _, pid := range p.pids() {
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Errorf("pod %s: process %d is gone after the uninstall: %v", p.Name, pid, err)
+			}
+		}
+	}
+	n.requireNothingLeft(t, ctx, sysNS, release)
+	checkKernelLog(t, mark)
+}
+
+// clusterEnv is what mk/cluster-vm.sh passes to the guest.
+type clusterEnv struct {
+	kubeconfig string   // admin, server at 10.0.2.2
+	bin        string   // SWL_K8S_BIN: kubelet, kube-proxy, containerd, ctr, helm, kubectl
+	images     []string // OCI layout tarballs to import
+	image      string   // the swiftlane image, for the workload pods
+	pause      string   // the pod sandbox image
+	logs       string   // where the node's daemons log
+}
+
+func clusterEnvFrom(t *testing.T) clusterEnv {
+	e := clusterEnv{
+		kubeconfig: os.Getenv("SWL_KUBECONFIG"),
+		bin:        os.Getenv("SWL_K8S_BIN"),
+		images:     strings.FieldsFunc(os.Getenv("SWL_CLUSTER_IMAGES"), func(r rune) bool { return r == ',' }),
+		image:      os.Getenv("SWL_CLUSTER_IMAGE"),
+		pause:      os.Getenv("SWL_CLUSTER_PAUSE"),
+		logs:       os.Getenv("SWL_CLUSTER_LOGS"),
+	}
+	if e.kubeconfig == "" || e.bin == "" || len(e.images) == 0 || e.image == "" || e.pause == "" || e.logs == "" {
+		if os.Getenv("SWL_REQUIRE_CLUSTER") != "" {
+			t.Fatal("SWL_KUBECONFIG, SWL_K8S_BIN, SWL_CLUSTER_{IMAGES,IMAGE,PAUSE,LOGS} are not all set: run this through `make test-cluster`")
+		}
+		t.Skip("no cluster control plane: run `make test-cluster`")
+	}
+	return e
+}
+
+// node is this guest as a Kubernetes node.
+type node struct {
+	env     clusterEnv
+	name    string
+	config  *rest.Config
+	core    kubernetes.Interface
+	daemons []*daemon
+	helmEnv []string
+}
+
+const (
+	nodeName   = "swiftlane-lab"
+	nodeIP     = "10.0.2.15"
+	podCIDR    = "10.244.0.0/24"
+	clusterDir = "/var/lib/swiftlane-cluster"
+	criSocket  = "/run/containerd/containerd.sock"
+)
+
+// startNode makes this guest a node: writable state directories, containerd
+// with the images, kube-proxy and the kubelet, until the Node is Ready.
+func startNode(t *testing.T, ctx context.Context, env clusterEnv) *node {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS = -1
+	n := &node{env: env, name: nodeName, config: cfg, core: kubernetes.NewForConfigOrDie(cfg)}
+	if err := os.MkdirAll(env.logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	n.helmEnv = []string{"KUBECONFIG=" + env.kubeconfig, "HELM_CACHE_HOME=" + home + "/cache",
+		"HELM_CONFIG_HOME=" + home + "/config", "HELM_DATA_HOME=" + home + "/data"}
+
+	// The host's root is read-only here: the node's state goes to tmpfs
+	// (overlayfs, containerd's snapshotter, cannot stack on the 9p root).
+	for _, dir := range []string{"/var/lib", "/var/log"} {
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755"); err != nil {
+			t.Fatalf("mount tmpfs on %s: %v", dir, err)
+		}
+		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	}
+	for _, kv := range [][2]string{{"net/ipv4/ip_forward", "1"}, {"net/bridge/bridge-nf-call-iptables", "1"}} {
+		if kv[0] == "net/bridge/bridge-nf-call-iptables" {
+			// Pod-to-service traffic between pods on the bridge.
+			if out, err := exec.Command("modprobe", "br_netfilter").CombinedOutput(); err != nil {
+				t.Fatalf("modprobe br_netfilter: %v\n%s", err, out)
+			}
+		}
+		if err := os.WriteFile("/proc/sys/"+kv[0], []byte(kv[1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{clusterDir + "/net.d", "/var/lib/kubelet"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(clusterDir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	// containerd v2: CRI with runc (cgroupfs, as the kubelet below) and the
+	// CNI bridge; the sandbox image is ours (no registry to pull from).
+	containerdCfg := write("containerd.toml", fmt.Sprintf(`version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+# Snapshotters this node has no use for (btrfs is not even built without cgo).
+disabled_plugins = ["io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = %[1]q
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = %[2]q
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = "runc"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = "/usr/sbin/runc"
+  SystemdCgroup = false
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = %[3]q
+`, criSocket, env.pause, clusterDir+"/net.d"))
+	write("net.d/10-lab.conflist", fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "lab",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, podCIDR))
+	// The shim is found on PATH, next to containerd.
+	path := "PATH=" + env.bin + ":/usr/sbin:/usr/bin:/sbin:/bin"
+	n.startDaemon(t, "containerd", []string{path}, filepath.Join(env.bin, "containerd"), "--config", containerdCfg)
+	n.waitUntil(t, "containerd's socket", time.Minute, func() bool {
+		_, err := os.Stat(criSocket)
+		return err == nil
+	})
+	for _, img := range env.images {
+		n.run(t, filepath.Join(env.bin, "ctr"), "--address", criSocket, "--namespace", "k8s.io", "images", "import", img)
+	}
+	listed := n.run(t, filepath.Join(env.bin, "ctr"), "--address", criSocket, "--namespace", "k8s.io", "images", "list", "--quiet")
+	for _, want := range []string{env.image, env.pause} {
+		if !slices.Contains(strings.Fields(listed), want) {
+			t.Fatalf("containerd has no image %s after the import; it lists:\n%s", want, listed)
+		}
+	}
+
+	kubeletCfg := write("kubelet.yaml", fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://%s
+cgroupDriver: cgroupfs
+failSwapOn: false
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+# The node's disks are tmpfs in a small guest: no eviction or image GC for
+# space (0%% disables a threshold; 100 disables image GC).
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: "0%%"
+  nodefs.inodesFree: "0%%"
+  imagefs.available: "0%%"
+  imagefs.inodesFree: "0%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+`, criSocket))
+	n.startDaemon(t, "kube-proxy", nil, filepath.Join(env.bin, "kube-proxy"),
+		"--kubeconfig", env.kubeconfig, "--hostname-override", nodeName, "--proxy-mode", "iptables",
+		"--cluster-cidr", podCIDR, "--conntrack-max-per-core", "0",
+		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256")
+	n.startDaemon(t, "kubelet", []string{path}, filepath.Join(env.bin, "kubelet"),
+		"--config", kubeletCfg, "--kubeconfig", env.kubeconfig, "--root-dir", "/var/lib/kubelet",
+		"--hostname-override", nodeName, "--node-ip", nodeIP)
+	n.waitUntil(t, "the node to be Ready", 5*time.Minute, func() bool {
+		nd, err := n.core.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(nd.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		})
+	})
+	n.waitUntil(t, "kube-proxy's rules for the kubernetes Service", 2*time.Minute, func() bool {
+		resp, err := http.Get("http://127.0.0.1:10256/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return n
+}
+
+// daemon is a node process logging to a file under env.logs.
+type daemon struct {
+	name, log string
+	cmd       *exec.Cmd
+	done      chan struct{}
+}
+
+func (n *node) startDaemon(t *testing.T, name string, env []string, bin string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{name: name, log: filepath.Join(n.env.logs, name+".log"), done: make(chan struct{})}
+	f, err := os.Create(d.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Env = append(os.Environ(), env...)
+	d.cmd.Stdout, d.cmd.Stderr = f, f
+	// Die with the test (Pdeathsig is per thread: start from a locked one).
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := d.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		d.cmd.Wait()
+		close(d.done)
+	}()
+	if err := <-started; err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	n.daemons = append(n.daemons, d)
+	t.Cleanup(func() {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(stateTimeout):
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("=== %s (last 30 lines of %s)\n%s", name, d.log, tailFile(d.log, 30))
+		}
+	})
+	return d
+}
+
+// waitUntil polls cond (state behind an API or in sysfs) until it holds,
+// failing early if a node daemon exits.
+func (n *node) waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		for _, d := range n.daemons {
+			select {
+			case <-d.done:
+				t.Fatalf("%s exited while waiting for %s:\n%s", d.name, what, tailFile(d.log, 40))
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (n *node) run(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), n.helmEnv...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (n *node) helm(t *testing.T, args ...string) {
+	t.Helper()
+	start := time.Now()
+	out := n.run(t, filepath.Join(n.env.bin, "helm"), args...)
+	t.Logf("helm %s (%v):\n%s", args[0], time.Since(start).Round(time.Second), lastBytes([]byte(out), 2000))
+}
+
+// agentPod is the release's one agent pod (there is one node).
+func (n *node) agentPod(t *testing.T, ctx context.Context, ns string) *corev1.Pod {
+	t.Helper()
+	pods, err := n.core.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	if len(live) != 1 {
+		t.Fatalf("%d agent pods, want 1", len(live))
+	}
+	return &live[0]
+}
+
+// clusterPod is a running workload pod and its cgroup on this node.
+type clusterPod struct {
+	*corev1.Pod
+	dir      string // its cgroup: kubepods/<qos>/pod<uid> under the cgroupfs driver
+	cgroupID uint64
+}
+
+// podSpec: two containers, each the probe's UDP echo server (a Go
+// program, so several threads), from the swiftlane image.
+func (n *node) podSpec() corev1.PodSpec {
+	echo := func(name, port string) corev1.Container {
+		return corev1.Container{
+			Name: name, Image: n.env.image, ImagePullPolicy: corev1.PullNever,
+			Args: []string{"probe", "echo", "--listen", "0.0.0.0:" + port},
+		}
+	}
+	return corev1.PodSpec{
+		Containers:                    []corev1.Container{echo("echo", "7777"), echo("sidecar", "7778")},
+		TerminationGracePeriodSeconds: new(int64),
+	}
+}
+
+func (n *node) createPod(t *testing.T, ctx context.Context, ns, name string, labels map[string]string) *clusterPod {
+	t.Helper()
+	created, err := n.core.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec:       n.podSpec(),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &clusterPod{Pod: created}
+}
+
+// waitRunning waits until the pod runs with both containers' processes.
+func (n *node) waitRunning(t *testing.T, ctx context.Context, p *clusterPod) {
+	t.Helper()
+	n.waitUntil(t, "pod "+p.Name+" to run", 5*time.Minute, func() bool {
+		got, err := n.core.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Phase != corev1.PodRunning {
+			return false
+		}
+		p.Pod = got
+		return p.findCgroup() && p.containerProcesses() == 2
+	})
+}
+
+func (n *node) runPod(t *testing.T, ctx context.Context, ns, name string, labels map[string]string) *clusterPod {
+	t.Helper()
+	p := n.createPod(t, ctx, ns, name, labels)
+	n.waitRunning(t, ctx, p)
+	return p
+}
+
+// containerProcesses counts the processes of the pod's current containers.
+func (p *clusterPod) containerProcesses() int {
+	n := 0
+	for _, pid := range p.pids() {
+		for _, cs := range p.Status.ContainerStatuses {
+			if p.inContainer(pid, cs.Name) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// findCgroup finds the pod's cgroup under any QoS class.
+func (p *clusterPod) findCgroup() bool {
+	base := "pod" + string(p.UID)
+	for _, dir := range []string{"/sys/fs/cgroup/kubepods/" + base, "/sys/fs/cgroup/kubepods/burstable/" + base,
+		"/sys/fs/cgroup/kubepods/besteffort/" + base} {
+		var st syscall.Stat_t
+		if syscall.Stat(dir, &st) == nil {
+			p.dir, p.cgroupID = dir, st.Ino
+			return true
+		}
+	}
+	return false
+}
+
+// pids are the processes in the pod's cgroup tree: its containers' and
+// the sandbox's.
+func (p *clusterPod) pids() []int {
+	var pids []int
+	filepath.WalkDir(p.dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// containerPID is the PID of a container's main process, per the kubelet's
+// status (container ID) and the runtime's cgroup of that ID.
+func (p *clusterPod) containerPID(t *testing.T, name string) int {
+	t.Helper()
+	for _, pid := range p.pids() {
+		if p.inContainer(pid, name) {
+			return pid
+		}
+	}
+	t.Fatalf("pod %s: no process of container %s", p.Name, name)
+	return 0
+}
+
+// inContainer says whether pid runs in the container named name: the
+// runtime names each container's cgroup after its ID, which the pod status
+// gives for the current instance.
+func (p *clusterPod) inContainer(pid int, name string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != name {
+			continue
+		}
+		_, id, _ := strings.Cut(cs.ContainerID, "://")
+		return id != "" && strings.Contains(string(b), id)
+	}
+	return false
+}
+
+// schedMaps are the attached scheduler's strategy maps.
+type schedMaps struct{ cgroups, procs *ebpf.Map }
+
+func (n *node) schedulerMaps(t *testing.T) *schedMaps {
+	t.Helper()
+	return &schedMaps{cgroups: schedulerMap(t, "cgroup_strategy"), procs: schedulerMap(t, "tgid_strategy")}
+}
+
+func (m *schedMaps) hasCgroup(id uint64) bool {
+	var v [24]byte // struct swl_strategy
+	return m.cgroups.Lookup(id, &v) == nil
+}
+
+func (m *schedMaps) hasPID(pid int) bool {
+	var v [24]byte
+	return m.procs.Lookup(uint32(pid), &v) == nil
+}
+
+// covers: the pod's cgroup and every process in it are in the maps.
+func (m *schedMaps) covers(p *clusterPod) bool {
+	if !m.hasCgroup(p.cgroupID) {
+		return false
+	}
+	for _, pid := range p.pids() {
+		if !m.hasPID(pid) {
+			return false
+		}
+	}
+	return true
+}
+
+// none: neither the pod's cgroup nor any of its processes are.
+func (m *schedMaps) none(p *clusterPod) bool {
+	if m.hasCgroup(p.cgroupID) {
+		return false
+	}
+	return !slices.ContainsFunc(p.pids(), m.hasPID)
+}
+
+func (n *node) waitCovered(t *testing.T, p *clusterPod, m *schedMaps, timeout time.Duration) {
+	t.Helper()
+	n.waitUntil(t, "pod "+p.Name+"'s cgroup and processes in the scheduler's maps", timeout, func() bool { return m.covers(p) })
+}
+
+// runPodTimed creates the pod and times, for each of its processes (the
+// sandbox's and both containers'), from the moment it is first seen in the
+// pod's cgroup until it is covered.
+func (n *node) runPodTimed(t *testing.T, ctx context.Context, ns, name string, labels map[string]string, m *schedMaps, what string, res map[string]any) *clusterPod {
+	t.Helper()
+	p := n.createPod(t, ctx, ns, name, labels)
+	n.waitUntil(t, "the new pod's cgroup", 5*time.Minute, p.findCgroup)
+	n.coverNewProcesses(t, p, m, 3, func(int) bool { return true }, what, res)
+	n.waitRunning(t, ctx, p)
+	return p
+}
+
+// coverNewProcesses waits for want processes that match to appear in the
+// pod's cgroup and fails unless each is covered
+// within 1 s of first being seen in the pod's cgroup. The maps have no
+// change notification and neither has cgroup.procs: both are polled, every
+// 5 ms, so a time is exact to that.
+func (n *node) coverNewProcesses(t *testing.T, p *clusterPod, m *schedMaps, want int, match func(int) bool, what string, res map[string]any) {
+	t.Helper()
+	firstSeen := map[int]time.Time{}
+	covered := map[int]time.Duration{}
+	deadline := time.Now().Add(5 * time.Minute)
+	for len(covered) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d processes covered after 5 min (seen %v)", what, len(covered), want, firstSeen)
+		}
+		now := time.Now()
+		for _, pid := range p.pids() {
+			if !match(pid) {
+				continue
+			}
+			if _, ok := firstSeen[pid]; !ok {
+				firstSeen[pid] = now
+			}
+			if _, ok := covered[pid]; !ok && m.hasCgroup(p.cgroupID) && m.hasPID(pid) {
+				covered[pid] = now.Sub(firstSeen[pid])
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var worst time.Duration
+	for pid, d := range covered {
+		worst = max(worst, d)
+		if d > time.Second {
+			t.Errorf("%s: process %d covered %v after it appeared, want within 1 s", what, pid, d)
+		}
+	}
+	t.Logf("%s: %d new processes covered within %v of appearing", what, len(covered), worst)
+	res[strings.ReplaceAll(what, " ", "_")+"_covered_max_ms"] = float64(worst.Microseconds()) / 1000
+}
+
+// watchSchedState records sched_ext's state transitions until the returned
+// function is called.
+func watchSchedState() func() []string {
+	var (
+		mu     sync.Mutex
+		states []string
+		stop   = make(chan struct{})
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			s, o := readState()
+			cur := s + "(" + o + ")"
+			mu.Lock()
+			if len(states) == 0 || states[len(states)-1] != cur {
+				states = append(states, cur)
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []string {
+		close(stop)
+		<-done
+		return states
+	}
+}
+
+// requireNothingLeft: after helm uninstall, no object of the release in
+// its namespace or cluster-wide, but the CRDs (Helm leaves those).
+func (n *node) requireNothingLeft(t *testing.T, ctx context.Context, ns, release string) {
+	t.Helper()
+	sel := "app.kubernetes.io/instance=" + release
+	kubectl := filepath.Join(n.env.bin, "kubectl")
+	n.waitUntil(t, "the release's pods to be gone", 5*time.Minute, func() bool {
+		pods, err := n.core.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	kinds := "deployments,daemonsets,replicasets,services,endpointslices,configmaps,secrets,serviceaccounts,roles,rolebindings,resourcequotas"
+	if out := n.run(t, kubectl, "get", kinds, "--namespace", ns, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+		var left []string
+		for _, o := range strings.Fields(out) {
+			if o != "configmap/kube-root-ca.crt" { // the controller-manager's, in every namespace
+				left = append(left, o)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("left in namespace %s after helm uninstall: %v", ns, left)
+		}
+	}
+	cluster := "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings,priorityclasses"
+	if out := n.run(t, kubectl, "get", cluster, "-l", sel, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("left cluster-wide after helm uninstall: %s", out)
+	}
+	if out := n.run(t, kubectl, "get", "crd", "-o", "name"); !strings.Contains(out, "schedulingstrategies.swiftlane.io") {
+		t.Errorf("the CRDs are gone after helm uninstall (Helm keeps them): %s", out)
+	}
+}
+
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
