@@ -48,6 +48,6 @@ test-unit: ## Go unit tests (no kernel features needed; the LB's root tests run 
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /internal/lb/ -e /bench/lb)
 
 .PHONY: test
-test: deps vet verify-generate test-unit test-api-schema test-vm test-k8s test-lb test-ui ## Everything CI runs
+test: deps vet verify-generate test-unit test-api-schema test-vm test-k8s test-cluster test-lb test-ui ## Everything CI runs
 
 include $(wildcard mk/*.mk)

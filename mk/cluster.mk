@@ -4,7 +4,7 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler) runs on the host;
 # the VM guest runs containerd, runc, the CNI bridge, kube-proxy and the
 # kubelet, and the test installs the chart with helm as a user would.
-# Included by the top Makefile.
+# Part of make test. Included by the top Makefile.
 
 # One kernel: the cluster's own start-up under TCG takes minutes, and the
 # scheduler itself is tested on both by test-vm.

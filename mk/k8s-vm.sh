@@ -25,8 +25,13 @@ cd "$(dirname "$0")/.."
 state=$(mktemp -d "$build/k8s-vm.XXXXXX")
 serve_pid=
 cleanup() {
+	local rc=$?
 	[[ -n $serve_pid ]] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
-	rm -rf "$state"
+	if [[ $rc = 0 ]]; then
+		rm -rf "$state"
+	else
+		echo "k8s-vm: the control plane's logs are kept in $state/cp" >&2
+	fi
 }
 trap cleanup EXIT
 

@@ -12,8 +12,9 @@
 // id: the caller falls back to per-process matching with PodOfProcess.
 //
 // The caller must see the node's cgroup hierarchy and procfs: on Kubernetes
-// that means hostPID and the host's cgroup filesystem (and, for PodOfProcess
-// paths to be absolute, the host cgroup namespace).
+// that means hostPID and the host's cgroup filesystem. Its own cgroup
+// namespace may be a container's: NamespaceRoot and Absolute turn the
+// paths procfs then gives into the node's.
 package podcgroup
 
 import (

@@ -33,12 +33,14 @@ type ProcessPod struct {
 // and returns the pod the process runs in, for every layout and driver
 // Resolver knows. ok is false for processes outside pods; the error is
 // for an unreadable file (it wraps fs.ErrNotExist when the process is gone).
+// From inside a container the paths are made absolute first
+// (NamespaceRoot, with the node's hierarchy at DefaultRoot).
 func PodOfProcess(procRoot string, pid int) (p ProcessPod, ok bool, err error) {
 	data, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
 	if err != nil {
 		return ProcessPod{}, false, fmt.Errorf("pod of process %d: %w", pid, err)
 	}
-	p, ok = parseProcCgroup(string(data))
+	p, ok = parseProcCgroup(string(data), NamespaceRoot(procRoot, DefaultRoot))
 	return p, ok, nil
 }
 
@@ -46,7 +48,7 @@ func PodOfProcess(procRoot string, pid int) (p ProcessPod, ok bool, err error) {
 // lines). The cgroup2 line (0::) comes first: in hybrid mode runc may or
 // may not have put the container there. Then the cpu hierarchy, then
 // name=systemd, then any other v1 line.
-func parseProcCgroup(data string) (ProcessPod, bool) {
+func parseProcCgroup(data, nsRoot string) (ProcessPod, bool) {
 	var v2, cpu, sd string
 	var rest []string
 	for _, line := range strings.Split(data, "\n") {
@@ -70,7 +72,7 @@ func parseProcCgroup(data string) (ProcessPod, bool) {
 		}
 	}
 	for _, p := range append([]string{v2, cpu, sd}, rest...) {
-		if pp, ok := parseCgroupPath(p); ok {
+		if pp, ok := parseCgroupPath(Absolute(nsRoot, p)); ok {
 			return pp, true
 		}
 	}

@@ -81,7 +81,7 @@ func TestParseProcCgroup(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := parseProcCgroup(tc.data)
+			got, ok := parseProcCgroup(tc.data, "/")
 			if ok != (tc.want.Path != "") || got != tc.want {
 				t.Errorf("got %+v, %v\nwant %+v", got, ok, tc.want)
 			}

@@ -59,9 +59,12 @@ type Applier struct {
 	mu         sync.Mutex
 	procRoot   string
 	cgroupRoot string
-	cgroupID   func(dir string) (uint64, error)
-	target     Target
-	log        *slog.Logger
+	// nsRoot is this process's cgroup namespace in the node's hierarchy:
+	// not "/" in a pod, where procfs gives cgroup paths relative to it.
+	nsRoot   string
+	cgroupID func(dir string) (uint64, error)
+	target   Target
+	log      *slog.Logger
 	// set is what the target holds: base (SetStrategies) followed by
 	// extra (SetExtra).
 	set, base, extra *Set
@@ -91,6 +94,7 @@ func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *A
 	return &Applier{
 		procRoot:   procRoot,
 		cgroupRoot: cgroupRoot,
+		nsRoot:     podcgroup.NamespaceRoot(procRoot, cgroupRoot),
 		cgroupID:   podcgroup.CgroupID,
 		target:     target,
 		log:        log,
@@ -271,7 +275,7 @@ func (a *Applier) TrackProcesses() error {
 	a.index = make(map[uint32]Process, len(pids))
 	var errs []error
 	for _, pid := range pids {
-		if p, err := ReadProcess(a.procRoot, pid); err == nil {
+		if p, err := a.readProcess(pid); err == nil {
 			a.index[uint32(pid)] = p
 			// Every indexed process has been matched against the current
 			// strategies: SetStrategies relies on it to match only what a
@@ -284,11 +288,19 @@ func (a *Applier) TrackProcesses() error {
 	return errors.Join(errs...)
 }
 
+// readProcess reads a process, its cgroup path in the node's hierarchy
+// (cgroup_path strategies and pod cgroups are absolute).
+func (a *Applier) readProcess(pid int) (Process, error) {
+	p, err := ReadProcess(a.procRoot, pid)
+	p.Cgroup = podcgroup.Absolute(a.nsRoot, p.Cgroup)
+	return p, err
+}
+
 // rematchLocked matches one process and updates the target (without Commit).
 // Entries a parent passed down (inherit) stay even if the child does not
 // match on its own.
 func (a *Applier) rematchLocked(tgid uint32) error {
-	p, err := ReadProcess(a.procRoot, int(tgid))
+	p, err := a.readProcess(int(tgid))
 	if err != nil {
 		// Gone already: its exit event cleans up.
 		delete(a.index, tgid)
@@ -350,7 +362,7 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 	if ps, ok := a.procs[parent]; ok && ps.idx < a.set.Len() && a.set.At(ps.idx).Inherit {
 		a.procs[tgid] = procState{idx: ps.idx, entry: entryOf(a.set, ps.idx), inherited: true, cmdline: ps.cmdline}
 		if a.tracking {
-			if p, err := ReadProcess(a.procRoot, int(tgid)); err == nil {
+			if p, err := a.readProcess(int(tgid)); err == nil {
 				a.index[tgid] = p
 			}
 		}

@@ -156,6 +156,11 @@ func TestCluster(t *testing.T) {
 	watch := watchSchedState()
 	n.helm(t, "upgrade", release, "deploy/helm/swiftlane", "--namespace", sysNS, "--reuse-values",
 		"--set", "agent.config.scheduler.slice_ns_default=3000000", "--wait", "--timeout", "15m")
+	// helm's --wait takes a DaemonSet as ready once its new pods are
+	// scheduled and no more than maxUnavailable are not Ready: with one
+	// node and maxUnavailable 1, before the new agent has even started.
+	// A rollout's end is what kubectl rollout status waits for.
+	n.run(t, filepath.Join(n.env.bin, "kubectl"), "--namespace", sysNS, "rollout", "status", "daemonset/"+release+"-agent", "--timeout", "10m")
 	states := watch()
 	t.Logf("sched_ext during the upgrade: %s", strings.Join(states, " -> "))
 	if newUID := n.agentPod(t, ctx, sysNS).UID; newUID == agentUID {
@@ -253,17 +258,31 @@ func startNode(t *testing.T, ctx context.Context, env clusterEnv) *node {
 		}
 		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	}
-	for _, kv := range [][2]string{{"net/ipv4/ip_forward", "1"}, {"net/bridge/bridge-nf-call-iptables", "1"}} {
-		if kv[0] == "net/bridge/bridge-nf-call-iptables" {
-			// Pod-to-service traffic between pods on the bridge.
-			if out, err := exec.Command("modprobe", "br_netfilter").CombinedOutput(); err != nil {
-				t.Fatalf("modprobe br_netfilter: %v\n%s", err, out)
-			}
+	// What a node's provisioning loads: conntrack (kube-proxy sets its
+	// sysctls before anything else) and bridge netfilter, so that traffic
+	// between pods on the bridge passes kube-proxy's rules too.
+	for _, mod := range []string{"nf_conntrack", "br_netfilter"} {
+		if out, err := exec.Command("modprobe", mod).CombinedOutput(); err != nil {
+			t.Fatalf("modprobe %s: %v\n%s", mod, err, out)
 		}
+	}
+	for _, kv := range [][2]string{{"net/ipv4/ip_forward", "1"}, {"net/bridge/bridge-nf-call-iptables", "1"}} {
 		if err := os.WriteFile("/proc/sys/"+kv[0], []byte(kv[1]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The pods' logs (the kubelet writes them here; kubectl logs would need
+	// the API server to reach this guest's kubelet, which slirp does not
+	// allow): the agent's and the API's, on failure.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob("/var/log/pods/swiftlane-system_*/*/*.log")
+		for _, l := range logs {
+			t.Logf("=== %s (last 40 lines)\n%s", l, tailFile(l, 40))
+		}
+	})
 	for _, d := range []string{clusterDir + "/net.d", "/var/lib/kubelet"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -670,7 +689,28 @@ func (m *schedMaps) none(p *clusterPod) bool {
 
 func (n *node) waitCovered(t *testing.T, p *clusterPod, m *schedMaps, timeout time.Duration) {
 	t.Helper()
-	n.waitUntil(t, "pod "+p.Name+"'s cgroup and processes in the scheduler's maps", timeout, func() bool { return m.covers(p) })
+	deadline := time.Now().Add(timeout)
+	n.waitUntil(t, "pod "+p.Name+"'s cgroup and processes in the scheduler's maps", timeout+time.Second, func() bool {
+		if m.covers(p) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s not covered after %v: %s", p.Name, timeout, m.explain(p))
+		}
+		return false
+	})
+}
+
+// explain says what of the pod is missing from the maps.
+func (m *schedMaps) explain(p *clusterPod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cgroup %s (id %d) in the cgroup map: %v; processes:", p.dir, p.cgroupID, m.hasCgroup(p.cgroupID))
+	for _, pid := range p.pids() {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		fmt.Fprintf(&b, "\n  %d %s in the process map: %v (%s)", pid, strings.TrimSpace(string(comm)), m.hasPID(pid), strings.TrimSpace(string(cg)))
+	}
+	return b.String()
 }
 
 // runPodTimed creates the pod and times, for each of its processes (the
@@ -771,7 +811,8 @@ func (n *node) requireNothingLeft(t *testing.T, ctx context.Context, ns, release
 	if out := n.run(t, kubectl, "get", kinds, "--namespace", ns, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		var left []string
 		for _, o := range strings.Fields(out) {
-			if o != "configmap/kube-root-ca.crt" { // the controller-manager's, in every namespace
+			// The controller-manager's, in every namespace.
+			if o != "configmap/kube-root-ca.crt" && o != "serviceaccount/default" {
 				left = append(left, o)
 			}
 		}
