@@ -66,7 +66,7 @@ func TestPodOfProcessFromAPod(t *testing.T) {
 	for _, tc := range []struct{ seen, abs string }{
 		{"/../../../besteffort/pod" + uidB + "/" + ctrB, "/kubepods/besteffort/pod" + uidB + "/" + ctrB},
 		{"/../../pod" + uidB + "/" + ctrB, "/kubepods/burstable/pod" + uidB + "/" + ctrB}, // same QoS class as the agent's
-		{"/", "/kubepods/burstable/pod" + uidA + "/" + ctrA},                               // the agent's own container
+		{"/", "/kubepods/burstable/pod" + uidA + "/" + ctrA},                              // the agent's own container
 		{"/../../../../system.slice/sshd.service", "/system.slice/sshd.service"},
 	} {
 		if got := Absolute(root, tc.seen); got != tc.abs {
