@@ -74,6 +74,11 @@ func TestCluster(t *testing.T) {
 	start := time.Now()
 	n.helm(t, "install", release, "deploy/helm/swiftlane", "--namespace", sysNS, "--create-namespace",
 		"--wait", "--timeout", "15m")
+	// helm's --wait takes a DaemonSet as ready once its pods are scheduled
+	// and no more than maxUnavailable are not Ready: with one node and
+	// maxUnavailable 1, before the agent has attached. A rollout's end is
+	// what kubectl rollout status waits for (as NOTES.txt says).
+	n.rolloutStatus(t, sysNS, release+"-agent")
 	t.Logf("helm install: API Deployment and agent DaemonSet ready in %v", time.Since(start).Round(time.Second))
 	requireState(t, "enabled", "swiftlane")
 	agentUID := n.agentPod(t, ctx, sysNS).UID
@@ -156,11 +161,7 @@ func TestCluster(t *testing.T) {
 	watch := watchSchedState()
 	n.helm(t, "upgrade", release, "deploy/helm/swiftlane", "--namespace", sysNS, "--reuse-values",
 		"--set", "agent.config.scheduler.slice_ns_default=3000000", "--wait", "--timeout", "15m")
-	// helm's --wait takes a DaemonSet as ready once its new pods are
-	// scheduled and no more than maxUnavailable are not Ready: with one
-	// node and maxUnavailable 1, before the new agent has even started.
-	// A rollout's end is what kubectl rollout status waits for.
-	n.run(t, filepath.Join(n.env.bin, "kubectl"), "--namespace", sysNS, "rollout", "status", "daemonset/"+release+"-agent", "--timeout", "10m")
+	n.rolloutStatus(t, sysNS, release+"-agent") // as after the install
 	states := watch()
 	t.Logf("sched_ext during the upgrade: %s", strings.Join(states, " -> "))
 	if newUID := n.agentPod(t, ctx, sysNS).UID; newUID == agentUID {
@@ -495,6 +496,13 @@ func (n *node) helm(t *testing.T, args ...string) {
 	start := time.Now()
 	out := n.run(t, filepath.Join(n.env.bin, "helm"), args...)
 	t.Logf("helm %s (%v):\n%s", args[0], time.Since(start).Round(time.Second), lastBytes([]byte(out), 2000))
+}
+
+// rolloutStatus waits until the DaemonSet's rollout is complete: every
+// node runs an updated pod that is Ready (the agent: attached).
+func (n *node) rolloutStatus(t *testing.T, ns, ds string) {
+	t.Helper()
+	n.run(t, filepath.Join(n.env.bin, "kubectl"), "--namespace", ns, "rollout", "status", "daemonset/"+ds, "--timeout", "10m")
 }
 
 // agentPod is the release's one agent pod (there is one node).
