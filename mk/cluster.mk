@@ -17,7 +17,7 @@ PAUSE_TAR   := $(BUILD)/pause-image.tar
 CLUSTER_RESULTS ?= $(BUILD)/cluster.json
 
 .PHONY: cluster-bins
-cluster-bins: ## Build the node's binaries too (kubelet, kube-proxy, controllers, containerd v2) into .cache/k8s/bin (cold ~25 min, then < 1 s)
+cluster-bins: ## Build the node's binaries too (kubelet, kube-proxy, controllers, containerd v2) into .cache/k8s/bin (~3 min after k8s-bins, then < 1 s)
 	@bash lab/k8s.sh --cluster >/dev/null
 
 .PHONY: test-cluster

@@ -90,7 +90,7 @@ type Server struct {
 	ControllerManagerLog, SchedulerLog string
 
 	kubeconfig string
-	procs      []*proc // in start order
+	procs      []*Proc // in start order
 
 	stopOnce sync.Once
 	stopErr  error
@@ -283,7 +283,7 @@ func (s *Server) startControllers(ctx context.Context, pki *pki) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w\n=== %s (last 40 lines)\n%s", err, s.ControllerManagerLog, tail(s.ControllerManagerLog, 40))
+		return fmt.Errorf("%w\n=== %s (last 40 lines)\n%s", err, s.ControllerManagerLog, Tail(s.ControllerManagerLog, 40))
 	}
 	return s.startOnFreePorts(ctx, "kube-scheduler", s.SchedulerLog, 1, func(p []int) []string {
 		return common("kube-scheduler", p[0])
@@ -354,7 +354,7 @@ func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		var errs []error
 		for i := len(s.procs) - 1; i >= 0; i-- {
-			errs = append(errs, s.procs[i].stop(10*time.Second))
+			errs = append(errs, s.procs[i].Stop(10*time.Second))
 		}
 		s.stopErr = errors.Join(errs...)
 	})
@@ -369,7 +369,7 @@ func (s *Server) Logs(lines int) string {
 		if f == "" {
 			continue
 		}
-		fmt.Fprintf(&b, "=== %s (last %d lines)\n%s\n", f, lines, tail(f, lines))
+		fmt.Fprintf(&b, "=== %s (last %d lines)\n%s\n", f, lines, Tail(f, lines))
 	}
 	return b.String()
 }
@@ -384,7 +384,7 @@ func (s *Server) startOnFreePorts(ctx context.Context, name, logPath string, npo
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		p, err := startProc(name, filepath.Join(s.BinDir, name), args(ports), logPath)
+		p, err := StartProc(name, filepath.Join(s.BinDir, name), args(ports), nil, logPath)
 		if err != nil {
 			return err
 		}
@@ -393,28 +393,35 @@ func (s *Server) startOnFreePorts(ctx context.Context, name, logPath string, npo
 			s.procs = append(s.procs, p)
 			return nil
 		}
-		p.stop(5 * time.Second)
-		if attempt < 3 && strings.Contains(tail(logPath, 50), "address already in use") {
+		p.Stop(5 * time.Second)
+		if attempt < 3 && strings.Contains(Tail(logPath, 50), "address already in use") {
 			continue
 		}
-		return fmt.Errorf("%w\n=== %s (last 40 lines)\n%s", err, logPath, tail(logPath, 40))
+		return fmt.Errorf("%w\n=== %s (last 40 lines)\n%s", err, logPath, Tail(logPath, 40))
 	}
 }
 
-type proc struct {
+// Proc is a server process started by StartProc.
+type Proc struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has exited
 	err  error         // its exit status, set before done closes
 }
 
-func startProc(name, bin string, args []string, logPath string) (*proc, error) {
+// StartProc starts bin with its output in logPath (created afresh) and env
+// added to this process's environment. It dies with the caller, even on a
+// test timeout's panic.
+func StartProc(name, bin string, args, env []string, logPath string) (*Proc, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close() // the child has its own descriptor
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// Die with the test binary (e.g. on a test timeout panic) instead of
 	// holding ports and CPU after it is gone. Pdeathsig fires when the
@@ -422,7 +429,7 @@ func startProc(name, bin string, args []string, logPath string) (*proc, error) {
 	// that enter network namespaces end theirs on purpose), so the child is
 	// started from a goroutine locked to its thread until the child exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{name: name, cmd: cmd, done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -442,7 +449,7 @@ func startProc(name, bin string, args []string, logPath string) (*proc, error) {
 }
 
 // waitReady polls check until it passes, the process exits or ctx ends.
-func (p *proc) waitReady(ctx context.Context, check func(context.Context) error) error {
+func (p *Proc) waitReady(ctx context.Context, check func(context.Context) error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	start := time.Now()
@@ -461,7 +468,12 @@ func (p *proc) waitReady(ctx context.Context, check func(context.Context) error)
 	}
 }
 
-func (p *proc) stop(grace time.Duration) error {
+// Done is closed once the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Stop sends SIGTERM and, after grace, SIGKILL. It reports a process that
+// had exited on its own, or had to be killed.
+func (p *Proc) Stop(grace time.Duration) error {
 	select {
 	case <-p.done:
 		return fmt.Errorf("%s had exited on its own (%v)", p.name, p.err)
@@ -532,9 +544,9 @@ func get(ctx context.Context, hc *http.Client, url, token string) error {
 	return nil
 }
 
-// tail is the last n lines of a file ("" if unreadable); logs here are a
-// few hundred KB at most.
-func tail(path string, n int) string {
+// Tail is the last n lines of a file ("" if unreadable), for failure
+// reports; logs here are a few MB at most.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""

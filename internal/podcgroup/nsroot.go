@@ -73,8 +73,7 @@ func namespaceRoot(procRoot, mount string) string {
 	if found == "" || (own != "/" && !strings.HasSuffix(found, own)) {
 		return "/"
 	}
-	root := path.Clean("/" + strings.TrimSuffix(found, strings.TrimSuffix(own, "/")))
-	return root
+	return path.Clean("/" + strings.TrimSuffix(found, strings.TrimSuffix(own, "/")))
 }
 
 // v2Path is the cgroup v2 ("0::") path in a /proc/PID/cgroup file.

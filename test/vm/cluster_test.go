@@ -4,14 +4,12 @@
 package vm
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,12 +28,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/kubetest"
 )
 
 // A real one-node cluster, as a platform team would try swiftlane first
 // (make test-cluster). etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler run on the host (internal/kubetest, started by
-// mk/cluster-vm.sh); this guest, on the sched_ext kernel, is the node:
+// mk/k8s-vm.sh); this guest, on the sched_ext kernel, is the node:
 // containerd, runc and the CNI bridge, kube-proxy and a kubelet that joins.
 // Nothing is faked: the chart is installed with helm, the images come from
 // `make image`, and every check reads what the kernel, the kubelet or the
@@ -188,7 +187,7 @@ func TestCluster(t *testing.T) {
 	checkKernelLog(t, mark)
 }
 
-// clusterEnv is what mk/cluster-vm.sh passes to the guest.
+// clusterEnv is what make test-cluster (mk/cluster.mk, through mk/k8s-vm.sh) passes to the guest.
 type clusterEnv struct {
 	kubeconfig string   // admin, server at 10.0.2.2
 	bin        string   // SWL_K8S_BIN: kubelet, kube-proxy, containerd, ctr, helm, kubectl
@@ -222,7 +221,7 @@ type node struct {
 	name    string
 	config  *rest.Config
 	core    kubernetes.Interface
-	daemons []*daemon
+	daemons []daemon
 	helmEnv []string
 }
 
@@ -281,7 +280,7 @@ func startNode(t *testing.T, ctx context.Context, env clusterEnv) *node {
 		}
 		logs, _ := filepath.Glob("/var/log/pods/swiftlane-system_*/*/*.log")
 		for _, l := range logs {
-			t.Logf("=== %s (last 40 lines)\n%s", l, tailFile(l, 40))
+			t.Logf("=== %s (last 40 lines)\n%s", l, kubetest.Tail(l, 40))
 		}
 	})
 	for _, d := range []string{clusterDir + "/net.d", "/var/lib/kubelet"} {
@@ -409,55 +408,27 @@ serializeImagePulls: false
 	return n
 }
 
-// daemon is a node process logging to a file under env.logs.
-type daemon struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan struct{}
-}
-
-func (n *node) startDaemon(t *testing.T, name string, env []string, bin string, args ...string) *daemon {
+// startDaemon runs a node process with its output in env.logs (stopped,
+// and on failure its log's tail shown, when the test ends).
+func (n *node) startDaemon(t *testing.T, name string, env []string, bin string, args ...string) {
 	t.Helper()
-	d := &daemon{name: name, log: filepath.Join(n.env.logs, name+".log"), done: make(chan struct{})}
-	f, err := os.Create(d.log)
+	log := filepath.Join(n.env.logs, name+".log")
+	p, err := kubetest.StartProc(name, bin, args, env, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.Env = append(os.Environ(), env...)
-	d.cmd.Stdout, d.cmd.Stderr = f, f
-	// Die with the test (Pdeathsig is per thread: start from a locked one).
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := d.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		d.cmd.Wait()
-		close(d.done)
-	}()
-	if err := <-started; err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	n.daemons = append(n.daemons, d)
+	n.daemons = append(n.daemons, daemon{name, log, p})
 	t.Cleanup(func() {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(stateTimeout):
-			d.cmd.Process.Kill()
-			<-d.done
-		}
+		p.Stop(stateTimeout) // an early exit has failed the test already
 		if t.Failed() {
-			t.Logf("=== %s (last 30 lines of %s)\n%s", name, d.log, tailFile(d.log, 30))
+			t.Logf("=== %s (last 30 lines of %s)\n%s", name, log, kubetest.Tail(log, 30))
 		}
 	})
-	return d
+}
+
+type daemon struct {
+	name, log string
+	*kubetest.Proc
 }
 
 // waitUntil polls cond (state behind an API or in sysfs) until it holds,
@@ -468,8 +439,8 @@ func (n *node) waitUntil(t *testing.T, what string, timeout time.Duration, cond 
 	for !cond() {
 		for _, d := range n.daemons {
 			select {
-			case <-d.done:
-				t.Fatalf("%s exited while waiting for %s:\n%s", d.name, what, tailFile(d.log, 40))
+			case <-d.Done():
+				t.Fatalf("%s exited while waiting for %s:\n%s", d.name, what, kubetest.Tail(d.log, 40))
 			default:
 			}
 		}
@@ -664,15 +635,8 @@ func (n *node) schedulerMaps(t *testing.T) *schedMaps {
 	return &schedMaps{cgroups: schedulerMap(t, "cgroup_strategy"), procs: schedulerMap(t, "tgid_strategy")}
 }
 
-func (m *schedMaps) hasCgroup(id uint64) bool {
-	var v [24]byte // struct swl_strategy
-	return m.cgroups.Lookup(id, &v) == nil
-}
-
-func (m *schedMaps) hasPID(pid int) bool {
-	var v [24]byte
-	return m.procs.Lookup(uint32(pid), &v) == nil
-}
+func (m *schedMaps) hasCgroup(id uint64) bool { return inMap(m.cgroups, id) }
+func (m *schedMaps) hasPID(pid int) bool      { return inMap(m.procs, uint32(pid)) }
 
 // covers: the pod's cgroup and every process in it are in the maps.
 func (m *schedMaps) covers(p *clusterPod) bool {
@@ -835,22 +799,4 @@ func (n *node) requireNothingLeft(t *testing.T, ctx context.Context, ns, release
 	if out := n.run(t, kubectl, "get", "crd", "-o", "name"); !strings.Contains(out, "schedulingstrategies.swiftlane.io") {
 		t.Errorf("the CRDs are gone after helm uninstall (Helm keeps them): %s", out)
 	}
-}
-
-func tailFile(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }
