@@ -132,6 +132,42 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 	f.StringVar(&sysNamespace, "system-namespace", "", "namespace whose strategies may select pods of other namespaces (default: the pod's namespace, else swiftlane-system)")
 	f.StringVar(&kubeletCgroupRoot, "kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
 	f.StringVar(&kubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd or cgroupfs (default: try both)")
+	cmd.AddCommand(newAgentCleanupCmd())
+	return cmd
+}
+
+func newAgentCleanupCmd() *cobra.Command {
+	var kubeconfig string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove what the Kubernetes agents wrote: SchedulingNodes and strategies' node status",
+		Long: `Deletes every SchedulingNode and clears the per-node entries (status.nodes) of
+every SchedulingStrategy; strategies themselves stay. The Helm chart runs it
+as a post-delete hook, after the agent DaemonSet is gone; run it yourself
+after removing the agents another way. Agents still running write their
+records again at their next heartbeat.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := kubeConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			removed, err := kubeagent.Cleanup(ctx, rc)
+			out := cmd.OutOrStdout()
+			for _, n := range removed.Nodes {
+				fmt.Fprintf(out, "deleted SchedulingNode %s\n", n)
+			}
+			for _, s := range removed.Statuses {
+				fmt.Fprintf(out, "cleared node status of SchedulingStrategy %s\n", s)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: the pod's service account, else $KUBECONFIG)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
 	return cmd
 }
 

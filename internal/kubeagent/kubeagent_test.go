@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -90,7 +92,8 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	actx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(actx) }()
-	t.Cleanup(func() { stop(); <-done })
+	halt := sync.OnceFunc(func() { stop(); <-done })
+	t.Cleanup(halt)
 
 	upfID := podCgroupID(t, root, upf)
 	waitSynced := func(what string, ok func() bool) {
@@ -177,6 +180,57 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	}
 	if c := sn.Status.Carriers; len(c) != 1 || c[0].PID != 4242 || c[0].Command != "nr-gnb" || c[0].Packets != 10 || c[0].PacketsPerSecond != 2 {
 		t.Errorf("SchedulingNode carriers: %+v, want nr-gnb (4242) with 10 packets at 2/s", c)
+	}
+
+	// The agent gone (the chart's post-delete hook runs after the
+	// DaemonSet's deletion), Cleanup removes what it wrote and no spec.
+	halt()
+	for _, s := range []struct{ ns, name string }{{"team", "wide"}, {"swiftlane-system", "upf-everywhere"}} {
+		if len(get(t, ctx, crd, s.ns, s.name).Status.Nodes) == 0 {
+			t.Fatalf("%s/%s has no node entry before Cleanup: nothing to test", s.ns, s.name)
+		}
+	}
+	before := get(t, ctx, crd, "team", "upf") // no entry since its nodeSelector changed
+	removed, err := Cleanup(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	if !slices.Equal(removed.Nodes, []string{"n1"}) {
+		t.Errorf("Cleanup deleted SchedulingNodes %q, want [n1]", removed.Nodes)
+	}
+	if want := []string{"swiftlane-system/upf-everywhere", "team/all-pings", "team/wide"}; !slices.Equal(slices.Sorted(slices.Values(removed.Statuses)), want) {
+		t.Errorf("Cleanup cleared the status of %q, want %q", removed.Statuses, want)
+	}
+	var left v1alpha1.SchedulingNodeList
+	if err := crd.Get().Resource(v1alpha1.NodesResource.Resource).Do(ctx).Into(&left); err != nil || len(left.Items) != 0 {
+		t.Errorf("SchedulingNodes after Cleanup: %d (err %v), want none", len(left.Items), err)
+	}
+	for _, s := range []struct{ ns, name string }{{"team", "wide"}, {"team", "all-pings"}, {"swiftlane-system", "upf-everywhere"}} {
+		got := get(t, ctx, crd, s.ns, s.name)
+		if len(got.Status.Nodes) != 0 {
+			t.Errorf("%s/%s status after Cleanup: %+v, want no node entry", s.ns, s.name, got.Status.Nodes)
+		}
+		if got.Spec.Class == "" || got.Generation != 1 {
+			t.Errorf("%s/%s spec changed by Cleanup: generation %d, class %q", s.ns, s.name, got.Generation, got.Spec.Class)
+		}
+	}
+	if after := get(t, ctx, crd, "team", "upf"); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("team/upf (no entry to clear) written by Cleanup: resourceVersion %s -> %s", before.ResourceVersion, after.ResourceVersion)
+	}
+	// Again: nothing left to remove, no error.
+	if again, err := Cleanup(ctx, cfg); err != nil || len(again.Nodes)+len(again.Statuses) != 0 {
+		t.Errorf("second Cleanup: %+v, %v; want nothing removed", again, err)
+	}
+}
+
+// Cleanup where the CRDs are gone (deleted by hand before the uninstall):
+// nothing to remove is not an error.
+func TestCleanupWithoutCRDs(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if removed, err := Cleanup(ctx, env.RESTConfig()); err != nil || len(removed.Nodes)+len(removed.Statuses) != 0 {
+		t.Errorf("Cleanup without CRDs: %+v, %v; want nothing removed and no error", removed, err)
 	}
 }
 

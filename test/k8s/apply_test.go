@@ -64,6 +64,7 @@ func TestChartApply(t *testing.T) {
 
 	agentSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-agent"
 	apiSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-api"
+	cleanupSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-cleanup"
 	t.Run("can-i", func(t *testing.T) {
 		for _, c := range []struct {
 			as, verb, resource, sub, ns string
@@ -110,6 +111,18 @@ func TestChartApply(t *testing.T) {
 			{apiSA, "list", "pods", "", testNamespace, false},
 			{apiSA, "delete", "namespaces", "", "", false},
 			{apiSA, "update", "schedulingnodes.swiftlane.io", "", "", false},
+			// The uninstall hook: delete SchedulingNodes, clear strategy status.
+			{cleanupSA, "delete", "schedulingnodes.swiftlane.io", "", "", true},
+			{cleanupSA, "list", "schedulingstrategies.swiftlane.io", "", "", true},
+			{cleanupSA, "patch", "schedulingstrategies.swiftlane.io", "status", "tenant-a", true},
+			// ... and nothing else.
+			{cleanupSA, "get", "schedulingstrategies.swiftlane.io", "", "tenant-a", false},
+			{cleanupSA, "patch", "schedulingstrategies.swiftlane.io", "", "tenant-a", false},
+			{cleanupSA, "delete", "schedulingstrategies.swiftlane.io", "", "tenant-a", false},
+			{cleanupSA, "create", "schedulingnodes.swiftlane.io", "", "", false},
+			{cleanupSA, "patch", "schedulingnodes.swiftlane.io", "status", "", false},
+			{cleanupSA, "get", "secrets", "", testNamespace, false},
+			{cleanupSA, "list", "pods", "", "", false},
 		} {
 			args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}
 			if c.sub != "" {
@@ -142,6 +155,8 @@ func TestChartApply(t *testing.T) {
 			"swiftlane.io/schedulingstrategies get,list,watch", "swiftlane.io/schedulingstrategies/status patch",
 			"swiftlane.io/schedulingnodes create,get,patch", "swiftlane.io/schedulingnodes/status get,patch",
 		}
+		cleanupRules := []string{"swiftlane.io/schedulingnodes delete,list", "swiftlane.io/schedulingstrategies list",
+			"swiftlane.io/schedulingstrategies/status patch"}
 		apiNodeRules := []string{"swiftlane.io/schedulingnodes create,delete,get,list,watch", "swiftlane.io/schedulingnodes/status patch,update"}
 		for _, c := range []struct {
 			as, ns string
@@ -151,6 +166,7 @@ func TestChartApply(t *testing.T) {
 			{agentSA, "tenant-a", agentRules},
 			{apiSA, testNamespace, append([]string{"swiftlane.io/schedulingstrategies create,delete,get,list,update,watch"}, apiNodeRules...)},
 			{apiSA, "tenant-a", apiNodeRules},
+			{cleanupSA, testNamespace, cleanupRules},
 		} {
 			got := k.rules(t, c.as, c.ns)
 			want := slices.Sorted(slices.Values(c.want))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -374,6 +375,58 @@ func TestChartServiceMonitor(t *testing.T) {
 	for _, o := range render(t, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor") {
 		if o.GetKind() == "ServiceMonitor" {
 			t.Error("ServiceMonitor rendered although metrics.serviceMonitor.enabled is false")
+		}
+	}
+}
+
+// The uninstall hook: its four objects are post-delete hooks, the
+// ServiceAccount and RBAC created before the Job, all removed once it
+// succeeds; the Job runs `swiftlane agent cleanup` as non-root.
+func TestChartCleanupHook(t *testing.T) {
+	objs := render(t)
+	name := testRelease + "-swiftlane-cleanup"
+	weights := map[string]string{"ServiceAccount": "-1", "ClusterRole": "-1", "ClusterRoleBinding": "-1", "Job": "0"}
+	for kind, weight := range weights {
+		a := object(t, objs, kind, name).GetAnnotations()
+		if a["helm.sh/hook"] != "post-delete" || a["helm.sh/hook-weight"] != weight ||
+			a["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" {
+			t.Errorf("%s %s annotations %v: want a post-delete hook of weight %s, deleted on success", kind, name, a, weight)
+		}
+	}
+	var job batchv1.Job
+	find(t, objs, "Job", name, &job)
+	pod := job.Spec.Template.Spec
+	if pod.ServiceAccountName != name || pod.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("Job pod: service account %q, restart %q", pod.ServiceAccountName, pod.RestartPolicy)
+	}
+	c := pod.Containers[0]
+	if !slices.Equal(c.Args[:2], []string{"agent", "cleanup"}) {
+		t.Errorf("Job args %v, want agent cleanup", c.Args)
+	}
+	if psc := pod.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Error("cleanup pod does not run as non-root")
+	}
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("cleanup container securityContext %+v: want read-only root, all capabilities dropped", sc)
+	}
+
+	// Without RBAC only the ServiceAccount and the Job; disabled, nothing.
+	for _, tc := range []struct {
+		set   string
+		kinds []string
+	}{
+		{"rbac.create=false", []string{"Job", "ServiceAccount"}},
+		{"cleanup.enabled=false", nil},
+	} {
+		var kinds []string
+		for _, o := range render(t, "--set", tc.set) {
+			if o.GetName() == name {
+				kinds = append(kinds, o.GetKind())
+			}
+		}
+		if slices.Sort(kinds); !slices.Equal(kinds, tc.kinds) {
+			t.Errorf("with %s: %s objects %v, want %v", tc.set, name, kinds, tc.kinds)
 		}
 	}
 }

@@ -53,7 +53,9 @@ import (
 //     the new agent's scheduler, which applies the strategy again, and the
 //     kernel logged no error;
 //   - helm uninstall: sched_ext is disabled, the workloads run on, and the
-//     release left nothing behind but the CRDs.
+//     release left nothing behind but the CRDs: its post-delete hook
+//     removed the SchedulingNode and the node's entry of the strategy's
+//     status, and then itself.
 func TestCluster(t *testing.T) {
 	env := clusterEnvFrom(t)
 	ctx := runCtx(t, 45*time.Minute)
@@ -174,6 +176,13 @@ func TestCluster(t *testing.T) {
 	}
 
 	// helm uninstall: the scheduler detaches and the release's objects go.
+	// What the agent wrote is there before, so its absence after means
+	// something.
+	n.waitUntil(t, "the new agent's entry in the strategy's status", time.Minute, func() bool {
+		var st v1alpha1.SchedulingStrategy
+		return crd.Get().Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").Do(ctx).Into(&st) == nil &&
+			len(st.Status.Nodes) == 1 && st.Status.Nodes[0].Node == n.name
+	})
 	n.helm(t, "uninstall", release, "--namespace", sysNS, "--wait", "--timeout", "10m")
 	waitState(t, "disabled")
 	for _, p := range []*clusterPod{critical, plain} {
@@ -184,6 +193,16 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	n.requireNothingLeft(t, ctx, sysNS, release)
+	var nodes v1alpha1.SchedulingNodeList
+	if err := crd.Get().Resource(v1alpha1.NodesResource.Resource).Do(ctx).Into(&nodes); err != nil || len(nodes.Items) != 0 {
+		t.Errorf("SchedulingNodes after helm uninstall: %d (%v), want none (the chart's cleanup hook deletes them)", len(nodes.Items), err)
+	}
+	var st v1alpha1.SchedulingStrategy
+	if err := crd.Get().Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").Do(ctx).Into(&st); err != nil {
+		t.Errorf("the strategy after helm uninstall: %v (it is the user's: it stays)", err)
+	} else if len(st.Status.Nodes) != 0 {
+		t.Errorf("the strategy's status after helm uninstall: %+v, want no node entry", st.Status.Nodes)
+	}
 	checkKernelLog(t, mark)
 }
 
@@ -779,7 +798,7 @@ func (n *node) requireNothingLeft(t *testing.T, ctx context.Context, ns, release
 		pods, err := n.core.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
-	kinds := "deployments,daemonsets,replicasets,services,endpointslices,configmaps,secrets,serviceaccounts,roles,rolebindings,resourcequotas"
+	kinds := "deployments,daemonsets,replicasets,jobs,services,endpointslices,configmaps,secrets,serviceaccounts,roles,rolebindings,resourcequotas"
 	if out := n.run(t, kubectl, "get", kinds, "--namespace", ns, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		var left []string
 		for _, o := range strings.Fields(out) {
