@@ -184,10 +184,22 @@ func (b *bench) close() {
 }
 
 // prepare starts the backends and tunes the namespaces: conntrack active in
-// the node (as on any node), wide client port ranges with TIME_WAIT reuse
-// (a phase never runs into the previous one's TIME_WAIT sockets), and RPS
-// so the node's receive processing (the data path) runs on dp-cpu however
-// the load generator's CPU sends.
+// the node (as on any node), wide client port ranges with TIME_WAIT reuse,
+// backends that keep no TIME_WAIT sockets, and RPS so the node's receive
+// processing (the data path) runs on dp-cpu however the load generator's
+// CPU sends.
+//
+// The backends close first (Connection: close), so the TIME_WAIT sockets
+// are theirs. A client port comes back to a backend within a phase and in
+// the next one, through another variant: straight to the backend, through
+// the ClusterIP or SNATed by the node. The client's TCP timestamp offset is
+// keyed on the address it dials, so across variants a new SYN can carry an
+// older timestamp than the backend's TIME_WAIT socket last saw. The backend
+// then answers with an ACK of the old connection, the client resets it and
+// retries the SYN after 1 s: a 1 s tail (and TcpExtTCPSynRetrans equal to
+// TcpOutRsts) in the first phases after every variant change, the no-balancer
+// one included. tcp_max_tw_buckets=0 in the backends drops TIME_WAIT there;
+// the balancers under test are untouched.
 func (b *bench) prepare() error {
 	t := b.topo
 	if err := t.TrackConnections(); err != nil {
@@ -201,6 +213,11 @@ func (b *bench) prepare() error {
 			}
 			b.stop = append(b.stop, func() { l.Close() })
 			go serve(l)
+		}
+	}
+	for _, ns := range t.Backends {
+		if _, err := ns.Run("sysctl", "-qw", "net.ipv4.tcp_max_tw_buckets=0"); err != nil {
+			return err
 		}
 	}
 	for _, ns := range []labnet.NS{t.Client, t.External} {

@@ -123,7 +123,16 @@ func (b *bench) setup(v string) (func(), error) {
 			}
 		}
 	}()
-	return func() { close(stop); wg.Wait(); lb.Close() }, nil
+	return func() {
+		close(stop)
+		wg.Wait()
+		// The data path's own counters: a drop here tells a loss from a tail.
+		if st, err := lb.Stats(); err == nil {
+			fmt.Fprintf(os.Stderr, "   swiftlane data path: %d sessions, %d SNAT allocations (%d failed), drops %v\n",
+				st.SessionsCreated, st.SNATAllocation, st.PortFailures, st.Drops)
+		}
+		lb.Close()
+	}, nil
 }
 
 func (b *bench) measurePath(tg target) (phase, error) {
