@@ -40,7 +40,7 @@ func (p Proto) String() string {
 const LastSeenGrain = time.Second
 
 // SNATTries is the most ports one allocation tries (SNAT_TRIES in lb.h).
-const SNATTries = 5
+const SNATTries = 16
 
 // Constants are fixed when the program is loaded.
 type Constants struct {

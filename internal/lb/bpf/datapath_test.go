@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -357,6 +358,86 @@ func TestTCPReuseAfterClose(t *testing.T) {
 	}
 }
 
+// A closed connection's SNAT port goes to the next connection that picks it
+// once the old one has been quiet for 2 s (CLOSED_REUSE_NS), and not before;
+// an orphan reply entry (no forward entry) as old goes the same way.
+func TestClosedPortReclaimed(t *testing.T) {
+	c := testConstants()
+	c.SNATPortMin, c.SNATPortMax = 40000, 40000 // one port: every allocation lands on it
+	d := load(t, c)
+	be := ap(backendA, 8080)
+	service(t, d, Frontend{nodeIP, 30080, TCP}, true, be)
+	connect := func(cport uint16) bool {
+		t.Helper()
+		ret, _ := run(t, d, pkt{src: ap(extIP, cport), dst: ap(nodeIP, 30080), proto: TCP, tcpFlags: 0x02}.bytes())
+		return ret == actOK
+	}
+	age := func() { // every entry quiet for 3 s
+		t.Helper()
+		ss, err := d.Sessions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ss {
+			s.LastSeen = Monotonic() - 3*time.Second
+			if err := d.PutSession(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	replyKey := Flow{Src: be, Dst: ap(nodeIP, 40000), Proto: TCP}
+	owner := func() netip.AddrPort {
+		t.Helper()
+		ss, _ := d.Sessions()
+		for _, s := range ss {
+			if s.Key == replyKey {
+				return s.To.Dst
+			}
+		}
+		return netip.AddrPort{}
+	}
+
+	if !connect(50000) || owner() != ap(extIP, 50000) {
+		t.Fatalf("first connection did not get port 40000 (owner %v)", owner())
+	}
+	if connect(50001) {
+		t.Fatal("a second connection got the port of an open one")
+	}
+	age()
+	if connect(50001) {
+		t.Fatal("an open (not closed) connection's port was taken because it was quiet")
+	}
+	// The client closes: FIN through the forward entry.
+	run(t, d, pkt{src: ap(extIP, 50000), dst: ap(nodeIP, 30080), proto: TCP, tcpFlags: 0x11}.bytes())
+	if connect(50001) {
+		t.Fatal("a connection closed just now gave its port away")
+	}
+	age()
+	if !connect(50001) || owner() != ap(extIP, 50001) {
+		t.Fatalf("the closed, quiet connection's port was not reclaimed (owner %v)", owner())
+	}
+	ss, _ := d.Sessions()
+	for _, s := range ss {
+		if s.Key.Src == ap(extIP, 50000) {
+			t.Errorf("the reclaimed connection's forward entry is still there: %+v", s)
+		}
+	}
+	// An orphan reply entry: its forward entry gone (LRU eviction).
+	if err := d.DeleteSession(Flow{Src: ap(extIP, 50001), Dst: ap(nodeIP, 30080), Proto: TCP}); err != nil {
+		t.Fatal(err)
+	}
+	if connect(50002) {
+		t.Fatal("a fresh orphan's port was taken")
+	}
+	age()
+	if !connect(50002) || owner() != ap(extIP, 50002) {
+		t.Fatalf("an old orphan's port was not reclaimed (owner %v)", owner())
+	}
+	if st, _ := d.Stats(); st.Drops["no_port"] != 4 {
+		t.Errorf("no_port drops %d, want 4 (one per refused connection)", st.Drops["no_port"])
+	}
+}
+
 func TestConstantsValidate(t *testing.T) {
 	c := testConstants()
 	c.SNATPortMin, c.SNATPortMax = 30000, 40000
@@ -402,7 +483,7 @@ func TestPortExhaustion(t *testing.T) {
 
 // TestPortAllocationUnderPressure fills 70 %, 75 % and 100 % of the range and
 // checks the failure rate against what SNATTries independent tries give,
-// fill^5, within five standard deviations.
+// fill^SNATTries, within five standard deviations.
 func TestPortAllocationUnderPressure(t *testing.T) {
 	const attempts = 2000
 	c := testConstants()

@@ -13,8 +13,12 @@
 
 // Tries per source-port allocation. Each try picks a port and inserts the
 // reply-direction session in one step, so a concurrent CPU can never win the
-// same port between "check" and "insert".
-#define SNAT_TRIES 5
+// same port between "check" and "insert". A share f of the range in use
+// fails f^SNAT_TRIES of allocations: at 13,000 NodePort connections/s each
+// closed connection still holds its port for 2-3 s (CLOSED_REUSE_NS), about
+// half of the default range per backend, and 5 tries failed 3 % of random
+// picks; 16 fail 0.002 %. A try costs one hash insert.
+#define SNAT_TRIES 16
 
 // svc_val.flags
 #define SVC_F_SNAT 0x1   // external traffic: rewrite the source to snat_addr (0: the address reached)

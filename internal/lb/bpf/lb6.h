@@ -46,6 +46,37 @@ static __always_inline void delete_pair6(const struct flow6 *f, const struct ses
 	bpf_map_delete_elem(&sessions6, f);
 }
 
+// reclaim_closed for IPv6 (lb.c).
+static __always_inline bool reclaim_closed6(const struct flow6 *rk, __u64 now)
+{
+	struct session6 *rev = bpf_map_lookup_elem(&sessions6, rk);
+	struct flow6 fk, back;
+
+	if (!rev || !(rev->flags & SESS_F_REPLY))
+		return false;
+	reply_key6(&fk, rev, rk->proto);
+	struct session6 *fwd = bpf_map_lookup_elem(&sessions6, &fk);
+	__u64 last = rev->last_seen;
+	bool closing = rev->flags & SESS_F_CLOSING;
+	bool paired = false;
+
+	if (fwd && !(fwd->flags & SESS_F_REPLY)) {
+		reply_key6(&back, fwd, rk->proto);
+		paired = !__builtin_memcmp(&back, rk, sizeof(back));
+	}
+	if (paired) {
+		closing |= fwd->flags & SESS_F_CLOSING;
+		if (fwd->last_seen > last)
+			last = fwd->last_seen;
+	}
+	if (!(closing || !paired) || last > now || now - last < CLOSED_REUSE_NS)
+		return false;
+	if (paired)
+		bpf_map_delete_elem(&sessions6, &fk);
+	bpf_map_delete_elem(&sessions6, rk);
+	return true;
+}
+
 static __always_inline bool backend_alive6(const struct session6 *s)
 {
 	__u32 id = s->backend_id;
@@ -155,7 +186,8 @@ static __noinline int create_session6(const struct flow6 *f, const struct svc_va
 		if (!port_allowed(port))
 			continue;
 		rk.dport = bpf_htons(port);
-		if (bpf_map_update_elem(&sessions6, &rk, &rev, BPF_NOEXIST) == 0) {
+		if (bpf_map_update_elem(&sessions6, &rk, &rev, BPF_NOEXIST) == 0 ||
+		    (reclaim_closed6(&rk, now) && bpf_map_update_elem(&sessions6, &rk, &rev, BPF_NOEXIST) == 0)) {
 			ok = true;
 			break;
 		}

@@ -27,7 +27,7 @@ var (
 	sessionsDesc   = prometheus.NewDesc(ns+"sessions", "Live connections (forward+reply session pairs) at the last sweep.", nil, nil)
 	createdDesc    = prometheus.NewDesc(ns+"sessions_created_total", "Connections given a backend.", nil, nil)
 	allocDesc      = prometheus.NewDesc(ns+"snat_allocations_total", "Source ports allocated for SNAT (NodePort, hairpin, reply-tuple clashes).", nil, nil)
-	triesDesc      = prometheus.NewDesc(ns+"snat_port_tries", "Tries per SNAT port allocation that succeeded (at most 5 per allocation); failures are in drops_total{reason=\"no_port\"}.", nil, nil)
+	triesDesc      = prometheus.NewDesc(ns+"snat_port_tries", "Tries per SNAT port allocation that succeeded (at most 16 per allocation); failures are in drops_total{reason=\"no_port\"}.", nil, nil)
 	staleDesc      = prometheus.NewDesc(ns+"stale_backend_sessions_total", "Sessions moved to another backend because theirs was removed.", nil, nil)
 	neighDesc      = prometheus.NewDesc(ns+"neighbour_misses_total", "Translated packets forwarded with bpf_redirect_neigh because the node had no neighbour entry yet (backends' are resolved ahead).", nil, nil)
 	affinityDesc   = prometheus.NewDesc(ns+"affinity_hits_total", "New connections sent to the backend the client's ClientIP affinity remembers.", nil, nil)
