@@ -69,7 +69,7 @@ static __always_inline bool reclaim_closed6(const struct flow6 *rk, __u64 now)
 		if (fwd->last_seen > last)
 			last = fwd->last_seen;
 	}
-	if (!(closing || !paired) || last > now || now - last < CLOSED_REUSE_NS)
+	if ((paired && !closing) || last > now || now - last < CLOSED_REUSE_NS)
 		return false;
 	if (paired)
 		bpf_map_delete_elem(&sessions6, &fk);
