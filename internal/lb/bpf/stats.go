@@ -306,10 +306,9 @@ func sweepMap[K comparable, V any](m *ebpf.Map, now time.Duration, t Timeouts,
 }
 
 // deleteAll deletes keys from m in batches, pause apart, and returns how
-// many it deleted.
-// A key already gone (LRU eviction, the program's own delete) ends a batch
-// early; it is skipped and the rest go on. Where the kernel has no batch
-// delete for the map type it deletes one by one.
+// many it deleted. A key already gone (LRU eviction, the program's own
+// delete) ends a batch early; it is skipped and the rest go on. Where the
+// kernel has no batch delete for the map type it deletes one by one.
 func deleteAll[K any](m *ebpf.Map, keys []K, pause time.Duration) (int, error) {
 	const chunk = 4096
 	deleted := 0
