@@ -17,10 +17,10 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 # A full run is 5 rounds x 5 variants x 2 paths x 2.5 phases of 20 s: ~45 min,
 # with nothing else on the machine. Smoke test: LB_BENCH_FLAGS='-duration 3s
 # -repeats 1 -out /tmp/lb.json -png-dir /tmp'.
-bench-lb: $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min)
+bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min)
 	bash mk/lb-deps.sh
 	@mkdir -p bench/results
-	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -out bench/results/lb.json $(LB_BENCH_FLAGS)
+	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb.json $(LB_BENCH_FLAGS)
 
 # IPVS needs the kernel's ip_vs, which a host kernel may lack (this one
 # does): the same benchmark in the VM lab on Debian's sched_ext kernel, whose
@@ -30,12 +30,12 @@ bench-lb: $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane
 # at 200 connections/s, since TCG tops out near 1,500/s.
 LB_VM_FLAGS ?= -duration 10s -repeats 3 -rate 200
 .PHONY: bench-lb-vm
-bench-lb-vm: deps $(LB_LOADGEN) ## LB: the same comparison with IPVS, in the VM lab (TCG) -> bench/results/lb-vm.json (root, ~25 min)
+bench-lb-vm: deps build $(LB_LOADGEN) ## LB: the same comparison with IPVS, in the VM lab (TCG) -> bench/results/lb-vm.json (root, ~25 min)
 	bash mk/lb-deps.sh
 	@mkdir -p bench/results/lb-vm
 	$(GO) build -o $(BUILD)/bench-lb ./bench/lb
 	lab/vm.sh --kernel $(KERNEL) --cpus 2 --memory 2G --timeout 3600 -- \
-	  $(BUILD)/bench-lb -loadgen $(LB_LOADGEN) -out bench/results/lb-vm.json -png-dir bench/results/lb-vm $(LB_VM_FLAGS)
+	  $(BUILD)/bench-lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb-vm.json -png-dir bench/results/lb-vm $(LB_VM_FLAGS)
 
 # The open-loop load generator (C, no dependencies beyond libc).
 $(LB_LOADGEN): bench/lb/loadgen/loadgen.c

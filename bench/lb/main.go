@@ -41,6 +41,7 @@ type options struct {
 	repeats           int
 	variants          []string
 	loadgen, wrk      string
+	swiftlane         string
 	clientCPU, dpCPU  int
 	seed              uint64
 }
@@ -57,6 +58,7 @@ func main() {
 	flag.StringVar(&variants, "variants", strings.Join(allVariants, ","), "comma-separated subset of "+strings.Join(allVariants, ","))
 	flag.StringVar(&o.loadgen, "loadgen", "", "path of the built bench/lb/loadgen (make bench-lb builds it)")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "wrk binary (Debian package wrk)")
+	flag.StringVar(&o.swiftlane, "swiftlane", "", "the built swiftlane binary, run as `swiftlane lb` for the swiftlane variant (make bench-lb builds it)")
 	flag.IntVar(&o.clientCPU, "client-cpu", 0, "CPU for the load generators")
 	flag.IntVar(&o.dpCPU, "dp-cpu", 1, "CPU for the data path (RPS), the backends and this program")
 	flag.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the variant order (recorded in the JSON)")
@@ -160,6 +162,7 @@ func run(o options) error {
 type bench struct {
 	o    options
 	topo *labnet.Topology
+	tmp  string // swiftlane's services file
 	stop []func()
 }
 
@@ -169,6 +172,11 @@ func newBench(o options) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{o: o, topo: topo}
+	if b.tmp, err = os.MkdirTemp("", "bench-lb-"); err != nil {
+		topo.Close()
+		return nil, err
+	}
+	b.stop = append(b.stop, func() { os.RemoveAll(b.tmp) })
 	if err := b.prepare(); err != nil {
 		b.close()
 		return nil, err

@@ -4,16 +4,21 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/lb/balancer"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
-	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
 
 // phase is one variant's measurements on one path in one round.
@@ -80,7 +85,7 @@ func (b *bench) measureVariant(v string) (cip, np phase, err error) {
 }
 
 // setup installs variant v's NAT; the returned func undoes what teardown
-// does not (swiftlane's program and its sweeper).
+// does not (stops swiftlane).
 func (b *bench) setup(v string) (func(), error) {
 	nop := func() {}
 	switch v {
@@ -93,46 +98,101 @@ func (b *bench) setup(v string) (func(), error) {
 	case "ipvs":
 		return nop, applyIPVS(b.topo)
 	}
-	cfg, err := services.Parse([]byte(swiftlaneConfig(b.topo)))
+	return b.startSwiftlane()
+}
+
+// startSwiftlane runs `swiftlane lb` as its own process in the node's
+// namespace, as on a node: its periodic sweep (expiring closed sessions)
+// is scheduled by the kernel beside the backends, not inside this
+// program's Go runtime, and its CPU time counts like any other. Without
+// --pin-dir, stopping it detaches the program and drops every session, so
+// the next variant starts clean.
+func (b *bench) startSwiftlane() (func(), error) {
+	if b.o.swiftlane == "" {
+		return nil, errors.New("-swiftlane: required for the swiftlane variant (make bench-lb builds build/swiftlane)")
+	}
+	cfg := filepath.Join(b.tmp, "services.yaml")
+	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo)), 0o600); err != nil {
+		return nil, err
+	}
+	// nsenter switches only the network namespace (ip netns exec would also
+	// remount /sys); the process inherits this program's CPU.
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+b.topo.Node.Name, b.o.swiftlane, "lb",
+		"--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr)
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
-	lb, err := balancer.New(cfg, nil)
-	if err != nil {
-		return nil, err
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("-swiftlane %s: %w", b.o.swiftlane, err)
 	}
-	if err := b.topo.Node.Do(func() error { _, err := lb.AttachInterfaces(); return err }); err != nil {
-		lb.Close()
-		return nil, err
-	}
-	// As `swiftlane lb` does at its default --sweep-interval: expire closed
-	// sessions (closingIdle); the sweep's CPU time is part of the cost.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
+	exited := make(chan error, 1)
+	started := make(chan struct{})
+	var log strings.Builder
 	go func() {
-		defer wg.Done()
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				lb.Sweep()
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "msg=started") {
+				once.Do(func() { close(started) })
 			}
 		}
+		exited <- cmd.Wait()
 	}()
+	select {
+	case <-started:
+	case err := <-exited:
+		return nil, fmt.Errorf("swiftlane lb exited before serving (%v):\n%s", err, log.String())
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+		return nil, fmt.Errorf("swiftlane lb did not start within 30 s:\n%s", log.String())
+	}
 	return func() {
-		close(stop)
-		wg.Wait()
 		// The data path's own counters: a drop here tells a loss from a tail.
-		if st, err := lb.Stats(); err == nil {
-			fmt.Fprintf(os.Stderr, "   swiftlane data path: %d sessions, %d SNAT allocations (%d failed), drops %v\n",
-				st.SessionsCreated, st.SNATAllocation, st.PortFailures, st.Drops)
+		if m, err := b.swiftlaneCounters(); err == nil {
+			fmt.Fprintf(os.Stderr, "   swiftlane data path: %s\n", m)
+		} else {
+			fmt.Fprintln(os.Stderr, "   swiftlane data path counters:", err)
 		}
-		lb.Close()
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
 	}, nil
+}
+
+// metricsAddr is swiftlane's /metrics inside the node's namespace.
+const metricsAddr = "127.0.0.1:9465"
+
+// swiftlaneCounters reads the drop, session and SNAT counters from
+// swiftlane's /metrics.
+func (b *bench) swiftlaneCounters() (string, error) {
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
+			return b.topo.Node.Dial(network, addr, 5*time.Second)
+		},
+	}}
+	resp, err := c.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		for _, p := range []string{"swiftlane_lb_sessions_created_total", "swiftlane_lb_snat_allocations_total", "swiftlane_lb_neighbour_misses_total", "swiftlane_lb_drops_total"} {
+			if strings.HasPrefix(l, p) {
+				out = append(out, strings.TrimPrefix(l, "swiftlane_lb_"))
+			}
+		}
+	}
+	return strings.Join(out, ", "), sc.Err()
 }
 
 func (b *bench) measurePath(tg target) (phase, error) {

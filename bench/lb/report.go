@@ -69,7 +69,7 @@ func newReport(o options) *report {
 			"throughput: one TCP stream from loadgen for half a phase",
 			"cpu_us_per_conn: /proc/stat busy time of all CPUs during the cps phase / requests (includes wrk and the backends); dp_cpu_us_per_conn: the data-path CPU only (RPS steers the node's receive processing there; backends run there too)",
 			"nstat: deltas over the three phases, summed over client, node and backend namespaces; wrk resets the connections it has open when a phase ends, so TcpEstabResets/TcpOutRsts of up to `connections` per phase are expected",
-			"swiftlane: the balancer runs in the harness process on dp_cpu and sweeps sessions every 5 s, as `swiftlane lb` does by default",
+			"swiftlane: `swiftlane lb` runs as its own process in the node namespace on dp_cpu with its defaults (session sweep every 5 s), except peerRedirectExclude: [vc, ext0]: replies enter the client namespaces through their backlog, so the clients' receive work goes to client_cpu by RPS as for every other variant instead of running on dp_cpu; backends keep peer redirect",
 			"none: the client connects straight to one backend, no translation (the limit)",
 			"each round runs every variant once in a new random order (seed in settings); intervals are 95 % Student's t over rounds",
 		},

@@ -107,7 +107,13 @@ func applyNft(topo *labnet.Topology) error {
 	return nil
 }
 
-// swiftlaneConfig is the same service for `swiftlane lb`.
+// swiftlaneConfig is the same service for `swiftlane lb`. The clients'
+// veths are excluded from peer redirect: handed straight into the client's
+// namespace, a reply's receive work (the client's TCP) would run on the data
+// path's CPU, while every other variant leaves it to the client's backlog,
+// which RPS sends to the load generator's CPU. The benchmark would then
+// charge the balancer under test for the load generator's work. Backends
+// keep peer redirect, as on a node.
 func swiftlaneConfig(topo *labnet.Topology) string {
 	var ports, eps []string
 	for _, p := range webPorts {
@@ -118,6 +124,7 @@ func swiftlaneConfig(topo *labnet.Topology) string {
 	}
 	return fmt.Sprintf(`nodeAddresses: [%s]
 interfaces: [ext0, "v*"]
+peerRedirectExclude: [vc, ext0]
 services:
   - name: web
     clusterIP: %s

@@ -466,10 +466,10 @@ func (b *Balancer) AttachInterfaces() (int, error) {
 		}
 		b.links[a.Index] = c
 		// A veth whose peer is in another namespace (a pod) can take
-		// packets straight into that namespace.
+		// packets straight into that namespace, unless excluded.
 		peer := false
 		if v, ok := l.(*netlink.Veth); ok && v.Attrs().NetNsID >= 0 {
-			peer = true
+			peer = !matchAny(b.cfg.PeerRedirectExclude, a.Name)
 		}
 		if err := b.dp.SetPeerInterface(a.Index, peer); err != nil {
 			return len(b.links), err

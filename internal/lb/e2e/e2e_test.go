@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
@@ -446,5 +448,46 @@ func TestBackendNeighboursResolvedAhead(t *testing.T) {
 	}
 	if st, _ := e.lb.Stats(); st.NeighRedirects == 0 {
 		t.Fatalf("a backend without a neighbour entry was reached without bpf_redirect_neigh; the check above proves nothing")
+	}
+}
+
+// TestPeerRedirectExclude: replies to a pod normally enter its namespace
+// straight from tc (bpf_redirect_peer), so the host-side veth transmits
+// nothing for them; an excluded veth carries them through its transmit path
+// (and the pod's backlog, where RPS applies).
+func TestPeerRedirectExclude(t *testing.T) {
+	const requests = 40
+	vcTx := func(e *env) uint64 {
+		var n uint64
+		if err := e.topo.Node.Do(func() error {
+			l, err := netlink.LinkByName("vc")
+			if err != nil {
+				return err
+			}
+			n = l.Attrs().Statistics.TxPackets
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Each request's reply is at least SYN-ACK, data and FIN: 3 packets.
+	replies := func(e *env) uint64 {
+		before := vcTx(e)
+		for range requests {
+			if _, _, err := ask(e.topo.Client, "tcp", "10.96.0.10:80"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return vcTx(e) - before
+	}
+	if n := replies(setup(t)); n >= requests {
+		t.Fatalf("default: the client's veth transmitted %d packets for %d requests; replies should enter the pod directly", n, requests)
+	}
+	excluded := setupWith(t, func(topo *labnet.Topology) string {
+		return "peerRedirectExclude: [vc]\n" + config(topo, nil)
+	})
+	if n := replies(excluded); n < 3*requests {
+		t.Fatalf("peerRedirectExclude [vc]: the client's veth transmitted %d packets for %d requests, want at least %d", n, requests, 3*requests)
 	}
 }

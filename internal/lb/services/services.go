@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -38,9 +39,15 @@ type Config struct {
 	SNATPorts      PortRange  `yaml:"snatPorts"`
 	NodePortRange  PortRange  `yaml:"nodePortRange"`
 	// Interfaces to attach to, as shell patterns ("eth0", "veth*").
-	Interfaces []string  `yaml:"interfaces"`
-	Sessions   Sessions  `yaml:"sessions"`
-	Services   []Service `yaml:"services"`
+	Interfaces []string `yaml:"interfaces"`
+	// PeerRedirectExclude lists host-side veths (shell patterns) whose pod
+	// gets translated packets through its receive backlog instead of
+	// straight into its namespace (bpf_redirect_peer). The direct path is
+	// cheaper but runs the pod's receive work on the CPU that translated the
+	// packet, bypassing RPS set on the pod's interface.
+	PeerRedirectExclude []string  `yaml:"peerRedirectExclude"`
+	Sessions            Sessions  `yaml:"sessions"`
+	Services            []Service `yaml:"services"`
 }
 
 type PortRange struct {
@@ -240,6 +247,16 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Interfaces) == 0 {
 		bad("interfaces: list the interfaces to attach to, e.g. [eth0, \"veth*\"]")
+	}
+	for _, l := range []struct {
+		key  string
+		pats []string
+	}{{"interfaces", c.Interfaces}, {"peerRedirectExclude", c.PeerRedirectExclude}} {
+		for i, p := range l.pats {
+			if _, err := path.Match(p, ""); err != nil || p == "" {
+				bad("%s[%d] %q: not a shell pattern; use a name or a glob such as \"veth*\"", l.key, i, p)
+			}
+		}
 	}
 	names := map[string]bool{}
 	frontends := map[string]string{}

@@ -58,6 +58,7 @@ func TestValidateNamesFieldAndFix(t *testing.T) {
 		"dualfam":   {"ipv6: true\nservices: [{name: a, clusterIPs: [10.0.0.1, 10.0.0.2], ports: [{port: 1}]}]\n", "clusterIPs[1] 10.0.0.2: at most one address per family"},
 		"dualfirst": {"ipv6: true\nservices: [{name: a, clusterIP: \"fd00::1\", clusterIPs: [10.0.0.1, \"fd00::1\"], ports: [{port: 1}]}]\n", "clusterIPs: the first (10.0.0.1) must be clusterIP (fd00::1)"},
 		"hairpin6":  {"hairpinAddress6: 10.0.0.9\n", "hairpinAddress6 10.0.0.9: set an IPv6 address"},
+		"peerglob":  {"peerRedirectExclude: [\"vc[\"]\n", "peerRedirectExclude[0] \"vc[\": not a shell pattern"},
 		"dup":       {"nodeAddresses: [1.1.1.1]\nservices: [{name: a, clusterIP: 10.0.0.1, ports: [{port: 1, nodePort: 30001}]}, {name: b, clusterIP: 10.0.0.2, ports: [{port: 1, nodePort: 30001}]}]\n", "also used by"},
 	} {
 		_, err := Parse([]byte("interfaces: [eth0]\n" + tc.yaml))
