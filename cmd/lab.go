@@ -96,6 +96,20 @@ func newLabCmd() *cobra.Command {
 	ping.Flags().DurationVarP(&interval, "interval", "i", 20*time.Millisecond, "gap between a reply and the next request")
 	ping.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for each reply")
 	ping.Flags().BoolVar(&asJSON, "json", false, `print {"rtt_ms": [...]} instead of one line per reply`)
+	var pps int
+	traffic := &cobra.Command{
+		Use:   "traffic",
+		Short: "Send the other UEs' background traffic (ICMP echo to the N6 address) through the gNB until stopped",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var tr gtplab.Traffic
+			fmt.Fprintf(os.Stderr, "swiftlane: traffic: UEs 2-%d, %d packets/s each to %s\n", t.UEs, pps, t.N6Addr)
+			err := tr.Run(cmd.Context(), t, pps)
+			fmt.Fprintf(os.Stderr, "swiftlane: traffic: %d sent, %d failed (no gNB)\n", tr.Sent.Load(), tr.Failed.Load())
+			return err
+		},
+	}
+	traffic.Flags().IntVar(&pps, "pps", 50, "echo requests per second from each UE")
 	pause := &cobra.Command{
 		Use:    "pause",
 		Short:  "Hold a pod sandbox's namespaces until SIGINT/SIGTERM, reaping orphans (the lab cluster's pause image)",
@@ -106,7 +120,7 @@ func newLabCmd() *cobra.Command {
 			return nil
 		},
 	}
-	root.AddCommand(up, down, gnb, ping, pause)
+	root.AddCommand(up, down, gnb, ping, traffic, pause)
 	return root
 }
 

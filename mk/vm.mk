@@ -62,7 +62,7 @@ bench-sched: deps vm-bins peers ## Scheduler benchmark suite: 7 variants x probe
 	    -out $(SCHED_OUT)/sched-boots/boot-$$b.json $(BENCH_SCHED_FLAGS) || { echo "== bench-sched: boot $$b failed"; failed=1; }; \
 	done; \
 	$(BUILD)/bench-sched -merge -torture bench/results/torture.json -out $(SCHED_OUT)/sched.json $(SCHED_OUT)/sched-boots/boot-*.json && \
-	$(GO) run ./bench/plot -in $(SCHED_OUT)/sched.json -out $(SCHED_OUT)/sched.png && exit $$failed
+	$(GO) run ./bench/plot -in $(SCHED_OUT)/sched.json -out $(SCHED_OUT)/sched.png -title bench-sched && exit $$failed
 
 # TestTorture (test/vm/torture_test.go) TORTURE_RUNS times per kernel, each
 # run in a boot of its own (a run that wedges the kernel must not take the

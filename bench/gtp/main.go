@@ -14,6 +14,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,22 +34,57 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
+	"github.com/swiftlane/swiftlane/internal/gtplab"
 	"github.com/swiftlane/swiftlane/internal/probe"
 )
 
-// Variant result, as issue 3 specifies the JSON.
+// Result is the UE's ping RTT distribution under one variant and load.
+type Result struct {
+	AvgMs    float64   `json:"avg_ms,omitempty"`
+	MinMs    float64   `json:"min_ms,omitempty"`
+	P50Ms    float64   `json:"p50_ms,omitempty"`
+	P90Ms    float64   `json:"p90_ms,omitempty"`
+	P99Ms    float64   `json:"p99_ms,omitempty"`
+	MaxMs    float64   `json:"max_ms,omitempty"`
+	Samples  int       `json:"samples,omitempty"`
+	Timeouts int       `json:"timeouts,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	RTTMs    []float64 `json:"rtt_ms,omitempty"`
+}
+
+// Variant is one scheduler's results: at the top level under the first
+// load (the reference's CPU hogs; the keys issue 3 specified), and under
+// every load in Loads.
 type Variant struct {
-	AvgMs       float64   `json:"avg_ms,omitempty"`
-	MinMs       float64   `json:"min_ms,omitempty"`
-	P50Ms       float64   `json:"p50_ms,omitempty"`
-	P90Ms       float64   `json:"p90_ms,omitempty"`
-	P99Ms       float64   `json:"p99_ms,omitempty"`
-	MaxMs       float64   `json:"max_ms,omitempty"`
-	Samples     int       `json:"samples,omitempty"`
-	Timeouts    int       `json:"timeouts,omitempty"`
-	Error       string    `json:"error,omitempty"`
-	RTTMs       []float64 `json:"rtt_ms,omitempty"`
-	Description string    `json:"description"`
+	Result
+	Loads       map[string]*Result `json:"loads,omitempty"`
+	Description string             `json:"description"`
+}
+
+// GnbShape says what the gNB in the lab does.
+type GnbShape struct {
+	UEs      int    `json:"ues"`
+	PPSPerUE int    `json:"pps_per_ue"` // background UEs (all but the measured one), each way
+	Loop     string `json:"loop"`
+}
+
+// Load is a background the UE's traffic competes with.
+type Load struct {
+	Key         string `json:"key"`
+	Description string `json:"description"`
+	hogs        int    // CPU hogs per CPU
+	messaging   bool   // perf bench sched messaging in a loop
+}
+
+// loads are issue 16's three: (a) the reference's oversubscription
+// (stress-ng -c 20 on 2 CPUs), which any deadline heuristic handles by
+// pushing the hogs back; (b) a wakeup-heavy background whose tasks look as
+// interactive as a gNB, so the heuristic alone cannot tell them apart; (c)
+// both.
+var loads = []Load{
+	{Key: "hogs", Description: "stress-ng --cpu 10xCPUs", hogs: 10},
+	{Key: "messaging", Description: "perf bench sched messaging (1 group: 20 senders, 20 receivers) in a loop + stress-ng --cpu 1xCPUs", hogs: 1, messaging: true},
+	{Key: "both", Description: "stress-ng --cpu 10xCPUs + perf bench sched messaging in a loop", hogs: 10, messaging: true},
 }
 
 // Restart is the operator's measurement for one restarted gNB.
@@ -64,8 +101,11 @@ type Report struct {
 	Kernel   string              `json:"kernel"`
 	CPUs     int                 `json:"cpus"`
 	Date     string              `json:"date"`
+	Boot     int                 `json:"boot,omitempty"`
 	Note     string              `json:"note"`
 	Order    []string            `json:"order"`
+	Loads    []Load              `json:"loads"`
+	Gnb      GnbShape            `json:"gnb"`
 	Variants map[string]*Variant `json:"variants"`
 	Restart  *Restart            `json:"restart_reprioritise_ms,omitempty"`
 }
@@ -75,15 +115,19 @@ var (
 	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with scx_bpfland and scx_rustland")
 	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
 	out       = flag.String("out", "bench/results/gtp.json", "JSON output")
-	samples   = flag.Int("samples", 250, "UE pings per variant")
+	samples   = flag.Int("samples", 1000, "UE pings per variant and load (p99 is the 10th-worst)")
+	loadKeys  = flag.String("loads", "hogs,messaging,both", "comma-separated subset of the loads: hogs, messaging, both")
+	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): rotates the variant order by boot-1 and is recorded")
+	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
 	chunk     = flag.Int("chunk", 50, "pings per `swiftlane lab ping` process (a lost reply ends only its chunk)")
-	budget    = flag.Duration("duration", 90*time.Second, "ping time budget per variant")
+	budget    = flag.Duration("duration", 120*time.Second, "ping time budget per variant and load")
 	interval  = flag.Duration("interval", 10*time.Millisecond, "gap between a reply and the next request")
 	timeout   = flag.Duration("timeout", 3*time.Second, "how long to wait for each reply")
-	restarts  = flag.Int("restarts", 6, "gNB restarts measured in automatic mode")
+	restarts  = flag.Int("restarts", 4, "gNB restarts measured in automatic mode, under the last load")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	compRE    = flag.String("companions", "swiftlane lab ping", "automatic.companions regex for the UE pinger (empty: none)")
 	logDir    = flag.String("logdir", "", "keep each scheduler's output in this directory")
+	pps       = flag.Int("pps", 50, "background traffic: ICMP echo requests per second from each other UE through the gNB (0: none)")
 )
 
 var all = []string{"eevdf-idle", "eevdf-loaded", "swiftlane-loaded", "swiftlane-auto-loaded", "scx_bpfland-loaded", "scx_rustland-loaded"}
@@ -100,18 +144,36 @@ func autoConfig() string {
 
 var describe = map[string]string{
 	"eevdf-idle":            "kernel default scheduler, idle machine",
-	"eevdf-loaded":          "kernel default scheduler, stress-ng --cpu 2xCPUs",
-	"swiftlane-loaded":      "swiftlane, no strategies, stress-ng --cpu 2xCPUs",
-	"swiftlane-auto-loaded": "swiftlane, automatic mode (GTP-U carriers critical, UE pinger as companion), stress-ng --cpu 2xCPUs",
-	"scx_bpfland-loaded":    "scx_bpfland (crates.io), stress-ng --cpu 2xCPUs",
-	"scx_rustland-loaded":   "scx_rustland (crates.io), stress-ng --cpu 2xCPUs",
+	"eevdf-loaded":          "kernel default scheduler, under each load",
+	"swiftlane-loaded":      "swiftlane, no strategies, under each load",
+	"swiftlane-auto-loaded": "swiftlane, automatic mode (GTP-U carriers critical, UE pinger as companion), under each load",
+	"scx_bpfland-loaded":    "scx_bpfland (crates.io), under each load",
+	"scx_rustland-loaded":   "scx_rustland (crates.io), under each load",
 }
 
 func main() {
 	flag.Parse()
+	if *merge {
+		if err := mergeBoots(flag.Args(), *out); err != nil {
+			fail(err)
+		}
+		return
+	}
 	names := all
 	if *only != "" {
 		names = strings.Split(*only, ",")
+	}
+	if *boot > 1 { // rotate, so no variant always runs first or last
+		k := (*boot - 1) % len(names)
+		names = append(append([]string(nil), names[k:]...), names[:k]...)
+	}
+	var use []Load
+	for _, k := range strings.Split(*loadKeys, ",") {
+		i := slices.IndexFunc(loads, func(l Load) bool { return l.Key == k })
+		if i < 0 {
+			fail(fmt.Errorf("-loads: %q is not one of hogs, messaging, both", k))
+		}
+		use = append(use, loads[i])
 	}
 	bin, err := filepath.Abs(*swiftlane)
 	if err != nil {
@@ -123,7 +185,11 @@ func main() {
 		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
 		Note: "QEMU TCG guest: absolute times are inflated 20-50x and noisy; compare variants within this run only. " +
 			"UE ICMP echo to the UPF's N6 address through our gNB (TUN <-> GTP-U) and the kernel gtp UPF.",
-		Order:    names,
+		Order: names,
+		Loads: use,
+		Boot:  *boot,
+		Gnb: GnbShape{UEs: gtplab.Default().UEs, PPSPerUE: *pps,
+			Loop: "nr-gnb shape: a receiver thread per socket (poll 500 ms, drain up to 32), a queue, one GTP task thread that encapsulates/decapsulates and writes"},
 		Variants: map[string]*Variant{},
 	}
 	stopLab, err := labUp()
@@ -132,7 +198,7 @@ func main() {
 	}
 	for _, name := range names {
 		fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
-		v, rs, err := runVariant(name)
+		v, rs, err := runVariant(name, use)
 		if err != nil {
 			if v == nil {
 				v = &Variant{}
@@ -273,7 +339,7 @@ func startGnb() (*proc, error) {
 	return g, nil
 }
 
-func runVariant(name string) (*Variant, *Restart, error) {
+func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	var sched *proc
 	var err error
 	switch {
@@ -313,45 +379,122 @@ func runVariant(name string) (*Variant, *Restart, error) {
 		return nil, nil, err
 	}
 	defer func() { gnb.stop(syscall.SIGTERM) }()
-
-	if strings.HasSuffix(name, "-loaded") {
-		hog, err := start("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(2*runtime.NumCPU()), "--timeout", "1800s")
+	if *pps > 0 {
+		// Real-time, like the radio side it stands in for: every variant's
+		// gNB forwards the same stream, whatever the load does to others.
+		tr, err := start("chrt", "-f", "1", *swiftlane, "lab", "traffic", "--pps", fmt.Sprint(*pps))
 		if err != nil {
-			return nil, nil, fmt.Errorf("stress-ng: %w", err)
+			return nil, nil, fmt.Errorf("lab traffic: %w", err)
 		}
-		defer hog.stop(syscall.SIGINT)
-		time.Sleep(2 * time.Second) // let the hogs fill every CPU's queue
-	}
-	// Warm-up: the first packets (ARP, the tracer's first event) are not
-	// part of the distribution.
-	if _, _, err := ping(5); err != nil {
-		return nil, nil, fmt.Errorf("warm-up ping: %w", err)
-	}
-	if name == "swiftlane-auto-loaded" {
-		if _, err := sched.waitFor(carrierRE(gnb.cmd.Process.Pid), 30*time.Second); err != nil {
-			return nil, nil, fmt.Errorf("the gNB was not prioritised: %w", err)
+		defer tr.stop(syscall.SIGTERM)
+		if _, err := tr.waitFor(regexp.MustCompile(`traffic: UEs`), 30*time.Second); err != nil {
+			return nil, nil, err
 		}
 	}
-	v, err := measure()
-	if err == nil && sched != nil && sched.exited() {
-		err = fmt.Errorf("the scheduler exited during the measurement: %s", kernelSaid(sched))
-	}
-	if err != nil {
-		return v, nil, err
+
+	v := &Variant{Loads: map[string]*Result{}}
+	if name == "eevdf-idle" {
+		use = []Load{{Key: "idle"}}
 	}
 	var rs *Restart
-	if name == "swiftlane-auto-loaded" {
-		rs = restartGnb(sched, &gnb)
-		if sched.exited() {
-			rs.Error += "; the kernel's log: " + kernelSaid(sched)
+	for i, l := range use {
+		stopLoad, err := startLoad(l)
+		if err != nil {
+			return v, nil, err
+		}
+		r, err := func() (r *Result, err error) {
+			defer func() {
+				if serr := stopLoad(); err == nil {
+					err = serr
+				}
+			}()
+			// Warm-up: the first packets (ARP, the tracer's first event)
+			// are not part of the distribution.
+			if _, _, err := ping(5); err != nil {
+				return nil, fmt.Errorf("warm-up ping: %w", err)
+			}
+			if name == "swiftlane-auto-loaded" && i == 0 {
+				if _, err := sched.waitFor(carrierRE(gnb.cmd.Process.Pid), 30*time.Second); err != nil {
+					return nil, fmt.Errorf("the gNB was not prioritised: %w", err)
+				}
+			}
+			r, err = measure()
+			if err == nil && sched != nil && sched.exited() {
+				err = fmt.Errorf("the scheduler exited during the measurement: %s", kernelSaid(sched))
+			}
+			// The restarts run under the last (heaviest) load.
+			if err == nil && name == "swiftlane-auto-loaded" && i == len(use)-1 {
+				rs = restartGnb(sched, &gnb)
+				if sched.exited() {
+					rs.Error += "; the kernel's log: " + kernelSaid(sched)
+				}
+			}
+			return r, err
+		}()
+		if r == nil {
+			r = &Result{}
+		}
+		if err != nil {
+			r.Error = fmt.Sprintf("%s: %v", l.Key, err)
+		}
+		v.Loads[l.Key] = r
+		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms %s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.Error)
+		if err != nil && sched != nil && sched.exited() {
+			break // nothing left to measure this variant with
 		}
 	}
+	v.Result = *v.Loads[use[0].Key]
+	var err2 error
 	if sched != nil {
 		if err := stopScheduler(sched); err != nil {
-			return v, rs, fmt.Errorf("scheduler stopped badly: %w", err)
+			err2 = fmt.Errorf("scheduler stopped badly: %w", err)
 		}
 	}
-	return v, rs, nil
+	return v, rs, err2
+}
+
+// startLoad starts load l and returns once its hogs all run. stop kills it
+// and says if a part of it had died before (the measurement then had less
+// load than it claims).
+func startLoad(l Load) (stop func() error, err error) {
+	var ps []*proc
+	stop = func() error {
+		var errs []error
+		for _, p := range ps {
+			if p.exited() {
+				errs = append(errs, fmt.Errorf("load %s: %s exited early (%v): %s", l.Key, filepath.Base(p.cmd.Path), p.err, tail(p.out.String())))
+			}
+			p.stop(syscall.SIGKILL)
+		}
+		return errors.Join(errs...)
+	}
+	if l.hogs > 0 {
+		n := l.hogs * runtime.NumCPU()
+		hog, err := start("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(n), "--timeout", "1800s")
+		if err != nil {
+			return nil, fmt.Errorf("stress-ng: %w", err)
+		}
+		ps = append(ps, hog)
+		if err := benchlab.WaitChildren(hog.cmd.Process.Pid, n, 60*time.Second); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	if l.messaging {
+		if _, err := exec.LookPath("perf"); err != nil {
+			stop()
+			return nil, fmt.Errorf("load %s needs perf (make deps installs it): %w", l.Key, err)
+		}
+		// Each round forks its 40 tasks anew: a steady mix of forks,
+		// short bursts and wakeups, as chatty as any packet loop.
+		m, err := start("sh", "-c", "while perf bench sched messaging -g 1 -l 1000 >/dev/null; do :; done")
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("perf bench sched messaging: %w", err)
+		}
+		ps = append(ps, m)
+	}
+	return stop, nil
 }
 
 // kernelSaid is the scheduler's last line and the kernel's recent sched_ext
@@ -455,8 +598,8 @@ func ping(n int) ([]float64, bool, error) {
 	return rtts, false, nil
 }
 
-func measure() (*Variant, error) {
-	v := &Variant{}
+func measure() (*Result, error) {
+	v := &Result{}
 	deadline := time.Now().Add(*budget)
 	for len(v.RTTMs) < *samples && time.Now().Before(deadline) {
 		n := min(*chunk, *samples-len(v.RTTMs))
@@ -538,47 +681,41 @@ func stopScheduler(p *proc) error {
 func printTable(w io.Writer, rep Report) {
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "variant\tsamples\tmin ms\tavg ms\tp50 ms\tp99 ms\tmax ms\tavg vs eevdf-loaded\t\n")
-	base := rep.Variants["eevdf-loaded"]
-	for _, name := range rep.Order {
-		v := rep.Variants[name]
-		if v == nil {
-			continue
+	idle := rep.result("eevdf-idle", "idle")
+	for _, l := range rep.Loads {
+		fmt.Fprintf(bw, "\nload %s: %s\n", l.Key, l.Description)
+		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "variant\tsamples\tmin ms\tavg ms\tp50 ms\tp99 ms\tmax ms\tavg vs eevdf-loaded\t\n")
+		base := rep.result("eevdf-loaded", l.Key)
+		for _, name := range rep.Order {
+			v := rep.result(name, l.Key)
+			if name == "eevdf-idle" {
+				v = idle
+			}
+			if v == nil {
+				continue
+			}
+			if v.Samples == 0 {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t\n", name, v.Error)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t\n", name, v.Samples, v.MinMs, v.AvgMs, v.P50Ms, v.P99Ms, v.MaxMs, improvement(base, v))
 		}
-		if v.Samples == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t\n", name, v.Error)
-			continue
+		tw.Flush()
+		// The reference table's shape (spec.md §1): baseline vs optimised,
+		// RTT min / avg / max and the improvement of each.
+		auto := rep.result("swiftlane-auto-loaded", l.Key)
+		if base != nil && auto != nil && base.Samples > 0 && auto.Samples > 0 {
+			fmt.Fprintf(bw, "EEVDF -> automatic: min %.3f -> %.3f (%s), avg %.3f -> %.3f (%s), max %.3f -> %.3f (%s)\n",
+				base.MinMs, auto.MinMs, pct(base.MinMs, auto.MinMs), base.AvgMs, auto.AvgMs, pct(base.AvgMs, auto.AvgMs),
+				base.MaxMs, auto.MaxMs, pct(base.MaxMs, auto.MaxMs))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t\n", name, v.Samples, v.MinMs, v.AvgMs, v.P50Ms, v.P99Ms, v.MaxMs, improvement(base, v))
-	}
-	tw.Flush()
-
-	// The reference table's shape (spec.md §1): baseline vs optimised,
-	// RTT min / avg / max and the improvement of the average.
-	fmt.Fprintln(bw)
-	tw = tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "scheduler, stress-ng --cpu %d\tRTT min / avg / max (ms)\timprovement (avg)\n", 2*rep.CPUs)
-	row := func(label, name string, ref *Variant) {
-		v := rep.Variants[name]
-		if v == nil || v.Samples == 0 {
-			return
+		if b := rep.result("swiftlane-loaded", l.Key); b != nil && auto != nil && b.Samples > 0 && auto.Samples > 0 {
+			fmt.Fprintf(bw, "swiftlane without strategies / automatic: avg %.2fx, p99 %.2fx\n", b.AvgMs/auto.AvgMs, b.P99Ms/auto.P99Ms)
 		}
-		imp := "-"
-		if ref != nil {
-			imp = improvement(ref, v)
+		if idle != nil && auto != nil && idle.Samples > 0 && auto.Samples > 0 {
+			fmt.Fprintf(bw, "automatic / eevdf-idle: avg %.2fx, p99 %.2fx, max %.2fx\n", auto.AvgMs/idle.AvgMs, auto.P99Ms/idle.P99Ms, auto.MaxMs/idle.MaxMs)
 		}
-		fmt.Fprintf(tw, "%s\t%.3f / %.3f / %.3f\t%s\n", label, v.MinMs, v.AvgMs, v.MaxMs, imp)
-	}
-	row("baseline: EEVDF", "eevdf-loaded", nil)
-	row("baseline: swiftlane, no strategies", "swiftlane-loaded", nil)
-	row("optimised: automatic strategies from GTP-U tracing", "swiftlane-auto-loaded", base)
-	tw.Flush()
-	if b, o := rep.Variants["swiftlane-loaded"], rep.Variants["swiftlane-auto-loaded"]; b != nil && o != nil && b.Samples > 0 && o.Samples > 0 {
-		fmt.Fprintf(bw, "automatic vs swiftlane without strategies: %s\n", improvement(b, o))
-	}
-	if i, o := rep.Variants["eevdf-idle"], rep.Variants["swiftlane-auto-loaded"]; i != nil && o != nil && i.Samples > 0 && o.Samples > 0 {
-		fmt.Fprintf(bw, "automatic (loaded) / eevdf-idle: avg %.2fx, p99 %.2fx\n", o.AvgMs/i.AvgMs, o.P99Ms/i.P99Ms)
 	}
 	if r := rep.Restart; r != nil {
 		fmt.Fprintf(bw, "gNB restart -> re-prioritised (first GTP-U packet to map): p50 %.3f ms, max %.3f ms over %d restarts", r.P50, r.Max, r.Restarts)
@@ -589,9 +726,29 @@ func printTable(w io.Writer, rep Report) {
 	}
 }
 
-func improvement(base, v *Variant) string {
+// result is variant name's result under load key, or nil.
+func (rep Report) result(name, key string) *Result {
+	v := rep.Variants[name]
+	if v == nil {
+		return nil
+	}
+	if r := v.Loads[key]; r != nil {
+		return r
+	}
+	return nil
+}
+
+// pct is the improvement from base to v, in percent of base.
+func pct(base, v float64) string {
+	if base <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.2f %%", 100*(base-v)/base)
+}
+
+func improvement(base, v *Result) string {
 	if base == nil || base.Samples == 0 || v.AvgMs <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%+.2f %%", 100*(base.AvgMs-v.AvgMs)/base.AvgMs)
+	return pct(base.AvgMs, v.AvgMs)
 }

@@ -55,7 +55,76 @@ func TestPingOutputAndStats(t *testing.T) {
 	if p := percentile(s, 99); p != 10 {
 		t.Errorf("p99 = %v", p)
 	}
-	if got := improvement(&Variant{AvgMs: 100, Samples: 1}, &Variant{AvgMs: 2.34}); got != "+97.66 %" {
+	if got := improvement(&Result{AvgMs: 100, Samples: 1}, &Result{AvgMs: 2.34}); got != "+97.66 %" {
 		t.Errorf("improvement = %q", got)
+	}
+}
+
+// Three boots, made-up numbers: the merge takes per-boot improvements,
+// medians and ranges, puts eevdf-idle's idle numbers under every load and
+// judges the goals on the medians.
+func TestMergeBoots(t *testing.T) {
+	res := func(avg, p99, max float64) *Result {
+		return &Result{MinMs: avg / 2, AvgMs: avg, P50Ms: avg, P90Ms: p99, P99Ms: p99, MaxMs: max, Samples: 10, RTTMs: []float64{avg}}
+	}
+	var boots []Report
+	for b := 1; b <= 3; b++ {
+		f := float64(b) // boot 2 is the median of every number
+		r := Report{Boot: b, Loads: loads, Variants: map[string]*Variant{}, Order: all,
+			Restart: &Restart{Ms: []float64{10 * f, 20 * f, 30 * f, 40 * f}}}
+		r.Variants["eevdf-idle"] = &Variant{Loads: map[string]*Result{"idle": res(1*f, 2*f, 3*f)}}
+		for _, name := range all[1:] {
+			v := &Variant{Loads: map[string]*Result{}}
+			for _, l := range loads {
+				switch name {
+				case "eevdf-loaded":
+					v.Loads[l.Key] = res(100*f, 200*f, 300*f)
+				case "swiftlane-auto-loaded":
+					v.Loads[l.Key] = res(1.1*f, 2*f, 6*f)
+				default:
+					v.Loads[l.Key] = res(3*f, 5*f, 9*f)
+				}
+			}
+			r.Variants[name] = v
+		}
+		boots = append(boots, r)
+	}
+	boots[0].Variants["scx_bpfland-loaded"].Loads["both"].Error = "both: the scheduler exited"
+	m := mergeReports(boots)
+
+	got := m.Variants["swiftlane-auto-loaded"]["hogs_avg_vs_eevdf_loaded_pct"].(*Stat)
+	if got.Median != 98.9 || len(got.Values) != 3 {
+		t.Errorf("improvement %+v, want median 98.9 over 3 boots", got)
+	}
+	if s := m.Variants["eevdf-idle"]["messaging_avg_ms"].(*Stat); s.Median != 2 || s.Min != 1 || s.Max != 3 {
+		t.Errorf("eevdf-idle under messaging: %+v, want its idle avg 2 (1-3)", s)
+	}
+	if s := m.Variants["scx_bpfland-loaded"]["both_avg_ms"].(*Stat); len(s.Values) != 2 {
+		t.Errorf("a failed boot's numbers were merged: %+v", s)
+	}
+	if e, _ := m.Variants["scx_bpfland-loaded"]["errors"].([]string); len(e) != 1 || e[0] != "boot 1: both: the scheduler exited" {
+		t.Errorf("errors %q", e)
+	}
+	if m.Variants["eevdf-loaded"]["avg_ms"] != 200.0 || len(m.Variants["eevdf-loaded"]["rtt_ms"].([]float64)) != 3 {
+		t.Errorf("first load's top-level keys: avg_ms %v rtt_ms %v", m.Variants["eevdf-loaded"]["avg_ms"], m.Variants["eevdf-loaded"]["rtt_ms"])
+	}
+	if r := m.Restart; r.Restarts != 12 || r.Max != 120 {
+		t.Errorf("restarts %+v, want 12 with max 120", r)
+	}
+	met := map[string]bool{}
+	for _, g := range m.Goals {
+		met[g.Goal] = g.Met
+	}
+	for goal, want := range map[string]bool{
+		"hogs: automatic avg improvement vs EEVDF loaded (%)":      true,  // 98.9
+		"hogs: automatic avg / EEVDF idle avg":                     true,  // 1.1
+		"hogs: automatic max / EEVDF idle max":                     true,  // 12 / 6
+		"messaging: swiftlane without strategies / automatic, avg": true,  // 6/2.2
+		"both: scx_rustland-loaded / automatic, p99":               true,  // 10/4
+		"gNB restart re-prioritised, max over 12 restarts (ms)":    false, // 120
+	} {
+		if got, ok := met[goal]; !ok || got != want {
+			t.Errorf("goal %q: met %v (present %v), want %v; goals %+v", goal, got, ok, want, m.Goals)
+		}
 	}
 }

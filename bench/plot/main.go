@@ -47,15 +47,16 @@ func main() {
 	in := flag.String("in", "bench/results/sched.json", "benchmark report")
 	out := flag.String("out", "bench/results/sched.png", "PNG to write")
 	unit := flag.String("unit", "µs", "unit of the samples, for the axis label (rtt_ms samples are used when a variant has no rtt_us)")
-	title := flag.String("title", "Probe round-trip time", "CDF title (the kernel is appended)")
+	title := flag.String("title", "Probe round-trip time", "CDF title (the kernel is appended); with metrics, the whole chart's")
+	cdfTitle := flag.String("cdf-title", "Probe RTT beside hogs, all boots (CDF)", "with metrics: the CDF tile's title")
 	flag.Parse()
-	if err := render(*in, *out, *unit, *title); err != nil {
+	if err := render(*in, *out, *unit, *title, *cdfTitle); err != nil {
 		fmt.Fprintln(os.Stderr, "plot:", err)
 		os.Exit(1)
 	}
 }
 
-func render(in, out, unit, title string) error {
+func render(in, out, unit, title, cdfTitle string) error {
 	b, err := os.ReadFile(in)
 	if err != nil {
 		return err
@@ -65,7 +66,7 @@ func render(in, out, unit, title string) error {
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	if len(r.Metrics) > 0 {
-		return renderSuite(r, out, unit)
+		return renderSuite(r, out, unit, title, cdfTitle)
 	}
 	p, err := cdf(r, unit, title+", CDF (kernel "+r.Kernel+")")
 	if err != nil {
@@ -132,9 +133,9 @@ func cdf(r report, unit, title string) (*plot.Plot, error) {
 }
 
 // renderSuite draws the CDF and one bar chart per metric in a grid.
-func renderSuite(r report, out, unit string) error {
+func renderSuite(r report, out, unit, title, cdfTitle string) error {
 	var plots []*plot.Plot
-	if p, err := cdf(r, unit, "Probe RTT beside hogs, all boots (CDF)"); err == nil {
+	if p, err := cdf(r, unit, cdfTitle); err == nil {
 		plots = append(plots, p)
 	}
 	for _, m := range r.Metrics {
@@ -157,7 +158,7 @@ func renderSuite(r report, out, unit string) error {
 	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(img)
 	top := vg.Length(0.45) * vg.Inch
-	title := fmt.Sprintf("bench-sched: kernel %s, medians of %d boots, whiskers min-max", r.Kernel, r.Boots)
+	title = fmt.Sprintf("%s: kernel %s, medians of %d boots, whiskers min-max", title, r.Kernel, r.Boots)
 	dc.FillText(draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), Handler: plot.DefaultTextHandler, XAlign: draw.XCenter},
 		vg.Point{X: w / 2, Y: h - top/2 - 5}, title)
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Inch / 5, PadY: vg.Inch / 5, PadTop: top, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8, PadBottom: vg.Inch / 8}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -25,22 +26,23 @@ const (
 	maxPacket    = 65535
 )
 
-// Gnb moves the UE's packets between its tunnel interface and GTP-U: uplink
-// packets read from the TUN are encapsulated and sent to the UPF, downlink
-// G-PDUs with our TEID are decapsulated and written to the TUN.
+// Gnb moves the UEs' packets between their tunnel interface and GTP-U:
+// uplink packets read from the TUN are encapsulated with their UE's TEID and
+// sent to the UPF, downlink G-PDUs with one of our TEIDs are decapsulated and
+// written to the TUN.
 type Gnb struct {
 	T          Topology
-	tun        *os.File
+	tun        int
 	sock       int
 	Uplink     atomic.Uint64
 	Downlink   atomic.Uint64
 	DroppedBad atomic.Uint64
 }
 
-// NewGnb creates the TUN in the UE namespace (address, route to the N6
-// network) and the GTP-U socket in the gNB namespace.
+// NewGnb creates the TUN in the UE namespace (the UEs' addresses, a route to
+// the N6 network) and the GTP-U socket in the gNB namespace.
 func NewGnb(t Topology) (*Gnb, error) {
-	g := &Gnb{T: t, sock: -1}
+	g := &Gnb{T: t, tun: -1, sock: -1}
 	if err := inNetns(t.UENetns, g.openTUN); err != nil {
 		g.Close()
 		return nil, err
@@ -54,27 +56,28 @@ func NewGnb(t Topology) (*Gnb, error) {
 
 func (g *Gnb) openTUN() error {
 	ensureTUNDevice()
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("open /dev/net/tun: %w (modprobe tun)", err)
 	}
+	g.tun = fd
 	ifr, err := unix.NewIfreq(g.T.TUN)
 	if err != nil {
-		unix.Close(fd)
 		return err
 	}
 	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
 		return fmt.Errorf("create TUN %s: %w", g.T.TUN, err)
 	}
-	g.tun = os.NewFile(uintptr(fd), "/dev/net/tun")
 	link, err := netlink.LinkByName(g.T.TUN)
 	if err != nil {
 		return err
 	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: g.T.UEAddr, Mask: net.CIDRMask(32, 32)}}); err != nil {
-		return fmt.Errorf("address %s on %s: %w", g.T.UEAddr, g.T.TUN, err)
+	for i := range g.T.ueCount() {
+		a := g.T.UEAddrN(i)
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: a, Mask: net.CIDRMask(32, 32)}}); err != nil {
+			return fmt.Errorf("address %s on %s: %w", a, g.T.TUN, err)
+		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return err
@@ -87,7 +90,7 @@ func (g *Gnb) openTUN() error {
 }
 
 func (g *Gnb) openSocket() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
@@ -105,71 +108,128 @@ func (g *Gnb) openSocket() error {
 	return nil
 }
 
-// Run forwards packets until ctx ends or an I/O error. Each direction is a
-// plain blocking loop on its own thread: one system call per packet, which
-// is where the kernel's GTP-U code runs for this process.
+// The loop's shape, after UERANSIM's nr-gnb: a receiver thread per socket
+// waits in poll with a timeout and drains what is ready, then queues the
+// batch for one GTP task thread, which encapsulates or decapsulates and
+// writes. Every packet crosses two threads (a futex wakeup), and the
+// kernel's GTP-U path runs in the task thread's system calls.
+const (
+	pollTimeoutMs = 500 // UERANSIM's receive timeout; also how soon the threads see ctx end
+	maxBatch      = 32
+)
+
+// Run forwards packets until ctx ends or an I/O error.
 func (g *Gnb) Run(ctx context.Context) error {
-	errc := make(chan error, 2)
-	go func() { errc <- g.uplink() }()
-	go func() { errc <- g.downlink() }()
-	select {
-	case <-ctx.Done():
-		g.Close()
-		return nil
-	case err := <-errc:
-		g.Close()
-		if ctx.Err() != nil {
-			return nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up, down := make(chan [][]byte, 64), make(chan [][]byte, 64)
+	errc := make(chan error, 3)
+	go func() { errc <- g.receive(ctx, g.tun, gtpHeaderLen, up, "read "+g.T.TUN) }()
+	go func() { errc <- g.receive(ctx, g.sock, 0, down, "receive G-PDU") }()
+	go func() { errc <- g.task(ctx, up, down) }()
+	var first error
+	for range 3 {
+		if err := <-errc; err != nil && first == nil && ctx.Err() == nil {
+			first = err
 		}
-		return err
+		cancel() // one thread's end ends the others within a poll timeout
 	}
+	g.Close() // only now: no thread is left in a system call on the fds
+	return first
 }
 
-func (g *Gnb) uplink() error {
-	buf := make([]byte, gtpHeaderLen+maxPacket)
-	for {
-		n, err := g.tun.Read(buf[gtpHeaderLen:])
-		if err != nil {
-			return fmt.Errorf("read %s: %w", g.T.TUN, err)
+// receive is a receiver thread: poll, then read up to maxBatch packets,
+// each into its own buffer with room bytes in front (for the GTP-U header).
+func (g *Gnb) receive(ctx context.Context, fd, room int, out chan<- [][]byte, what string) error {
+	runtime.LockOSThread()
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	scratch := make([]byte, maxPacket)
+	for ctx.Err() == nil {
+		n, err := unix.Poll(pfd, pollTimeoutMs)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("%s: poll: %w", what, err)
 		}
-		buf[0], buf[1] = gtpFlagsV1, gtpTypeGPDU
-		binary.BigEndian.PutUint16(buf[2:], uint16(n))
-		binary.BigEndian.PutUint32(buf[4:], g.T.ULTEID)
-		if _, err := unix.Write(g.sock, buf[:gtpHeaderLen+n]); err != nil {
-			if errors.Is(err, unix.ECONNREFUSED) {
-				continue // the UPF's socket is not there yet (ICMP from an earlier packet)
-			}
-			return fmt.Errorf("send G-PDU: %w", err)
-		}
-		g.Uplink.Add(1)
-	}
-}
-
-func (g *Gnb) downlink() error {
-	buf := make([]byte, maxPacket)
-	for {
-		n, err := unix.Read(g.sock, buf)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNREFUSED) {
-				continue
-			}
-			return fmt.Errorf("receive G-PDU: %w", err)
-		}
-		payload, ok := g.decap(buf[:n])
-		if !ok {
-			g.DroppedBad.Add(1)
+		if n <= 0 {
 			continue
 		}
-		if _, err := g.tun.Write(payload); err != nil {
-			return fmt.Errorf("write %s: %w", g.T.TUN, err)
+		var batch [][]byte
+		for len(batch) < maxBatch {
+			m, err := unix.Read(fd, scratch)
+			if errors.Is(err, unix.EAGAIN) {
+				break
+			}
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNREFUSED) {
+				continue // ECONNREFUSED: an ICMP error for an earlier send (the UPF not up yet)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			b := make([]byte, room+m)
+			copy(b[room:], scratch[:m])
+			batch = append(batch, b)
 		}
-		g.Downlink.Add(1)
+		if len(batch) > 0 {
+			select {
+			case out <- batch:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return nil
+}
+
+// task is the GTP task thread.
+func (g *Gnb) task(ctx context.Context, up, down <-chan [][]byte) error {
+	runtime.LockOSThread()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case batch := <-up:
+			for _, b := range batch {
+				teid, ok := g.T.uplinkTEID(b[gtpHeaderLen:])
+				if !ok {
+					g.DroppedBad.Add(1)
+					continue
+				}
+				b[0], b[1] = gtpFlagsV1, gtpTypeGPDU
+				binary.BigEndian.PutUint16(b[2:], uint16(len(b)-gtpHeaderLen))
+				binary.BigEndian.PutUint32(b[4:], teid)
+				if _, err := unix.Write(g.sock, b); err != nil {
+					if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EAGAIN) {
+						g.DroppedBad.Add(1) // the UPF's socket is not there yet; a full send buffer
+						continue
+					}
+					return fmt.Errorf("send G-PDU: %w", err)
+				}
+				g.Uplink.Add(1)
+			}
+		case batch := <-down:
+			for _, b := range batch {
+				payload, ok := g.decap(b)
+				if !ok {
+					g.DroppedBad.Add(1)
+					continue
+				}
+				if _, err := unix.Write(g.tun, payload); err != nil {
+					return fmt.Errorf("write %s: %w", g.T.TUN, err)
+				}
+				g.Downlink.Add(1)
+			}
+		}
 	}
 }
 
-// decap returns the user packet of a G-PDU for our TEID.
+// decap returns the user packet of a G-PDU for one of our UEs' TEIDs.
 func (g *Gnb) decap(b []byte) ([]byte, bool) {
-	return Decap(b, g.T.DLTEID)
+	if len(b) < gtpHeaderLen {
+		return nil, false
+	}
+	teid := binary.BigEndian.Uint32(b[4:])
+	if teid < g.T.DLTEID || teid-g.T.DLTEID >= uint32(g.T.ueCount()) {
+		return nil, false
+	}
+	return Decap(b, teid)
 }
 
 // Decap parses a GTPv1-U G-PDU addressed to teid and returns its payload,
@@ -209,12 +269,11 @@ func Decap(b []byte, teid uint32) ([]byte, bool) {
 
 // Close releases the TUN (the kernel removes the device) and the socket.
 func (g *Gnb) Close() error {
-	if g.tun != nil {
-		g.tun.Close()
-	}
-	if g.sock >= 0 {
-		unix.Close(g.sock)
-		g.sock = -1
+	for _, fd := range []*int{&g.tun, &g.sock} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
 	}
 	return nil
 }

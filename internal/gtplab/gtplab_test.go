@@ -4,6 +4,7 @@ package gtplab
 
 import (
 	"bytes"
+	"net"
 	"testing"
 )
 
@@ -35,5 +36,41 @@ func TestChecksum(t *testing.T) {
 	b[2], b[3] = byte(c>>8), byte(c)
 	if checksum(b) != 0 {
 		t.Fatal("checksum does not verify")
+	}
+}
+
+// Each UE's packets get its own TEIDs: uplink by the inner source address,
+// downlink by the G-PDU's TEID; anything else is not ours.
+func TestPerUETEIDs(t *testing.T) {
+	topo := Default()
+	if topo.UEs < 2 {
+		t.Fatalf("the lab has %d UEs; the background traffic needs several", topo.UEs)
+	}
+	packet := func(src string) []byte {
+		p := make([]byte, 20)
+		p[0] = 0x45
+		copy(p[12:], net.ParseIP(src).To4())
+		return p
+	}
+	for src, want := range map[string]uint32{"10.60.0.1": 0x100, "10.60.0.4": 0x103} {
+		if teid, ok := topo.uplinkTEID(packet(src)); !ok || teid != want {
+			t.Errorf("uplink from %s: TEID %#x %v, want %#x", src, teid, ok, want)
+		}
+	}
+	for _, src := range []string{"10.60.0.5", "10.60.0.0", "10.61.0.1"} {
+		if teid, ok := topo.uplinkTEID(packet(src)); ok {
+			t.Errorf("uplink from %s (no such UE) got TEID %#x", src, teid)
+		}
+	}
+	if got := topo.UEAddrN(3).String(); got != "10.60.0.4" || topo.UEAddr.String() != "10.60.0.1" {
+		t.Errorf("UE 3 is %s (UE 0 %s)", got, topo.UEAddr)
+	}
+	g := &Gnb{T: topo}
+	payload := []byte{0x45, 0, 0, 20}
+	gpdu := func(teid byte) []byte { return append([]byte{0x30, 0xff, 0, 4, 0, 0, 2, teid}, payload...) }
+	for teid, want := range map[byte]bool{0x00: true, 0x03: true, 0x04: false} {
+		if _, ok := g.decap(gpdu(teid)); ok != want {
+			t.Errorf("downlink TEID 0x2%02x: accepted %v, want %v", teid, ok, want)
+		}
 	}
 }

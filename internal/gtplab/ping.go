@@ -31,6 +31,11 @@ func NewPinger(t Topology, timeout time.Duration) (*Pinger, error) {
 			return fmt.Errorf("raw ICMP socket: %w", err)
 		}
 		p.fd = fd
+		// Bound to the first UE's address: the other UEs' replies (lab
+		// traffic) are not this socket's to wake up for.
+		if err := bindUE(fd, t.UEAddr); err != nil {
+			return err
+		}
 		tv := unix.NsecToTimeval(timeout.Nanoseconds())
 		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	})
@@ -44,11 +49,7 @@ func NewPinger(t Topology, timeout time.Duration) (*Pinger, error) {
 // Ping sends one echo request and waits for its reply.
 func (p *Pinger) Ping() (time.Duration, error) {
 	p.seq++
-	req := make([]byte, 64)
-	req[0] = 8 // echo request
-	binary.BigEndian.PutUint16(req[4:], p.id)
-	binary.BigEndian.PutUint16(req[6:], p.seq)
-	binary.BigEndian.PutUint16(req[2:], checksum(req))
+	req := echoRequest(p.id, p.seq)
 	start := time.Now()
 	if err := unix.Sendto(p.fd, req, 0, &p.dst); err != nil {
 		return 0, fmt.Errorf("send echo request to %s: %w", net.IP(p.dst.Addr[:]), err)
@@ -81,6 +82,30 @@ func (p *Pinger) Close() error {
 	if p.fd >= 0 {
 		unix.Close(p.fd)
 		p.fd = -1
+	}
+	return nil
+}
+
+// echoRequest is an ICMP echo request with 56 bytes of payload.
+func echoRequest(id, seq uint16) []byte {
+	req := make([]byte, 64)
+	req[0] = 8
+	binary.BigEndian.PutUint16(req[4:], id)
+	binary.BigEndian.PutUint16(req[6:], seq)
+	binary.BigEndian.PutUint16(req[2:], checksum(req))
+	return req
+}
+
+// bindUE binds a raw socket to a UE's address, even while the gNB (which
+// owns the address's TUN) is not running.
+func bindUE(fd int, ue net.IP) error {
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_FREEBIND, 1); err != nil {
+		return fmt.Errorf("IP_FREEBIND: %w", err)
+	}
+	sa := &unix.SockaddrInet4{}
+	copy(sa.Addr[:], ue.To4())
+	if err := unix.Bind(fd, sa); err != nil {
+		return fmt.Errorf("bind to UE address %s: %w", ue, err)
 	}
 	return nil
 }

@@ -25,10 +25,38 @@ type Topology struct {
 	UENetns, GNBNetns, UPFNetns string
 	TUN                         string // the UE's tunnel interface (owned by the gNB)
 	GTPDev                      string // the UPF's gtp device
-	UEAddr                      net.IP // the UE's PDU session address
+	UEAddr                      net.IP // the first UE's PDU session address; UE i has UEAddr+i
+	UEs                         int    // UEs with a PDU session (0 means 1)
 	GNBN3, UPFN3                net.IP // N3: gNB <-> UPF over veth
 	N6Addr                      net.IP // the UPF's N6 address, what the UE pings
-	ULTEID, DLTEID              uint32 // uplink (UPF receives), downlink (gNB receives)
+	ULTEID, DLTEID              uint32 // the first UE's uplink (UPF receives) and downlink (gNB receives) TEIDs; UE i's are +i
+}
+
+func (t Topology) ueCount() int { return max(1, t.UEs) }
+
+// UEAddrN is UE i's address.
+func (t Topology) UEAddrN(i int) net.IP {
+	a := append(net.IP(nil), t.UEAddr.To4()...)
+	a[3] += byte(i)
+	return a
+}
+
+// uplinkTEID is the uplink TEID of the UE that sent IPv4 packet p (by its
+// source address).
+func (t Topology) uplinkTEID(p []byte) (uint32, bool) {
+	if len(p) < 20 || p[0]>>4 != 4 {
+		return 0, false
+	}
+	base := t.UEAddr.To4()
+	src := p[12:16]
+	if src[0] != base[0] || src[1] != base[1] || src[2] != base[2] || src[3] < base[3] {
+		return 0, false
+	}
+	i := int(src[3] - base[3])
+	if i >= t.ueCount() {
+		return 0, false
+	}
+	return t.ULTEID + uint32(i), true
 }
 
 // GTPUPort is the GTP-U UDP port (3GPP TS 29.281).
@@ -41,7 +69,7 @@ func Default() Topology {
 		TUN: "uesimtun0", GTPDev: "gtp-upf",
 		UEAddr: net.IPv4(10, 60, 0, 1).To4(), GNBN3: net.IPv4(192, 168, 70, 1).To4(),
 		UPFN3: net.IPv4(192, 168, 70, 2).To4(), N6Addr: net.IPv4(10, 100, 0, 1).To4(),
-		ULTEID: 0x100, DLTEID: 0x200,
+		ULTEID: 0x100, DLTEID: 0x200, UEs: 4,
 	}
 }
 
@@ -144,12 +172,15 @@ func (l *Lab) upGTP() error {
 	if err := h.LinkSetUp(link); err != nil {
 		return err
 	}
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: t.UEAddr, Mask: net.CIDRMask(32, 32)}}); err != nil {
-		return fmt.Errorf("route to the UE via %s: %w", t.GTPDev, err)
-	}
-	pdp := &netlink.PDP{Version: 1, PeerAddress: t.GNBN3, MSAddress: t.UEAddr, ITEI: t.ULTEID, OTEI: t.DLTEID}
-	if err := h.GTPPDPAdd(link, pdp); err != nil {
-		return fmt.Errorf("add PDP context %s: %w", pdp, err)
+	for i := range t.ueCount() {
+		ue := t.UEAddrN(i)
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: ue, Mask: net.CIDRMask(32, 32)}}); err != nil {
+			return fmt.Errorf("route to UE %s via %s: %w", ue, t.GTPDev, err)
+		}
+		pdp := &netlink.PDP{Version: 1, PeerAddress: t.GNBN3, MSAddress: ue, ITEI: t.ULTEID + uint32(i), OTEI: t.DLTEID + uint32(i)}
+		if err := h.GTPPDPAdd(link, pdp); err != nil {
+			return fmt.Errorf("add PDP context %s: %w", pdp, err)
+		}
 	}
 	return nil
 }

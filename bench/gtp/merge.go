@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
+)
+
+// Stat is one number of one variant over the boots that measured it.
+type Stat struct {
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Values []float64 `json:"values"` // in boot order
+}
+
+// Metric is a per-variant key the plot charts.
+type Metric struct {
+	Key    string `json:"key"`
+	Label  string `json:"label"`
+	Better string `json:"better,omitempty"`
+}
+
+// Goal is one of issue 16's targets, judged on the medians over boots.
+type Goal struct {
+	Goal   string  `json:"goal"`
+	Value  float64 `json:"value"`
+	Target string  `json:"target"`
+	Met    bool    `json:"met"`
+}
+
+// Merged is bench/results/gtp.json: the boots' medians and spread.
+type Merged struct {
+	Kernel     string     `json:"kernel"`
+	CPUs       int        `json:"cpus"`
+	Boots      int        `json:"boots"`
+	Dates      []string   `json:"dates"`
+	Note       string     `json:"note"`
+	Order      []string   `json:"order"`
+	BootOrders [][]string `json:"boot_orders"`
+	Loads      []Load     `json:"loads"`
+	Gnb        GnbShape   `json:"gnb"`
+	Metrics    []Metric   `json:"metrics"`
+	// Variants: per load L, L_{min,avg,p50,p99,max}_ms and (loaded
+	// variants) L_{min,avg,max}_vs_eevdf_loaded_pct as Stats (eevdf-idle
+	// has its idle numbers under every L, as the reference bar); the
+	// first load's medians under the keys of one boot's report
+	// ({min,avg,p50,p90,p99,max}_ms); rtt_ms, the first load's samples of
+	// all boots; description and errors.
+	Variants map[string]map[string]any `json:"variants"`
+	Restart  *Restart                  `json:"restart_reprioritise_ms,omitempty"`
+	Goals    []Goal                    `json:"goals"`
+}
+
+var statKeys = []string{"min", "avg", "p50", "p99", "max"}
+
+func (r *Result) stat(k string) float64 {
+	return map[string]float64{"min": r.MinMs, "avg": r.AvgMs, "p50": r.P50Ms, "p90": r.P90Ms, "p99": r.P99Ms, "max": r.MaxMs}[k]
+}
+
+func mergeBoots(files []string, out string) error {
+	if len(files) == 0 {
+		return fmt.Errorf("-merge: give the per-boot JSON files as arguments")
+	}
+	var boots []Report
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r Report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		boots = append(boots, r)
+	}
+	m := mergeReports(boots)
+	printMerged(m)
+	return benchlab.WriteJSON(out, m)
+}
+
+func mergeReports(boots []Report) *Merged {
+	first := boots[0]
+	m := &Merged{
+		Kernel: first.Kernel, CPUs: first.CPUs, Boots: len(boots), Note: first.Note + " Medians over boots; spread is min-max.",
+		Order: all, Loads: first.Loads, Gnb: first.Gnb, Variants: map[string]map[string]any{},
+	}
+	for _, b := range boots {
+		m.Dates = append(m.Dates, b.Date)
+		m.BootOrders = append(m.BootOrders, b.Order)
+		if b.Restart != nil {
+			if m.Restart == nil {
+				m.Restart = &Restart{Note: b.Restart.Note}
+			}
+			m.Restart.Ms = append(m.Restart.Ms, b.Restart.Ms...)
+			if b.Restart.Error != "" {
+				m.Restart.Error += b.Restart.Error + "; "
+			}
+		}
+	}
+	if r := m.Restart; r != nil && len(r.Ms) > 0 {
+		s := slices.Sorted(slices.Values(r.Ms))
+		r.Restarts, r.P50, r.Max = len(s), round3(percentile(s, 50)), round3(s[len(s)-1])
+	}
+	for _, l := range m.Loads {
+		m.Metrics = append(m.Metrics,
+			Metric{l.Key + "_avg_ms", "UE RTT avg, " + l.Key + " (ms)", "lower"},
+			Metric{l.Key + "_p99_ms", "UE RTT p99, " + l.Key + " (ms)", "lower"})
+	}
+	firstKey := ""
+	if len(m.Loads) > 0 {
+		firstKey = m.Loads[0].Key
+	}
+	for _, name := range all {
+		out := map[string]any{"description": describe[name]}
+		var errs []string
+		key := func(l string) string { // eevdf-idle was measured once, idle
+			if name == "eevdf-idle" {
+				return "idle"
+			}
+			return l
+		}
+		var pooled []float64
+		for _, b := range boots {
+			v := b.Variants[name]
+			if v == nil {
+				continue
+			}
+			// The top level holds the first load's error or the variant's.
+			msgs := []string{v.Error}
+			for _, l := range m.Loads {
+				if r := v.Loads[key(l.Key)]; r != nil {
+					msgs = append(msgs, r.Error)
+				}
+			}
+			for _, e := range msgs {
+				if e := fmt.Sprintf("boot %d: %s", b.Boot, e); !strings.HasSuffix(e, ": ") && !slices.Contains(errs, e) {
+					errs = append(errs, e)
+				}
+			}
+			if r := v.Loads[key(firstKey)]; r != nil && r.Samples > 0 {
+				pooled = append(pooled, r.RTTMs...)
+			}
+		}
+		for _, l := range m.Loads {
+			for _, k := range statKeys {
+				var xs []float64
+				for _, b := range boots {
+					if r := b.result(name, key(l.Key)); r != nil && r.Samples > 0 && r.Error == "" {
+						xs = append(xs, r.stat(k))
+					}
+				}
+				out[l.Key+"_"+k+"_ms"] = stat(xs)
+			}
+			if name == "eevdf-idle" || name == "eevdf-loaded" {
+				continue
+			}
+			for _, k := range []string{"min", "avg", "max"} {
+				var xs []float64 // within each boot, then the median
+				for _, b := range boots {
+					base, r := b.result("eevdf-loaded", l.Key), b.result(name, l.Key)
+					if base != nil && r != nil && base.Samples > 0 && r.Samples > 0 && base.Error == "" && r.Error == "" {
+						xs = append(xs, round3(100*(base.stat(k)-r.stat(k))/base.stat(k)))
+					}
+				}
+				out[l.Key+"_"+k+"_vs_eevdf_loaded_pct"] = stat(xs)
+			}
+		}
+		for _, k := range []string{"min", "avg", "p50", "p90", "p99", "max"} {
+			var xs []float64
+			for _, b := range boots {
+				if r := b.result(name, key(firstKey)); r != nil && r.Samples > 0 && r.Error == "" {
+					xs = append(xs, r.stat(k))
+				}
+			}
+			if s := stat(xs); s != nil {
+				out[k+"_ms"] = s.Median
+			}
+		}
+		out["rtt_ms"] = pooled
+		if len(errs) > 0 {
+			out["errors"] = errs
+		}
+		m.Variants[name] = out
+	}
+	m.Goals = gtpGoals(m)
+	return m
+}
+
+// stat is the median and range of xs (nil if there are none).
+func stat(xs []float64) *Stat {
+	if len(xs) == 0 {
+		return nil
+	}
+	s := slices.Sorted(slices.Values(xs))
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return &Stat{Median: round3(med), Min: s[0], Max: s[len(s)-1], Values: xs}
+}
+
+// median is the median of variant name's key; ok is false if no boot measured it.
+func (m *Merged) median(name, key string) (float64, bool) {
+	s, _ := m.Variants[name][key].(*Stat)
+	if s == nil {
+		return 0, false
+	}
+	return s.Median, true
+}
+
+// gtpGoals judges issue 16's targets on the medians.
+func gtpGoals(m *Merged) []Goal {
+	var g []Goal
+	add := func(goal string, v float64, target string, met bool) {
+		g = append(g, Goal{Goal: goal, Value: round3(v), Target: target, Met: met})
+	}
+	has := func(k string) bool { return slices.ContainsFunc(m.Loads, func(l Load) bool { return l.Key == k }) }
+	if has("hogs") {
+		if imp, ok := m.median("swiftlane-auto-loaded", "hogs_avg_vs_eevdf_loaded_pct"); ok {
+			add("hogs: automatic avg improvement vs EEVDF loaded (%)", imp, ">= 97.7 (if EEVDF degrades as in the reference, ~45x idle)", imp >= 97.7)
+		}
+		if e, ok := m.median("eevdf-loaded", "hogs_avg_ms"); ok {
+			if i, ok := m.median("eevdf-idle", "hogs_avg_ms"); ok && i > 0 {
+				add("hogs: EEVDF loaded / idle avg (the reference: ~45x)", e/i, "reported", true)
+			}
+		}
+		a, ok1 := m.median("swiftlane-auto-loaded", "hogs_avg_ms")
+		i, ok2 := m.median("eevdf-idle", "hogs_avg_ms")
+		if ok1 && ok2 && i > 0 {
+			add("hogs: automatic avg / EEVDF idle avg", a/i, "<= 1.2", a/i <= 1.2)
+		}
+		a, ok1 = m.median("swiftlane-auto-loaded", "hogs_max_ms")
+		i, ok2 = m.median("eevdf-idle", "hogs_max_ms")
+		if ok1 && ok2 && i > 0 {
+			add("hogs: automatic max / EEVDF idle max", a/i, "<= 3", a/i <= 3)
+		}
+	}
+	for _, l := range []string{"messaging", "both"} {
+		if !has(l) {
+			continue
+		}
+		for _, k := range []string{"avg", "p99"} {
+			key := l + "_" + k + "_ms"
+			a, ok := m.median("swiftlane-auto-loaded", key)
+			if !ok || a <= 0 {
+				continue
+			}
+			if b, ok := m.median("swiftlane-loaded", key); ok {
+				add(fmt.Sprintf("%s: swiftlane without strategies / automatic, %s", l, k), b/a, ">= 2", b/a >= 2)
+			}
+			for _, peer := range []string{"scx_bpfland-loaded", "scx_rustland-loaded"} {
+				if p, ok := m.median(peer, key); ok {
+					add(fmt.Sprintf("%s: %s / automatic, %s", l, peer, k), p/a, "> 1", p/a > 1)
+				}
+			}
+		}
+	}
+	if r := m.Restart; r != nil {
+		add(fmt.Sprintf("gNB restart re-prioritised, max over %d restarts (ms)", r.Restarts), r.Max, "<= 100 over >= 10 restarts", r.Restarts >= 10 && r.Max <= 100)
+	}
+	return g
+}
+
+func printMerged(m *Merged) {
+	fmt.Printf("bench-gtp: %d boots, kernel %s; medians (min-max over boots)\n", m.Boots, m.Kernel)
+	for _, l := range m.Loads {
+		fmt.Printf("\nload %s: %s\n%-24s %-22s %-22s %-22s %-22s %s\n", l.Key, l.Description, "variant", "min ms", "avg ms", "p99 ms", "max ms", "avg vs eevdf-loaded")
+		for _, name := range m.Order {
+			v := m.Variants[name]
+			cell := func(k string) string {
+				s, _ := v[k].(*Stat)
+				if s == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%.3f (%.3f-%.3f)", s.Median, s.Min, s.Max)
+			}
+			fmt.Printf("%-24s %-22s %-22s %-22s %-22s %s\n", name, cell(l.Key+"_min_ms"), cell(l.Key+"_avg_ms"), cell(l.Key+"_p99_ms"), cell(l.Key+"_max_ms"), cell(l.Key+"_avg_vs_eevdf_loaded_pct"))
+		}
+	}
+	fmt.Println("\ngoals (issue 16, on the medians):")
+	for _, g := range m.Goals {
+		met := "not met"
+		if g.Met {
+			met = "met"
+		}
+		fmt.Printf("  %-62s %10.3f  target %s: %s\n", g.Goal, g.Value, g.Target, met)
+	}
+}
