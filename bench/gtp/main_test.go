@@ -90,6 +90,8 @@ func TestMergeBoots(t *testing.T) {
 		boots = append(boots, r)
 	}
 	boots[0].Variants["scx_bpfland-loaded"].Loads["both"].Error = "both: the scheduler exited"
+	boots[0].Variants["eevdf-loaded"].Loads["both"].Error = "both: only 800 of 1000 samples within 2m0s (0 timeouts)" // as older boots wrote it
+	boots[1].Variants["eevdf-loaded"].Loads["both"].Note = "only 900 of 1000 samples within 2m0s (0 timeouts)"
 	m := mergeReports(boots)
 
 	got := m.Variants["swiftlane-auto-loaded"]["hogs_avg_vs_eevdf_loaded_pct"].(*Stat)
@@ -102,8 +104,14 @@ func TestMergeBoots(t *testing.T) {
 	if s := m.Variants["scx_bpfland-loaded"]["both_avg_ms"].(*Stat); len(s.Values) != 2 {
 		t.Errorf("a failed boot's numbers were merged: %+v", s)
 	}
-	if e, _ := m.Variants["scx_bpfland-loaded"]["errors"].([]string); len(e) != 1 || e[0] != "boot 1: both: the scheduler exited" {
-		t.Errorf("errors %q", e)
+	if e, _ := m.Variants["scx_bpfland-loaded"]["notes"].([]string); len(e) != 1 || e[0] != "boot 1: both: the scheduler exited" {
+		t.Errorf("notes %q", e)
+	}
+	if s := m.Variants["eevdf-loaded"]["both_avg_ms"].(*Stat); len(s.Values) != 3 {
+		t.Errorf("short runs (fewer samples than asked) were left out: %+v", s)
+	}
+	if e, _ := m.Variants["eevdf-loaded"]["notes"].([]string); len(e) != 2 {
+		t.Errorf("shortfalls not noted: %q", e)
 	}
 	if m.Variants["eevdf-loaded"]["avg_ms"] != 200.0 || len(m.Variants["eevdf-loaded"]["rtt_ms"].([]float64)) != 3 {
 		t.Errorf("first load's top-level keys: avg_ms %v rtt_ms %v", m.Variants["eevdf-loaded"]["avg_ms"], m.Variants["eevdf-loaded"]["rtt_ms"])

@@ -3,9 +3,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -13,12 +12,7 @@ import (
 )
 
 // Stat is one number of one variant over the boots that measured it.
-type Stat struct {
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Values []float64 `json:"values"` // in boot order
-}
+type Stat = benchlab.Stat
 
 // Metric is a per-variant key the plot charts.
 type Metric struct {
@@ -52,13 +46,24 @@ type Merged struct {
 	// has its idle numbers under every L, as the reference bar); the
 	// first load's medians under the keys of one boot's report
 	// ({min,avg,p50,p90,p99,max}_ms); rtt_ms, the first load's samples of
-	// all boots; description and errors.
+	// all boots; description and notes (every boot's errors and
+	// shortfalls).
 	Variants map[string]map[string]any `json:"variants"`
 	Restart  *Restart                  `json:"restart_reprioritise_ms,omitempty"`
 	Goals    []Goal                    `json:"goals"`
 }
 
 var statKeys = []string{"min", "avg", "p50", "p99", "max"}
+
+// shortfallRE is a run that got fewer samples than asked within its time
+// budget (the slowest variants): its samples count. Boots written before
+// that was a note say it as an error.
+var shortfallRE = regexp.MustCompile(`only \d+ of \d+ samples within`)
+
+// usable says whether r's numbers count.
+func usable(r *Result) bool {
+	return r != nil && r.Samples > 0 && (r.Error == "" || shortfallRE.MatchString(r.Error))
+}
 
 func (r *Result) stat(k string) float64 {
 	return map[string]float64{"min": r.MinMs, "avg": r.AvgMs, "p50": r.P50Ms, "p90": r.P90Ms, "p99": r.P99Ms, "max": r.MaxMs}[k]
@@ -68,17 +73,9 @@ func mergeBoots(files []string, out string) error {
 	if len(files) == 0 {
 		return fmt.Errorf("-merge: give the per-boot JSON files as arguments")
 	}
-	var boots []Report
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var r Report
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		boots = append(boots, r)
+	boots, err := benchlab.ReadJSONFiles[Report](files)
+	if err != nil {
+		return err
 	}
 	m := mergeReports(boots)
 	printMerged(m)
@@ -136,7 +133,7 @@ func mergeReports(boots []Report) *Merged {
 			msgs := []string{v.Error}
 			for _, l := range m.Loads {
 				if r := v.Loads[key(l.Key)]; r != nil {
-					msgs = append(msgs, r.Error)
+					msgs = append(msgs, r.Error, r.Note)
 				}
 			}
 			for _, e := range msgs {
@@ -144,66 +141,55 @@ func mergeReports(boots []Report) *Merged {
 					errs = append(errs, e)
 				}
 			}
-			if r := v.Loads[key(firstKey)]; r != nil && r.Samples > 0 {
+			if r := v.Loads[key(firstKey)]; usable(r) {
 				pooled = append(pooled, r.RTTMs...)
 			}
 		}
 		for _, l := range m.Loads {
 			for _, k := range statKeys {
 				var xs []float64
+				var from []int
 				for _, b := range boots {
-					if r := b.result(name, key(l.Key)); r != nil && r.Samples > 0 && r.Error == "" {
-						xs = append(xs, r.stat(k))
+					if r := b.result(name, key(l.Key)); usable(r) {
+						xs, from = append(xs, r.stat(k)), append(from, b.Boot)
 					}
 				}
-				out[l.Key+"_"+k+"_ms"] = stat(xs)
+				out[l.Key+"_"+k+"_ms"] = benchlab.NewStat(xs, from)
 			}
 			if name == "eevdf-idle" || name == "eevdf-loaded" {
 				continue
 			}
 			for _, k := range []string{"min", "avg", "max"} {
 				var xs []float64 // within each boot, then the median
+				var from []int
 				for _, b := range boots {
 					base, r := b.result("eevdf-loaded", l.Key), b.result(name, l.Key)
-					if base != nil && r != nil && base.Samples > 0 && r.Samples > 0 && base.Error == "" && r.Error == "" {
-						xs = append(xs, round3(100*(base.stat(k)-r.stat(k))/base.stat(k)))
+					if usable(base) && usable(r) {
+						xs, from = append(xs, 100*(base.stat(k)-r.stat(k))/base.stat(k)), append(from, b.Boot)
 					}
 				}
-				out[l.Key+"_"+k+"_vs_eevdf_loaded_pct"] = stat(xs)
+				out[l.Key+"_"+k+"_vs_eevdf_loaded_pct"] = benchlab.NewStat(xs, from)
 			}
 		}
 		for _, k := range []string{"min", "avg", "p50", "p90", "p99", "max"} {
 			var xs []float64
 			for _, b := range boots {
-				if r := b.result(name, key(firstKey)); r != nil && r.Samples > 0 && r.Error == "" {
+				if r := b.result(name, key(firstKey)); usable(r) {
 					xs = append(xs, r.stat(k))
 				}
 			}
-			if s := stat(xs); s != nil {
-				out[k+"_ms"] = s.Median
+			if len(xs) > 0 {
+				out[k+"_ms"] = benchlab.Round(benchlab.Median(xs))
 			}
 		}
 		out["rtt_ms"] = pooled
 		if len(errs) > 0 {
-			out["errors"] = errs
+			out["notes"] = errs
 		}
 		m.Variants[name] = out
 	}
 	m.Goals = gtpGoals(m)
 	return m
-}
-
-// stat is the median and range of xs (nil if there are none).
-func stat(xs []float64) *Stat {
-	if len(xs) == 0 {
-		return nil
-	}
-	s := slices.Sorted(slices.Values(xs))
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return &Stat{Median: round3(med), Min: s[0], Max: s[len(s)-1], Values: xs}
 }
 
 // median is the median of variant name's key; ok is false if no boot measured it.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -53,13 +52,7 @@ var metrics = []Metric{
 }
 
 // Stat is one metric of one variant over the boots that measured it.
-type Stat struct {
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Values []float64 `json:"values"` // in boot order
-	Boots  []int     `json:"boots"`  // which boot measured each value
-}
+type Stat = benchlab.Stat
 
 // Report is bench/results/sched.json.
 type Report struct {
@@ -93,17 +86,9 @@ func mergeBoots(files []string, tortureFile, out string) error {
 	if len(files) == 0 {
 		return errors.New("-merge needs the boot reports as arguments")
 	}
-	var boots []BootReport
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var br BootReport
-		if err := json.Unmarshal(b, &br); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		boots = append(boots, br)
+	boots, err := benchlab.ReadJSONFiles[BootReport](files)
+	if err != nil {
+		return err
 	}
 	sort.SliceStable(boots, func(i, j int) bool { return boots[i].Boot < boots[j].Boot })
 	rep, err := mergeReports(boots)
@@ -156,7 +141,7 @@ func mergeReports(boots []BootReport) (*Report, error) {
 					from = append(from, bootNo[i])
 				}
 			}
-			mv[m.Key] = stat(xs, from)
+			mv[m.Key] = benchlab.NewStat(xs, from)
 		}
 		var errs []string
 		var rtt []float64
@@ -185,28 +170,6 @@ func mergeReports(boots []BootReport) (*Report, error) {
 		rep.Variants[v.name] = mv
 	}
 	return rep, nil
-}
-
-// stat summarises one metric over the boots that measured it; nil (JSON
-// null) if none did.
-func stat(xs []float64, boots []int) *Stat {
-	if len(xs) == 0 {
-		return nil
-	}
-	s := &Stat{Median: round(median(xs)), Min: round(slices.Min(xs)), Max: round(slices.Max(xs)), Boots: boots}
-	for _, x := range xs {
-		s.Values = append(s.Values, round(x))
-	}
-	return s
-}
-
-// round keeps what TCG's noise leaves meaningful: whole numbers above 100,
-// three decimals below.
-func round(x float64) float64 {
-	if math.Abs(x) >= 100 {
-		return math.Round(x)
-	}
-	return math.Round(x*1000) / 1000
 }
 
 // quantiles reduces samples to n evenly spaced quantiles (all of them if

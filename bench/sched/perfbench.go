@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,13 +30,13 @@ func messagingWorkload(*VariantRun) (map[string]float64, error) {
 	m := map[string]float64{}
 	defer func() {
 		if len(rates) > 0 {
-			m["messaging_msgs_per_s"] = median(rates)
+			m["messaging_msgs_per_s"] = benchlab.Median(rates)
 		}
 		if len(ctxs) > 0 {
-			m["ctx_switches_per_s"] = median(ctxs)
+			m["ctx_switches_per_s"] = benchlab.Median(ctxs)
 		}
 		if len(migs) > 0 {
-			m["migrations_per_s"] = median(migs)
+			m["migrations_per_s"] = benchlab.Median(migs)
 		}
 	}()
 	// Every sender sends -loops messages to every receiver of its group.
@@ -78,7 +79,7 @@ func pipeWorkload(*VariantRun) (map[string]float64, error) {
 	m := map[string]float64{}
 	defer func() {
 		if len(rates) > 0 {
-			m["pipe_ops_per_s"] = median(rates)
+			m["pipe_ops_per_s"] = benchlab.Median(rates)
 		}
 	}()
 	for i := 0; i < *runs; i++ {
@@ -102,7 +103,7 @@ func hackbenchWorkload(*VariantRun) (map[string]float64, error) {
 	m := map[string]float64{}
 	defer func() {
 		if len(times) > 0 {
-			m["hackbench_s"] = median(times)
+			m["hackbench_s"] = benchlab.Median(times)
 		}
 	}()
 	for i := 0; i < *runs; i++ {

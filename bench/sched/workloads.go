@@ -79,16 +79,3 @@ func run(timeout time.Duration, name string, args ...string) ([]byte, error) {
 func tail(b []byte, n int) string {
 	return strings.TrimSpace(string(b[max(0, len(b)-n):]))
 }
-
-// median of xs (the mean of the middle two for an even count); 0 if empty.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
