@@ -729,12 +729,8 @@ func printTable(w io.Writer, rep Report) {
 
 // result is variant name's result under load key, or nil.
 func (rep Report) result(name, key string) *Result {
-	v := rep.Variants[name]
-	if v == nil {
-		return nil
-	}
-	if r := v.Loads[key]; r != nil {
-		return r
+	if v := rep.Variants[name]; v != nil {
+		return v.Loads[key]
 	}
 	return nil
 }

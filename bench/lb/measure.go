@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -131,11 +130,12 @@ func (b *bench) startSwiftlane() (func(), error) {
 	var log strings.Builder
 	go func() {
 		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
+		ready := false
 		for sc.Scan() {
 			log.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "msg=started") {
-				once.Do(func() { close(started) })
+			if !ready && strings.Contains(sc.Text(), "msg=started") {
+				ready = true
+				close(started)
 			}
 		}
 		exited <- cmd.Wait()
