@@ -27,7 +27,8 @@ func newTraceCmd() *cobra.Command {
 (and gtp5g when loaded) and prints one line per traced event: process, CPU,
 context and device. Events in softirq (pid 0, ksoftirqd, an interrupted task)
 are shown as the CPU handling them. On exit, prints the per-process and
-per-CPU call counts. Needs the module loaded (its BTF in /sys/kernel/btf).`,
+per-CPU call counts. Needs the module loaded (its BTF in /sys/kernel/btf).
+--functions tun_get_user,tun_do_read shows who moves packets through TUN devices.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(false)
@@ -49,7 +50,7 @@ per-CPU call counts. Needs the module loaded (its BTF in /sys/kernel/btf).`,
 				if ev.Context != trace.Process {
 					who = fmt.Sprintf("softirq (%s, %s)", ev.Context, ev.Comm)
 				}
-				fmt.Fprintf(out, "%d cpu %d %s %s ifindex %d\n", ev.KtimeNs, ev.CPU, ev.Function, who, ev.Ifindex)
+				fmt.Fprintf(out, "%d cpu %d %s %s ifindex %d %s\n", ev.KtimeNs, ev.CPU, ev.Function, who, ev.Ifindex, ev.Ifname)
 			})
 			counts, cerr := t.Counts()
 			if cerr != nil {

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -52,7 +54,14 @@ type Automatic struct {
 	// Companions are RE2 command regexes (e.g. the UE simulator, ping) given
 	// the same class while any process carries GTP-U traffic.
 	Companions []string `yaml:"companions"`
+	// TUNDevices are shell patterns of TUN device names whose readers and
+	// writers are carriers too (a UE simulator's tunnel, uesimtun0); the tun
+	// driver is traced only when this is not empty.
+	TUNDevices []string `yaml:"tun_devices"`
 }
+
+// DefaultTUNDevices matches the tunnels UERANSIM's nr-ue creates.
+var DefaultTUNDevices = []string{"uesimtun*"}
 
 // Scheduler holds the scheduler's tunables and where its policy runs.
 type Scheduler struct {
@@ -93,7 +102,7 @@ func Default() Config {
 	return Config{
 		Scheduler: Scheduler{Mode: ModeKernel, SliceNsDefault: 2_000_000, SliceNsMin: 500_000},
 		API:       API{URL: DefaultAPIURL, Interval: 5},
-		Automatic: Automatic{Class: strategy.Critical, IdleTimeoutMs: 5000},
+		Automatic: Automatic{Class: strategy.Critical, IdleTimeoutMs: 5000, TUNDevices: slices.Clone(DefaultTUNDevices)},
 	}
 }
 
@@ -184,6 +193,11 @@ func (a *Automatic) validate() error {
 	for i, re := range a.Companions {
 		if _, err := regexp.Compile(re); err != nil {
 			return &strategy.FieldError{Field: fmt.Sprintf("automatic.companions[%d]", i), Msg: fmt.Sprintf("invalid RE2 regular expression: %v", err)}
+		}
+	}
+	for i, p := range a.TUNDevices {
+		if _, err := path.Match(p, ""); err != nil || p == "" || len(p) > 64 {
+			return &strategy.FieldError{Field: fmt.Sprintf("automatic.tun_devices[%d]", i), Msg: fmt.Sprintf("%q is not a device name pattern: use a shell pattern such as uesimtun* ([] traces no TUN device)", p)}
 		}
 	}
 	return nil

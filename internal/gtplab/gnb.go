@@ -54,25 +54,39 @@ func NewGnb(t Topology) (*Gnb, error) {
 	return g, nil
 }
 
-func (g *Gnb) openTUN() error {
-	ensureTUNDevice()
+// OpenTUN creates a TUN device (IPv4 packets, no packet info) in the
+// current network namespace and returns its non-blocking file, which owns
+// it: the device goes when the file is closed. It is left down.
+func OpenTUN(name string) (int, netlink.Link, error) {
+	EnsureTUNDevice()
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return fmt.Errorf("open /dev/net/tun: %w (modprobe tun)", err)
+		return -1, nil, fmt.Errorf("open /dev/net/tun: %w (modprobe tun)", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err == nil {
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		if err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			err = fmt.Errorf("create TUN %s: %w", name, err)
+		}
+	}
+	var link netlink.Link
+	if err == nil {
+		link, err = netlink.LinkByName(name)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, link, nil
+}
+
+func (g *Gnb) openTUN() error {
+	fd, link, err := OpenTUN(g.T.TUN)
+	if err != nil {
+		return err
 	}
 	g.tun = fd
-	ifr, err := unix.NewIfreq(g.T.TUN)
-	if err != nil {
-		return err
-	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		return fmt.Errorf("create TUN %s: %w", g.T.TUN, err)
-	}
-	link, err := netlink.LinkByName(g.T.TUN)
-	if err != nil {
-		return err
-	}
 	for i := range g.T.ueCount() {
 		a := g.T.UEAddrN(i)
 		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: a, Mask: net.CIDRMask(32, 32)}}); err != nil {
@@ -278,9 +292,9 @@ func (g *Gnb) Close() error {
 	return nil
 }
 
-// ensureTUNDevice loads tun and creates its device node where devtmpfs did
+// EnsureTUNDevice loads tun and creates its device node where devtmpfs did
 // not (minimal guests such as the VM lab).
-func ensureTUNDevice() {
+func EnsureTUNDevice() {
 	exec.Command("modprobe", "tun").Run()
 	if _, err := os.Stat("/dev/net/tun"); err == nil {
 		return

@@ -50,7 +50,7 @@ var (
 // (rate() of the packets); pid and command label a handful of series.
 var (
 	descCarriers       = prometheus.NewDesc("swiftlane_gtp_carriers", "Processes automatic mode prioritises because they carry GTP-U packets.", nil, nil)
-	descCarrierPackets = prometheus.NewDesc("swiftlane_gtp_carrier_packets_total", "GTP-U packets a prioritised process carried in its own context since the tracer loaded.", []string{"pid", "command", "class"}, nil)
+	descCarrierPackets = prometheus.NewDesc("swiftlane_gtp_carrier_packets_total", "GTP-U (or named TUN device) packets a prioritised process carried in its own context since the tracer loaded.", []string{"pid", "command", "class"}, nil)
 	descCarrierLast    = prometheus.NewDesc("swiftlane_gtp_carrier_last_packet_timestamp_seconds", "When a prioritised process last carried a GTP-U packet (to within the tracer's emit interval).", []string{"pid", "command", "class"}, nil)
 )
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,6 +127,25 @@ func EmitInterval(idle time.Duration) time.Duration {
 	return min(idle/4, time.Second)
 }
 
+// Functions are the kernel functions automatic mode traces: the configured
+// (or default) GTP-U ones, and the tun driver's when TUN devices are named.
+func Functions(cfg config.Automatic) []string {
+	fns := cfg.Functions
+	if len(fns) == 0 {
+		fns = trace.DefaultFunctions
+	}
+	if len(cfg.TUNDevices) == 0 {
+		return fns
+	}
+	out := slices.Clone(fns)
+	for _, fn := range trace.TUNFunctions {
+		if !slices.Contains(out, fn) {
+			out = append(out, fn)
+		}
+	}
+	return out
+}
+
 // Companions turns the companion regexes into strategies.
 func Companions(cfg config.Automatic) []strategy.Strategy {
 	out := make([]strategy.Strategy, 0, len(cfg.Companions))
@@ -148,12 +168,12 @@ func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.L
 		return nil, fmt.Errorf("automatic.companions: %w", err)
 	}
 	idle := time.Duration(cfg.IdleTimeoutMs) * time.Millisecond
-	tr, err := trace.Load(trace.Options{Functions: cfg.Functions, EmitInterval: EmitInterval(idle), Log: log})
+	tr, err := trace.Load(trace.Options{Functions: Functions(cfg), EmitInterval: EmitInterval(idle), Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("automatic.enabled: %w (or set automatic.enabled: false)", err)
 	}
 	op := New(applier, Options{
-		Class: cfg.Class, SliceNs: cfg.SliceNs, IdleTimeout: idle, Log: log,
+		Class: cfg.Class, SliceNs: cfg.SliceNs, IdleTimeout: idle, TUNDevices: cfg.TUNDevices, Log: log,
 		OnActive: func(active bool) {
 			if companions.Len() == 0 {
 				return

@@ -2,7 +2,8 @@
 
 // Package operator turns GTP-U trace events into scheduling entries: a
 // process seen carrying GTP-U packets in its own context (a gNB's user-plane
-// loop) gets a class straight in the scheduler's map, and loses it when it
+// loop), or reading and writing a TUN device named in Options.TUNDevices (a
+// UE simulator's tunnel), gets a class straight in the scheduler's map, and loses it when it
 // exits or carries nothing for the idle timeout. Softirq work (pid 0,
 // ksoftirqd, an interrupted task) is reported per CPU, never turned into an
 // entry: prioritising the idle task or a random interrupted task would be
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -38,6 +40,9 @@ type Options struct {
 	Class       strategy.Class
 	SliceNs     uint64
 	IdleTimeout time.Duration
+	// TUNDevices are shell patterns of the TUN devices whose users are
+	// carriers; events of other TUN devices are ignored.
+	TUNDevices []string
 	// OnActive is called with true when the first process starts carrying
 	// GTP-U traffic and with false when the last one stops (companions).
 	OnActive func(active bool)
@@ -87,6 +92,8 @@ type Operator struct {
 	latencies []time.Duration
 	active    bool
 	wake      chan struct{}
+	// TUN devices whose users were not prioritised, logged once each.
+	otherTUNs map[string]bool
 }
 
 // New returns an Operator writing to sink.
@@ -108,10 +115,11 @@ func New(sink Sink, opts Options) *Operator {
 	}
 	return &Operator{
 		sink: sink, opts: opts,
-		entry:    strategy.Entry{Class: opts.Class, SliceNs: opts.SliceNs},
-		carriers: map[uint32]*Carrier{},
-		cpus:     map[uint32]*CPUReport{},
-		wake:     make(chan struct{}, 1),
+		entry:     strategy.Entry{Class: opts.Class, SliceNs: opts.SliceNs},
+		carriers:  map[uint32]*Carrier{},
+		cpus:      map[uint32]*CPUReport{},
+		wake:      make(chan struct{}, 1),
+		otherTUNs: map[string]bool{},
 	}
 }
 
@@ -119,6 +127,14 @@ func New(sink Sink, opts Options) *Operator {
 func (o *Operator) Handle(ev trace.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if trace.IsTUN(ev.Function) && !o.tunMatches(ev.Ifname) {
+		if !o.otherTUNs[ev.Ifname] {
+			o.otherTUNs[ev.Ifname] = true
+			o.opts.Log.Info("TUN device not in automatic.tun_devices: its users are not prioritised",
+				"device", ev.Ifname, "pid", ev.TGID, "comm", ev.Comm)
+		}
+		return
+	}
 	now := o.opts.Now()
 	if ev.Context != trace.Process {
 		r, ok := o.cpus[ev.CPU]
@@ -159,6 +175,20 @@ func (o *Operator) Handle(ev trace.Event) {
 	case o.wake <- struct{}{}:
 	default:
 	}
+}
+
+// tunMatches says whether a TUN device's users are carriers. A name the
+// tracer could not read never matches.
+func (o *Operator) tunMatches(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, p := range o.opts.TUNDevices {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // HandleExit forgets a process that exited. The scheduler already removed

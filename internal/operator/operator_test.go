@@ -3,9 +3,11 @@
 package operator
 
 import (
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/trace"
 )
@@ -26,10 +28,11 @@ func newFixture(t *testing.T) *fixture {
 	f.applier = strategy.NewApplier(f.rec, t.TempDir(), t.TempDir(), nil)
 	f.op = New(f.applier, Options{
 		Class: strategy.Critical, SliceNs: 200_000, IdleTimeout: 2 * time.Second,
-		Now:       func() time.Time { return f.now },
-		Monotonic: func() uint64 { return f.mono },
-		Alive:     func(tgid uint32) bool { return !f.dead[tgid] },
-		OnActive:  func(a bool) { f.actives = append(f.actives, a) },
+		TUNDevices: []string{"uesimtun*"},
+		Now:        func() time.Time { return f.now },
+		Monotonic:  func() uint64 { return f.mono },
+		Alive:      func(tgid uint32) bool { return !f.dead[tgid] },
+		OnActive:   func(a bool) { f.actives = append(f.actives, a) },
 	})
 	f.applier.OnExit(f.op.HandleExit)
 	return f
@@ -103,6 +106,51 @@ func TestSoftirqIsReportedNotPrioritised(t *testing.T) {
 	f.op.Expire()
 	if len(f.op.CPUs()) != 0 {
 		t.Fatal("CPU report kept after the idle timeout")
+	}
+}
+
+// A UE simulator moving packets through its tunnel is a carrier; a process
+// on another TUN device (a VPN) is not, however busy.
+func TestTUNUsers(t *testing.T) {
+	f := newFixture(t)
+	for _, ev := range []trace.Event{
+		{TGID: 300, Comm: "wireguard-go", Function: "tun_get_user", Ifname: "wg0", Context: trace.Process},
+		{TGID: 300, Comm: "wireguard-go", Function: "tun_do_read", Ifname: "wg0", Context: trace.Process},
+		{TGID: 301, Comm: "odd", Function: "tun_do_read", Ifname: "", Context: trace.Process},
+	} {
+		f.op.Handle(ev)
+	}
+	if f.rec.Processes() != 0 || len(f.actives) != 0 {
+		t.Fatalf("users of unlisted TUN devices made %d entries", f.rec.Processes())
+	}
+	f.op.Handle(trace.Event{KtimeNs: f.mono, TGID: 200, Comm: "nr-ue", Function: "tun_do_read", Ifname: "uesimtun0", Context: trace.Process})
+	if e, ok := f.rec.Process(200); !ok || e.Class != strategy.Critical {
+		t.Fatalf("nr-ue entry %+v %v, want critical", e, ok)
+	}
+	if cs := f.op.Carriers(); len(cs) != 1 || cs[0].Function != "tun_do_read" {
+		t.Fatalf("carriers %+v", cs)
+	}
+	// Its writes keep it, like a gNB's packets.
+	f.advance(1500 * time.Millisecond)
+	f.op.Handle(trace.Event{TGID: 200, Comm: "nr-ue", Function: "tun_get_user", Ifname: "uesimtun0", Context: trace.Process})
+	f.advance(1500 * time.Millisecond)
+	f.op.Expire()
+	if _, ok := f.rec.Process(200); !ok {
+		t.Fatal("entry removed although the tunnel carried packets within the idle timeout")
+	}
+}
+
+func TestTUNFunctionsOnlyWhenDevicesNamed(t *testing.T) {
+	cfg := config.Automatic{TUNDevices: []string{"uesimtun*"}}
+	if fns := Functions(cfg); !slices.Contains(fns, "tun_get_user") || !slices.Contains(fns, "gtp_encap_recv") {
+		t.Fatalf("functions %v: want the GTP-U defaults and the tun driver's", fns)
+	}
+	cfg.TUNDevices = nil
+	if fns := Functions(cfg); slices.Contains(fns, "tun_get_user") {
+		t.Fatalf("functions %v: the tun driver is traced with no TUN device named", fns)
+	}
+	if !slices.Equal(trace.DefaultFunctions, Functions(config.Automatic{})) {
+		t.Fatal("Functions changed the defaults")
 	}
 }
 

@@ -29,6 +29,7 @@ type gtpGtpEvent struct {
 	Ifindex uint32
 	Ctx     uint32
 	Comm    [16]int8
+	Ifname  [16]int8
 }
 
 type gtpGtpKey struct {
@@ -52,6 +53,7 @@ const (
 	gtpVarEmitIntervalNs = "emit_interval_ns"
 	gtpVarFuncId         = "func_id"
 	gtpVarSkbArg         = "skb_arg"
+	gtpVarTunArg         = "tun_arg"
 )
 
 // loadGtp returns the embedded CollectionSpec for gtp.
@@ -117,6 +119,7 @@ type gtpVariableSpecs struct {
 	EmitIntervalNs *ebpf.VariableSpec `ebpf:"emit_interval_ns"`
 	FuncId         *ebpf.VariableSpec `ebpf:"func_id"`
 	SkbArg         *ebpf.VariableSpec `ebpf:"skb_arg"`
+	TunArg         *ebpf.VariableSpec `ebpf:"tun_arg"`
 }
 
 // gtpObjects contains all objects after they have been loaded into the kernel.
@@ -161,6 +164,7 @@ type gtpVariables struct {
 	EmitIntervalNs *ebpf.Variable `ebpf:"emit_interval_ns"`
 	FuncId         *ebpf.Variable `ebpf:"func_id"`
 	SkbArg         *ebpf.Variable `ebpf:"skb_arg"`
+	TunArg         *ebpf.Variable `ebpf:"tun_arg"`
 }
 
 // gtpPrograms contains all programs after they have been loaded into the kernel.

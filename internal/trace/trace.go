@@ -3,7 +3,9 @@
 // Package trace follows packets along the kernel's GTP-U path: fentry
 // programs on the functions of the in-tree gtp module (and of the
 // out-of-tree gtp5g module when it is loaded) report which task, on which
-// CPU and in which context, runs them. Events come through a BPF ring buffer;
+// CPU and in which context, runs them. The same programs on the tun
+// driver's read and write paths find the processes that move a TUN
+// device's packets (a UE simulator's tunnel). Events come through a BPF ring buffer;
 // per-(task, function) counts are kept in a map as well, so nothing is lost
 // when user space falls behind.
 package trace
@@ -36,17 +38,27 @@ var DefaultFunctions = []string{
 	"pdr_find_by_gtp1u", "ip4_find_route",
 }
 
-// PacketFunctions are the functions each GTP-U packet passes exactly once
-// (the modules' receive and transmit entry points): counting their calls
-// counts packets, where summing all traced functions would count a packet
-// once per function on its path.
+// TUNFunctions are the tun driver's per-packet paths, both called in the
+// system call of the process that owns the device's file: tun_get_user
+// takes a packet the process writes, tun_do_read hands one to the process.
+// Both take the struct tun_struct *, from which the device is read.
+var TUNFunctions = []string{"tun_get_user", "tun_do_read"}
+
+// IsTUN says whether fn is one of TUNFunctions.
+func IsTUN(fn string) bool { return fn == "tun_get_user" || fn == "tun_do_read" }
+
+// PacketFunctions are the functions each GTP-U (or TUN) packet passes
+// exactly once (the modules' receive and transmit entry points): counting
+// their calls counts packets, where summing all traced functions would
+// count a packet once per function on its path.
 var PacketFunctions = map[string]bool{
 	"gtp_encap_recv": true, "gtp_dev_xmit": true,
 	"gtp5g_encap_recv": true, "gtp5g_handle_skb_ipv4": true,
+	"tun_get_user": true, "tun_do_read": true,
 }
 
 // DefaultModules are searched, in order, for the functions' BTF.
-var DefaultModules = []string{"gtp", "gtp5g"}
+var DefaultModules = []string{"gtp", "gtp5g", "tun"}
 
 // ErrNoFunctions means none of the requested functions could be traced.
 var ErrNoFunctions = errors.New("no GTP-U function could be traced")
@@ -84,6 +96,7 @@ type Event struct {
 	CPU      uint32
 	Function string
 	Ifindex  uint32
+	Ifname   string // the device's name in its namespace; "" if unknown
 	Context  Context
 }
 
@@ -124,8 +137,8 @@ type Tracer struct {
 }
 
 type target struct {
-	name           string
-	skbArg, devArg int32
+	name                   string
+	skbArg, devArg, tunArg int32
 }
 
 // Load resolves the functions in the kernel's BTF, loads one program per
@@ -192,7 +205,7 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 	s := spec.Copy()
 	id := uint32(len(t.funcs))
 	for name, v := range map[string]any{
-		"func_id": id, "skb_arg": tg.skbArg, "dev_arg": tg.devArg, "emit_interval_ns": uint64(every.Nanoseconds()),
+		"func_id": id, "skb_arg": tg.skbArg, "dev_arg": tg.devArg, "tun_arg": tg.tunArg, "emit_interval_ns": uint64(every.Nanoseconds()),
 	} {
 		if err := s.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
@@ -228,8 +241,8 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 	return nil
 }
 
-// resolve finds each function's BTF and the positions of its sk_buff and
-// net_device arguments. It fills skipped and returns notes on missing modules.
+// resolve finds each function's BTF and the positions of its sk_buff,
+// net_device and tun_struct arguments. It fills skipped and returns notes on missing modules.
 func resolve(funcs, modules []string, skipped map[string]string) ([]target, []string) {
 	var specs []*btf.Spec
 	var notes []string
@@ -259,7 +272,7 @@ func resolve(funcs, modules []string, skipped map[string]string) ([]target, []st
 			skipped[fn] = "not in the kernel's or the modules' BTF (module not loaded, or the function is inlined)"
 			continue
 		}
-		tg := target{name: fn, skbArg: -1, devArg: -1}
+		tg := target{name: fn, skbArg: -1, devArg: -1, tunArg: -1}
 		if proto, ok := f.Type.(*btf.FuncProto); ok {
 			for i, p := range proto.Params {
 				switch pointee(p.Type) {
@@ -270,6 +283,10 @@ func resolve(funcs, modules []string, skipped map[string]string) ([]target, []st
 				case "net_device":
 					if tg.devArg < 0 {
 						tg.devArg = int32(i)
+					}
+				case "tun_struct":
+					if tg.tunArg < 0 {
+						tg.tunArg = int32(i)
 					}
 				}
 			}
@@ -320,7 +337,7 @@ func (t *Tracer) Read() (Event, error) {
 	}
 	return Event{
 		KtimeNs: raw.TsNs, PID: raw.Pid, TGID: raw.Tgid, Comm: cString(raw.Comm[:]), CPU: raw.Cpu,
-		Function: t.funcName(raw.Func), Ifindex: raw.Ifindex, Context: Context(raw.Ctx),
+		Function: t.funcName(raw.Func), Ifindex: raw.Ifindex, Ifname: cString(raw.Ifname[:]), Context: Context(raw.Ctx),
 	}, nil
 }
 

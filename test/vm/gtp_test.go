@@ -5,15 +5,22 @@ package vm
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/gtplab"
 )
@@ -98,6 +105,103 @@ func TestGTPAutomaticAgent(t *testing.T) {
 	t.Logf("gNB pid %d prioritised by the agent %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
 	g.kill()
 	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, g.Process.Pid)), "the exit to be handled")
+}
+
+// A UE simulator's tunnel: the process that reads and writes a TUN named
+// like UERANSIM's (uesimtun*, the default automatic.tun_devices) is found by
+// the tracer with no GTP-U and no companions regex; a busier process on
+// another TUN device (a VPN's) is not.
+func TestGTPAutomaticTUN(t *testing.T) {
+	gtplab.EnsureTUNDevice() // the tun driver's BTF must be there when the tracer loads
+	p := startScheduler(t, "automatic:\n  enabled: true\n  idle_timeout_ms: 1500\n")
+	waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U" functions="?\[[^]]*tun_get_user tun_do_read\]`), "the tracer to attach to the tun driver")
+
+	vpn := startTUNUser(t, "vpn7", 2*time.Millisecond)
+	ue := startTUNUser(t, "uesimtun7", 20*time.Millisecond)
+	waitCarrier(t, p, ue.Process.Pid)
+	waitOutput(t, p.out, regexp.MustCompile(`TUN device not in automatic.tun_devices: its users are not prioritised" device=vpn7 pid=`+strconv.Itoa(vpn.Process.Pid)), "the VPN's device to be passed over")
+	packets := fmt.Sprintf("swiftlane_gtp_carrier_packets_total{class=critical}{command=swl-tun-user}{pid=%d}", ue.Process.Pid)
+	p.waitMetric(t, "the UE simulator's tunnel packets in /metrics", func(m map[string]float64) bool { return m[packets] >= 10 })
+	t.Logf("the UE simulator's tunnel carried %.0f packets", p.scrape(t)[packets])
+	if regexp.MustCompile(fmt.Sprintf(`carrier prioritised" pid=%d `, vpn.Process.Pid)).MatchString(p.out.String()) {
+		t.Fatalf("the process on vpn7 was prioritised:\n%s", p.out)
+	}
+	ue.kill()
+	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, ue.Process.Pid)), "the exit to be handled")
+}
+
+// startTUNUser runs the tun helper (a process named swl-tun-user) on a new
+// TUN device, writing a packet into it every interval and reading it.
+func startTUNUser(t *testing.T, dev string, every time.Duration) *gnb {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SWL_HELPER=tun", "SWL_TUN_DEVICE="+dev, "SWL_TUN_EVERY="+every.String())
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	waitOutputOrExit(t, out, regexp.MustCompile(`tun ready`), "the TUN user on "+dev, done)
+	return &gnb{Cmd: cmd, done: done}
+}
+
+// tunHelper moves packets through a TUN device like a UE simulator: it
+// writes a UDP datagram into the device (the kernel routes it to a
+// blackhole) and reads whatever the device has for it, every SWL_TUN_EVERY.
+func tunHelper(dev string) int {
+	every, err := time.ParseDuration(os.Getenv("SWL_TUN_EVERY"))
+	if err != nil || dev == "" {
+		fmt.Fprintln(os.Stderr, "tun helper: set SWL_TUN_DEVICE and SWL_TUN_EVERY")
+		return 2
+	}
+	// The operator names carriers by the command of the thread it saw: one
+	// name for both helpers, on the one thread that does the I/O.
+	runtime.LockOSThread()
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("swl-tun-user\x00")[0])), 0, 0, 0)
+	fd, link, err := gtplab.OpenTUN(dev)
+	if err == nil {
+		err = netlink.LinkSetUp(link)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tun helper:", err)
+		return 1
+	}
+	pkt := udpPacket(net.IPv4(10, 99, 0, 1), net.IPv4(10, 99, 0, 2), []byte("swiftlane"))
+	buf := make([]byte, 2048)
+	fmt.Println("tun ready")
+	for range time.Tick(every) {
+		if _, err := unix.Write(fd, pkt); err != nil {
+			fmt.Fprintln(os.Stderr, "tun helper: write:", err)
+			return 1
+		}
+		unix.Read(fd, buf) // EAGAIN when empty: the read path runs all the same
+	}
+	return 0
+}
+
+// udpPacket builds an IPv4/UDP datagram (UDP checksum left 0: none).
+func udpPacket(src, dst net.IP, payload []byte) []byte {
+	p := make([]byte, 28+len(payload))
+	p[0], p[8], p[9] = 0x45, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	copy(p[12:16], src.To4())
+	copy(p[16:20], dst.To4())
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(p[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(p[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(p[20:], 40000)
+	binary.BigEndian.PutUint16(p[22:], 9)
+	binary.BigEndian.PutUint16(p[24:], uint16(8+len(payload)))
+	copy(p[28:], payload)
+	return p
 }
 
 func startLab(t *testing.T) {

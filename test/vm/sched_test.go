@@ -293,6 +293,8 @@ func runHelper(kind string) int {
 	switch kind {
 	case "threads":
 		return threadsHelper()
+	case "tun":
+		return tunHelper(os.Getenv("SWL_TUN_DEVICE"))
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", kind)
 	return 2

@@ -2,7 +2,7 @@
 //go:build ignore
 
 /*
- * GTP-U path tracer. One copy of gtp_fentry is loaded per traced kernel
+ * GTP-U (and TUN) path tracer. One copy of gtp_fentry is loaded per traced kernel
  * function (the loader sets the attach target and the constants below), all
  * copies sharing the maps. Every call is counted per (task, function) so
  * nothing is lost when user space is slow; the ring buffer gets the first
@@ -25,9 +25,11 @@ char _license[] SEC("license") = "GPL";
 
 /* Set by the loader per copy of the program. */
 const volatile __u32 func_id = 0;
-/* Argument positions of the struct sk_buff * and struct net_device *; -1: none. */
+/* Argument positions of the struct sk_buff *, struct net_device * and
+ * struct tun_struct *; -1: none. */
 const volatile __s32 skb_arg = -1;
 const volatile __s32 dev_arg = -1;
+const volatile __s32 tun_arg = -1;
 /* Minimum gap between two ring records of the same key (ns); 0: every call. */
 const volatile __u64 emit_interval_ns = 0;
 
@@ -74,18 +76,27 @@ static __always_inline __u32 classify(struct task_struct *t, __u32 tgid)
 	return GTP_CTX_PROCESS;
 }
 
-static __always_inline __u32 ifindex_of(void *ctx)
+/*
+ * tun.c's private device struct: only its dev pointer is read, relocated
+ * against the tun module's BTF (or vmlinux's when tun is built in). Copies
+ * for other functions never reach the read (tun_arg is -1, a constant the
+ * verifier prunes on), so they load without tun.
+ */
+struct tun_struct___swl {
+	struct net_device *dev;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct net_device *dev_of(void *ctx)
 {
 	__u64 v = 0;
-	struct net_device *dev = NULL;
 
 	if (dev_arg >= 0 && bpf_get_func_arg(ctx, dev_arg, &v) == 0)
-		dev = (struct net_device *)v;
-	else if (skb_arg >= 0 && bpf_get_func_arg(ctx, skb_arg, &v) == 0 && v)
-		dev = BPF_CORE_READ((struct sk_buff *)v, dev);
-	if (!dev)
-		return 0;
-	return BPF_CORE_READ(dev, ifindex);
+		return (struct net_device *)v;
+	if (skb_arg >= 0 && bpf_get_func_arg(ctx, skb_arg, &v) == 0 && v)
+		return BPF_CORE_READ((struct sk_buff *)v, dev);
+	if (tun_arg >= 0 && bpf_get_func_arg(ctx, tun_arg, &v) == 0 && v)
+		return BPF_CORE_READ((struct tun_struct___swl *)v, dev);
+	return NULL;
 }
 
 SEC("fentry/gtp_encap_recv")
@@ -127,9 +138,13 @@ int gtp_fentry(void *ctx)
 	e->tgid = tgid;
 	e->cpu = cpu;
 	e->func = func_id;
-	e->ifindex = ifindex_of(ctx);
 	e->ctx = kind;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	struct net_device *dev = dev_of(ctx);
+	e->ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0;
+	e->ifname[0] = 0;
+	if (dev)
+		bpf_probe_read_kernel_str(e->ifname, sizeof(e->ifname), &dev->name);
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

@@ -4,6 +4,7 @@
 #define SWL_TRACE_GTP_H
 
 #define GTP_COMM_LEN 16
+#define GTP_IFNAME_LEN 16
 
 /* In which context a traced function ran. */
 enum gtp_ctx {
@@ -24,6 +25,7 @@ struct gtp_event {
 	__u32 ifindex; /* device of the skb (or the net_device argument); 0 if unknown */
 	__u32 ctx;     /* enum gtp_ctx */
 	char comm[GTP_COMM_LEN];
+	char ifname[GTP_IFNAME_LEN]; /* that device's name (its namespace's); empty if unknown */
 };
 
 /* Counts key: per thread group for process context, per CPU otherwise. */
