@@ -5,6 +5,9 @@
 
 LB_BENCH_FLAGS ?=
 LB_LOADGEN     ?= $(CACHE)/lb/loadgen
+# Services in every variant's NAT setup: the measured one and LB_SERVICES-1
+# dummies (kube-proxy's iptables mode walks one rule per Service port).
+LB_SERVICES    ?= 1
 
 # internal/lb/kubesource runs a real kube-apiserver (internal/kubetest), hence
 # k8s-bins and $(K8S_ENV) (mk/k8s.mk); without SWL_K8S_BIN those tests skip.
@@ -16,11 +19,12 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 .PHONY: bench-lb
 # A full run is 5 rounds x 5 variants x 2 paths x 2.5 phases of 20 s: ~45 min,
 # with nothing else on the machine. Smoke test: LB_BENCH_FLAGS='-duration 3s
-# -repeats 1 -out /tmp/lb.json -png-dir /tmp'.
+# -repeats 1 -out /tmp/lb.json -png-dir /tmp'. With many Services:
+# LB_SERVICES=2000.
 bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min)
 	bash mk/lb-deps.sh
 	@mkdir -p bench/results
-	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb.json $(LB_BENCH_FLAGS)
+	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb.json -services $(LB_SERVICES) $(LB_BENCH_FLAGS)
 
 # IPVS needs the kernel's ip_vs, which a host kernel may lack (this one
 # does): the same benchmark in the VM lab on Debian's sched_ext kernel, whose
@@ -35,7 +39,7 @@ bench-lb-vm: deps build $(LB_LOADGEN) ## LB: the same comparison with IPVS, in t
 	@mkdir -p bench/results/lb-vm
 	$(GO) build -o $(BUILD)/bench-lb ./bench/lb
 	lab/vm.sh --kernel $(KERNEL) --cpus 2 --memory 2G --timeout 3600 -- \
-	  $(BUILD)/bench-lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb-vm.json -png-dir bench/results/lb-vm $(LB_VM_FLAGS)
+	  $(BUILD)/bench-lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb-vm.json -png-dir bench/results/lb-vm -services $(LB_SERVICES) $(LB_VM_FLAGS)
 
 # The open-loop load generator (C, no dependencies beyond libc).
 $(LB_LOADGEN): bench/lb/loadgen/loadgen.c

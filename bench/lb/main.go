@@ -39,6 +39,7 @@ type options struct {
 	duration          time.Duration
 	rate, connections int
 	repeats           int
+	services          int
 	variants          []string
 	loadgen, wrk      string
 	swiftlane         string
@@ -55,6 +56,7 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 1000, "open-loop latency phase: new connections per second")
 	flag.IntVar(&o.connections, "connections", 32, "wrk connections in the connection-rate phase")
 	flag.IntVar(&o.repeats, "repeats", 5, "rounds; each runs every variant once, in a new random order")
+	flag.IntVar(&o.services, "services", 1, fmt.Sprintf("Services in every variant's NAT setup, 1 to %d: the measured one and n-1 dummies (kube-proxy's iptables mode walks one rule per Service port for each new connection)", maxServices))
 	flag.StringVar(&variants, "variants", strings.Join(allVariants, ","), "comma-separated subset of "+strings.Join(allVariants, ","))
 	flag.StringVar(&o.loadgen, "loadgen", "", "path of the built bench/lb/loadgen (make bench-lb builds it)")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "wrk binary (Debian package wrk)")
@@ -69,6 +71,10 @@ func main() {
 			os.Exit(2)
 		}
 		o.variants = append(o.variants, v)
+	}
+	if o.services < 1 || o.services > maxServices {
+		fmt.Fprintf(os.Stderr, "bench-lb: -services %d: use 1 to %d\n", o.services, maxServices)
+		os.Exit(2)
 	}
 	if err := pinSelf(o.dpCPU); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-lb:", err)

@@ -10,11 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
@@ -91,11 +89,11 @@ func (b *bench) setup(v string) (func(), error) {
 	case "none":
 		return nop, nil
 	case "iptables":
-		return nop, applyIptables(b.topo)
+		return nop, applyIptables(b.topo, b.o.services)
 	case "nftables":
-		return nop, applyNft(b.topo)
+		return nop, applyNft(b.topo, b.o.services)
 	case "ipvs":
-		return nop, applyIPVS(b.topo)
+		return nop, applyIPVS(b.topo, b.o.services)
 	}
 	return b.startSwiftlane()
 }
@@ -111,43 +109,12 @@ func (b *bench) startSwiftlane() (func(), error) {
 		return nil, errors.New("-swiftlane: required for the swiftlane variant (make bench-lb builds build/swiftlane)")
 	}
 	cfg := filepath.Join(b.tmp, "services.yaml")
-	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo, b.o.services)), 0o600); err != nil {
 		return nil, err
 	}
-	// nsenter switches only the network namespace (ip netns exec would also
-	// remount /sys); the process inherits this program's CPU.
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+b.topo.Node.Name, b.o.swiftlane, "lb",
-		"--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr)
-	stderr, err := cmd.StderrPipe()
+	lb, err := labnet.StartLB(b.topo.Node, b.o.swiftlane, 30*time.Second, "--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr)
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("-swiftlane %s: %w", b.o.swiftlane, err)
-	}
-	exited := make(chan error, 1)
-	started := make(chan struct{})
-	var log strings.Builder
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		ready := false
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if !ready && strings.Contains(sc.Text(), "msg=started") {
-				ready = true
-				close(started)
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	select {
-	case <-started:
-	case err := <-exited:
-		return nil, fmt.Errorf("swiftlane lb exited before serving (%v):\n%s", err, log.String())
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-exited
-		return nil, fmt.Errorf("swiftlane lb did not start within 30 s:\n%s", log.String())
 	}
 	return func() {
 		// The data path's own counters: a drop here tells a loss from a tail.
@@ -156,13 +123,7 @@ func (b *bench) startSwiftlane() (func(), error) {
 		} else {
 			fmt.Fprintln(os.Stderr, "   swiftlane data path counters:", err)
 		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
+		lb.Stop(10 * time.Second)
 	}, nil
 }
 

@@ -44,6 +44,7 @@ type report struct {
 	Generated  string                        `json:"generated"`
 	Kernel     string                        `json:"kernel"`
 	Scenario   string                        `json:"scenario"`
+	Services   int                           `json:"services"` // Services in each NAT setup (-services): the measured one + dummies
 	Method     []string                      `json:"method"`
 	Settings   map[string]any                `json:"settings"`
 	Order      [][]string                    `json:"order"`    // variant order of each round
@@ -59,7 +60,7 @@ type report struct {
 func newReport(o options) *report {
 	kernel, _ := exec.Command("uname", "-r").Output()
 	ipt, _ := exec.Command("iptables", "-V").Output()
-	return &report{
+	r := &report{
 		Generated: time.Now().UTC().Format(time.RFC3339),
 		Kernel:    strings.TrimSpace(string(kernel)),
 		Scenario:  "client pod -> ClusterIP 10.96.0.10 (external host -> NodePort 30080) -> 3 backend pods; network namespaces on one machine; one topology, only the NAT setup changes between variants",
@@ -77,11 +78,17 @@ func newReport(o options) *report {
 			"duration_s": o.duration.Seconds(), "rate_rps": o.rate, "connections": o.connections, "repeats": o.repeats,
 			"client_cpu": o.clientCPU, "dp_cpu": o.dpCPU, "seed": o.seed, "iptables": strings.TrimSpace(string(ipt)),
 		},
+		Services: o.services,
 		Variants: map[string]summary{}, NodePort: map[string]summary{},
 		Ratios:     map[string]map[string]float64{},
 		Skipped:    map[string]string{},
 		PerfStatus: "no hardware PMU on this machine: instructions per request are not counted (null)",
 	}
+	if o.services > 1 {
+		r.Method = append(r.Method, fmt.Sprintf("services: %d dummy Services beside the measured one in every variant (one TCP port each, %d endpoints that nothing routes to, a NodePort while 30000-32767 has one free); iptables: kube-proxy's chains, the measured Service after half of them in KUBE-SERVICES and NodePorts in KUBE-NODEPORTS behind its last rule; nftables: more service-ips map elements; IPVS: more virtual servers; swiftlane: more services",
+			o.services-1, dummyEndpointCount))
+	}
+	return r
 }
 
 // tCrit is Student's t for a two-sided 95 % interval with df degrees of freedom.
@@ -233,6 +240,7 @@ func ci(c *[2]float64) string {
 // printTable writes a Markdown table (means, intervals in parentheses) and
 // the findings.
 func (r *report) printTable(w io.Writer) {
+	fmt.Fprintf(w, "Services in each NAT setup: %d\n\n", r.Services)
 	fmt.Fprintln(w, "| path | variant | conn/s | p50 µs | p99 µs | p99.9 µs | Gbit/s | CPU µs/conn | conntrack | errors |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range []struct {

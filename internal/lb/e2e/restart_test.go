@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -24,67 +23,22 @@ import (
 	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
 
-// lbProc is `swiftlane lb` running as its own process in the node namespace,
-// so it can be killed like a crashing or upgraded DaemonSet pod.
-type lbProc struct {
-	cmd     *exec.Cmd
-	started chan struct{} // closed at the "started" log line
-	exited  chan struct{}
-	mu      sync.Mutex
-	log     bytes.Buffer
-}
-
-func (p *lbProc) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-func startLB(t *testing.T, bin string, node labnet.NS, args ...string) *lbProc {
+// startLB runs `swiftlane lb` as its own process in the node namespace, so
+// it can be killed like a crashing or upgraded DaemonSet pod.
+func startLB(t *testing.T, bin string, node labnet.NS, args ...string) *labnet.LB {
 	t.Helper()
-	p := &lbProc{started: make(chan struct{}), exited: make(chan struct{})}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", node.Name, bin, "lb", "--metrics-addr", ""}, args...)...)
-	stderr, err := p.cmd.StderrPipe()
+	p, err := labnet.StartLB(node, bin, 30*time.Second, append([]string{"--metrics-addr", ""}, args...)...)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if strings.Contains(sc.Text(), "msg=started") {
-				once.Do(func() { close(p.started) })
-			}
-		}
-		p.cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case <-p.started:
-	case <-p.exited:
-		t.Fatalf("swiftlane lb exited before starting:\n%s", p.logs())
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		t.Fatalf("swiftlane lb did not start in 30 s:\n%s", p.logs())
 	}
 	return p
 }
 
-func (p *lbProc) signal(t *testing.T, sig syscall.Signal) {
+// signal sends sig and fails t unless the process exits within 10 s.
+func signal(t *testing.T, p *labnet.LB, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig, 10*time.Second); err != nil {
 		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("swiftlane lb ignored %v", sig)
 	}
 }
 
@@ -336,7 +290,7 @@ services:
 	t.Cleanup(stop)
 
 	waitUntil(t, "50 new connections", 20*time.Second, func() bool { return tr.newOK.Load() >= 50 })
-	first.signal(t, syscall.SIGKILL)
+	signal(t, first, syscall.SIGKILL)
 	var res restartResult
 	gone := tr.newOK.Load()
 	res.servedWhileGone = waitUntil(t, "new connections with no process", 3*time.Second, func() bool { return tr.newOK.Load() >= gone+30 })
@@ -347,7 +301,7 @@ services:
 			topo.Node.Run(bin, "lb", "--cleanup", "--pin-dir", pinDir)
 		}
 	})
-	res.secondStart = second.logs()
+	res.secondStart = second.Log()
 	base := make([]int64, len(tr.exchanges))
 	for i := range tr.exchanges {
 		base[i] = tr.exchanges[i].Load()
@@ -378,7 +332,7 @@ services:
 	for _, ns := range topo.Backends {
 		res.backendRsts[ns.Name+" OutRsts"] = tcpCounters(t, ns)["OutRsts"] - before[ns.Name]["OutRsts"]
 	}
-	second.signal(t, syscall.SIGTERM)
+	signal(t, second, syscall.SIGTERM)
 	res.failures = tr.failures()
 	if pinDir != "" {
 		// Stopped cleanly, the pinned program still serves; --cleanup

@@ -20,8 +20,15 @@ import (
 type NS struct{ Name string }
 
 // Run executes argv inside the namespace and returns its combined output.
-func (n NS) Run(argv ...string) (string, error) {
+func (n NS) Run(argv ...string) (string, error) { return n.RunInput("", argv...) }
+
+// RunInput is Run with stdin as the command's input (none when empty): a
+// batch for iptables-restore, nft -f - or ip -batch -.
+func (n NS) RunInput(stdin string, argv ...string) (string, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.Name}, argv...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("netns %s: %s: %w: %s", n.Name, strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
@@ -207,12 +214,8 @@ func (t *Topology) TrackConnections() error {
 	chain track_pre { type filter hook prerouting priority 0; ct state new counter; }
 	chain track_forward { type filter hook forward priority 0; ct state new counter; }
 }`
-	cmd := exec.Command("ip", "netns", "exec", t.Node.Name, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("nft in %s: %w: %s", t.Node.Name, err, out)
-	}
-	return nil
+	_, err := t.Node.RunInput(rules, "nft", "-f", "-")
+	return err
 }
 
 // Close deletes every namespace (and with them the veths and routes).
