@@ -48,7 +48,7 @@ func newProbeCmd() *cobra.Command {
 				return err
 			}
 			if !raw {
-				res.RTTUs = nil
+				res.RTTUs, res.ClientCPU, res.ServerCPU = nil, nil, nil
 			}
 			fmt.Println(res)
 			if jsonOut != "" {
@@ -64,7 +64,7 @@ func newProbeCmd() *cobra.Command {
 	rtt.Flags().DurationVar(&o.Timeout, "timeout", time.Second, "per round trip")
 	rtt.Flags().DurationVar(&o.Duration, "duration", 0, "stop after this long even if fewer samples were taken (0: no limit)")
 	rtt.Flags().StringVar(&jsonOut, "json", "", "also write the result as JSON to this file")
-	rtt.Flags().BoolVar(&raw, "raw", false, "include every sample in the JSON")
+	rtt.Flags().BoolVar(&raw, "raw", false, "include every sample (and the client's and server's CPU for it) in the JSON")
 	root.AddCommand(echo, rtt)
 	return root
 }

@@ -49,6 +49,8 @@ var metrics = []Metric{
 	{"nginx_idle_p99_us", "nginx p99 paced, idle (µs)", "lower"},
 	{"nginx_full_p99_us", "nginx p99 at full speed, hogs (µs)", "lower"},
 	{"nginx_idle_full_p99_us", "nginx p99 at full speed, idle (µs)", "lower"},
+	{"probe_idle_same_cpu_pct", "probe replies read on the CPU that sent them, idle (%)", ""},
+	{"probe_loaded_same_cpu_pct", "probe replies read on the CPU that sent them, hogs (%)", ""},
 }
 
 // Stat is one metric of one variant over the boots that measured it.

@@ -28,6 +28,10 @@ type ProbeResult struct {
 	Samples  int       `json:"samples,omitempty"`
 	Timeouts int       `json:"timeouts,omitempty"`
 	RTTUs    []float64 `json:"rtt_us,omitempty"`
+	// Where each round trip's reply was sent and read (internal/probe).
+	SameCPUPct float64 `json:"same_cpu_pct"`
+	ClientCPU  []int   `json:"client_cpu,omitempty"`
+	ServerCPU  []int   `json:"server_cpu,omitempty"`
 	// Hog rates of the loaded phase, from stress-ng's metrics.
 	HogOpsPerS    float64 `json:"hog_ops_per_s,omitempty"`
 	HogOpsPerCPUS float64 `json:"hog_ops_per_cpu_s,omitempty"`
@@ -43,7 +47,7 @@ func probeWorkload(r *VariantRun) (map[string]float64, error) {
 	if err != nil {
 		return m, fmt.Errorf("idle: %w", err)
 	}
-	idle.RTTUs = nil // the plot shows the loaded phase; keep the file small
+	idle.RTTUs, idle.ClientCPU, idle.ServerCPU = nil, nil, nil // the plot shows the loaded phase; keep the file small
 	r.ProbeIdle = idle
 	m["probe_idle_avg_us"], m["probe_idle_p99_us"] = idle.AvgUs, idle.P99Us
 
@@ -60,6 +64,7 @@ func probeWorkload(r *VariantRun) (map[string]float64, error) {
 	}
 	r.ProbeLoaded = loaded
 	m["probe_loaded_avg_us"], m["probe_loaded_p99_us"] = loaded.AvgUs, loaded.P99Us
+	m["probe_idle_same_cpu_pct"], m["probe_loaded_same_cpu_pct"] = idle.SameCPUPct, loaded.SameCPUPct
 	// stress-ng writes its metrics when its timeout ends it.
 	perReal, perCPU, err := hog.wait()
 	if err != nil {

@@ -13,9 +13,15 @@ import (
 	"net"
 	"sort"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
-// Echo answers every datagram on conn with the same bytes until ctx ends.
+// Echo answers every datagram on conn with the same bytes until ctx ends,
+// except that bytes 8-11 of a datagram that long carry 1 + the CPU the
+// answer was sent from (the client tells same-CPU round trips from
+// cross-CPU ones with it).
 func Echo(ctx context.Context, conn net.PacketConn) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
@@ -27,6 +33,9 @@ func Echo(ctx context.Context, conn net.PacketConn) error {
 				return nil
 			}
 			return err
+		}
+		if n >= 12 {
+			binary.LittleEndian.PutUint32(buf[8:], uint32(CPU()+1))
 		}
 		if _, err := conn.WriteTo(buf[:n], addr); err != nil && ctx.Err() == nil {
 			return err
@@ -46,15 +55,33 @@ type Options struct {
 
 // Result summarises round-trip times in microseconds.
 type Result struct {
-	Samples  int       `json:"samples"`
-	Timeouts int       `json:"timeouts"`
-	AvgUs    float64   `json:"avg_us"`
-	MinUs    float64   `json:"min_us"`
-	P50Us    float64   `json:"p50_us"`
-	P90Us    float64   `json:"p90_us"`
-	P99Us    float64   `json:"p99_us"`
-	MaxUs    float64   `json:"max_us"`
-	RTTUs    []float64 `json:"rtt_us,omitempty"`
+	Samples  int     `json:"samples"`
+	Timeouts int     `json:"timeouts"`
+	AvgUs    float64 `json:"avg_us"`
+	MinUs    float64 `json:"min_us"`
+	P50Us    float64 `json:"p50_us"`
+	P90Us    float64 `json:"p90_us"`
+	P99Us    float64 `json:"p99_us"`
+	MaxUs    float64 `json:"max_us"`
+	// SameCPUPct is the share of round trips whose reply was sent from
+	// the CPU the client read it on (of those the echo server reported
+	// its CPU for).
+	SameCPUPct float64   `json:"same_cpu_pct"`
+	RTTUs      []float64 `json:"rtt_us,omitempty"`
+	// Per round trip, with RTTUs: the client's and the echo server's
+	// CPU (-1: not known).
+	ClientCPU []int `json:"client_cpu,omitempty"`
+	ServerCPU []int `json:"server_cpu,omitempty"`
+}
+
+// CPU is the CPU the calling thread runs on (-1 if unknown): a goroutine
+// may move between threads, so it is as good as the moment it is read.
+func CPU() int {
+	var cpu uint32
+	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); e != 0 {
+		return -1
+	}
+	return int(cpu)
 }
 
 // RTT sends Samples sequence-numbered datagrams, one at a time, and times each reply.
@@ -72,6 +99,7 @@ func RTT(ctx context.Context, o Options) (Result, error) {
 	defer conn.Close()
 	var res Result
 	rtts := make([]float64, 0, o.Samples)
+	var clientCPU, serverCPU []int
 	out := make([]byte, 64)
 	in := make([]byte, 2048)
 	if o.WarmUp <= 0 {
@@ -108,6 +136,12 @@ func RTT(ctx context.Context, o Options) (Result, error) {
 			}
 			if n >= 8 && binary.LittleEndian.Uint64(in) == seq {
 				rtts = append(rtts, float64(time.Since(start).Nanoseconds())/1e3)
+				clientCPU = append(clientCPU, CPU())
+				server := -1
+				if n >= 12 {
+					server = int(binary.LittleEndian.Uint32(in[8:])) - 1
+				}
+				serverCPU = append(serverCPU, server)
 				break
 			}
 			// A late reply to an earlier (timed-out) probe: keep waiting for ours.
@@ -116,7 +150,28 @@ func RTT(ctx context.Context, o Options) (Result, error) {
 			time.Sleep(o.Interval)
 		}
 	}
-	return Summarise(rtts, res.Timeouts), nil
+	res = Summarise(rtts, res.Timeouts)
+	res.ClientCPU, res.ServerCPU = clientCPU, serverCPU
+	res.SameCPUPct = sameCPUPct(clientCPU, serverCPU)
+	return res, nil
+}
+
+// sameCPUPct is the share of pairs with both CPUs known and equal.
+func sameCPUPct(client, server []int) float64 {
+	known, same := 0, 0
+	for i := range client {
+		if client[i] < 0 || server[i] < 0 {
+			continue
+		}
+		known++
+		if client[i] == server[i] {
+			same++
+		}
+	}
+	if known == 0 {
+		return 0
+	}
+	return round(100 * float64(same) / float64(known))
 }
 
 // warmUp waits until the echo server answers: it may still be starting

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -37,9 +38,27 @@ func TestRTTOverLoopback(t *testing.T) {
 	if r.Samples != 50 || r.Timeouts != 0 || r.MinUs <= 0 || r.MaxUs < r.P99Us || r.P99Us < r.P50Us {
 		t.Fatalf("implausible result %+v", r)
 	}
+	// Every reply says where it was sent from: a real CPU of this machine.
+	if len(r.ClientCPU) != 50 || len(r.ServerCPU) != 50 {
+		t.Fatalf("CPUs for %d/%d of 50 round trips", len(r.ClientCPU), len(r.ServerCPU))
+	}
+	for i := range r.ServerCPU {
+		if c := r.ServerCPU[i]; c < 0 || c >= runtime.NumCPU() || r.ClientCPU[i] < 0 {
+			t.Fatalf("round trip %d: client CPU %d, server CPU %d", i, r.ClientCPU[i], c)
+		}
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("echo: %v", err)
+	}
+}
+
+func TestSameCPUPct(t *testing.T) {
+	if got := sameCPUPct([]int{0, 1, 1, 0, -1}, []int{0, 0, 1, -1, 1}); got != 66.7 {
+		t.Fatalf("same-CPU share %v, want 66.7 (2 of the 3 pairs known)", got)
+	}
+	if got := sameCPUPct(nil, nil); got != 0 {
+		t.Fatalf("no pairs: %v", got)
 	}
 }
 
