@@ -33,8 +33,10 @@ var (
 )
 
 const (
-	// dummyEndpointCount is the endpoints per dummy Service.
-	dummyEndpointCount = 3
+	// dummyEndpointCount is the endpoints per dummy Service, each dummy's
+	// one TCP port dummyPort going to dummyTarget on them.
+	dummyEndpointCount     = 3
+	dummyPort, dummyTarget = 80, 8080
 	// maxServices bounds -services: dummy endpoints fill 10.244.128.0/17
 	// at ~10,900 Services, and swiftlane's services map (16,384 frontends,
 	// one per ClusterIP port and one per NodePort) at ~13,600.
@@ -105,7 +107,7 @@ func kubeServices(topo *labnet.Topology, n int) []kubeSvc {
 	var out []kubeSvc
 	add := func(ds []dummy) {
 		for _, d := range ds {
-			out = append(out, kubeSvc{fmt.Sprintf("dummy-%d", d.id), d.clusterIP, 80, 8080, d.nodePort, d.endpoints})
+			out = append(out, kubeSvc{fmt.Sprintf("dummy-%d", d.id), d.clusterIP, dummyPort, dummyTarget, d.nodePort, d.endpoints})
 		}
 	}
 	add(ds[:len(ds)/2])
@@ -268,8 +270,8 @@ services:
 		for _, e := range d.endpoints {
 			eps = append(eps, "{address: "+e.String()+"}")
 		}
-		fmt.Fprintf(&b, "  - {name: dummy-%d, clusterIP: %s, ports: [{port: 80, targetPort: 8080%s}], endpoints: [%s]}\n",
-			d.id, d.clusterIP, np, strings.Join(eps, ", "))
+		fmt.Fprintf(&b, "  - {name: dummy-%d, clusterIP: %s, ports: [{port: %d, targetPort: %d%s}], endpoints: [%s]}\n",
+			d.id, d.clusterIP, dummyPort, dummyTarget, np, strings.Join(eps, ", "))
 	}
 	return b.String()
 }
@@ -313,14 +315,14 @@ func ipvsSetup(topo *labnet.Topology, n int) []step {
 	var addrs, vs strings.Builder
 	for _, d := range ds {
 		fmt.Fprintf(&addrs, "addr add %s/32 dev kube-ipvs0\n", d.clusterIP)
-		vips := []string{fmt.Sprintf("%s:80", d.clusterIP)}
+		vips := []string{fmt.Sprintf("%s:%d", d.clusterIP, dummyPort)}
 		if d.nodePort != 0 {
 			vips = append(vips, fmt.Sprintf("%s:%d", topo.NodeIP, d.nodePort))
 		}
 		for _, vip := range vips {
 			fmt.Fprintf(&vs, "-A -t %s -s rr\n", vip)
 			for _, e := range d.endpoints {
-				fmt.Fprintf(&vs, "-a -t %s -r %s:8080 -m\n", vip, e)
+				fmt.Fprintf(&vs, "-a -t %s -r %s:%d -m\n", vip, e, dummyTarget)
 			}
 		}
 	}

@@ -6,13 +6,14 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
 // Throughput of tasks that wake each other, on the otherwise idle machine:

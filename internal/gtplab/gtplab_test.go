@@ -32,9 +32,9 @@ func TestDecap(t *testing.T) {
 
 func TestChecksum(t *testing.T) {
 	b := []byte{8, 0, 0, 0, 0x12, 0x34, 0, 1}
-	c := checksum(b)
+	c := Checksum(b)
 	b[2], b[3] = byte(c>>8), byte(c)
-	if checksum(b) != 0 {
+	if Checksum(b) != 0 {
 		t.Fatal("checksum does not verify")
 	}
 }

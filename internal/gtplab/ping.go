@@ -92,7 +92,7 @@ func echoRequest(id, seq uint16) []byte {
 	req[0] = 8
 	binary.BigEndian.PutUint16(req[4:], id)
 	binary.BigEndian.PutUint16(req[6:], seq)
-	binary.BigEndian.PutUint16(req[2:], checksum(req))
+	binary.BigEndian.PutUint16(req[2:], Checksum(req))
 	return req
 }
 
@@ -110,7 +110,9 @@ func bindUE(fd int, ue net.IP) error {
 	return nil
 }
 
-func checksum(b []byte) uint16 {
+// Checksum is the Internet checksum (RFC 1071) of b, for an IPv4 header or
+// an ICMP message.
+func Checksum(b []byte) uint16 {
 	var s uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		s += uint32(binary.BigEndian.Uint16(b[i:]))

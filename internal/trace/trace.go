@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,7 +46,7 @@ var DefaultFunctions = []string{
 var TUNFunctions = []string{"tun_get_user", "tun_do_read"}
 
 // IsTUN says whether fn is one of TUNFunctions.
-func IsTUN(fn string) bool { return fn == "tun_get_user" || fn == "tun_do_read" }
+func IsTUN(fn string) bool { return slices.Contains(TUNFunctions, fn) }
 
 // PacketFunctions are the functions each GTP-U (or TUN) packet passes
 // exactly once (the modules' receive and transmit entry points): counting

@@ -132,20 +132,11 @@ func TestGTPAutomaticTUN(t *testing.T) {
 
 // startTUNUser runs the tun helper (a process named swl-tun-user) on a new
 // TUN device, writing a packet into it every interval and reading it.
-func startTUNUser(t *testing.T, dev string, every time.Duration) *gnb {
+func startTUNUser(t *testing.T, dev string, every time.Duration) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SWL_HELPER=tun", "SWL_TUN_DEVICE="+dev, "SWL_TUN_EVERY="+every.String())
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	waitOutputOrExit(t, out, regexp.MustCompile(`tun ready`), "the TUN user on "+dev, done)
-	return &gnb{Cmd: cmd, done: done}
+	return startChild(t, cmd, `tun ready`, "the TUN user on "+dev)
 }
 
 // tunHelper moves packets through a TUN device like a UE simulator: it
@@ -189,14 +180,7 @@ func udpPacket(src, dst net.IP, payload []byte) []byte {
 	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
 	copy(p[12:16], src.To4())
 	copy(p[16:20], dst.To4())
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(p[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(p[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(p[10:], gtplab.Checksum(p[:20]))
 	binary.BigEndian.PutUint16(p[20:], 40000)
 	binary.BigEndian.PutUint16(p[22:], 9)
 	binary.BigEndian.PutUint16(p[24:], uint16(8+len(payload)))
@@ -229,21 +213,23 @@ func startLab(t *testing.T) {
 	waitOutputOrExit(t, out, regexp.MustCompile(`lab up:`), "the lab to come up", done)
 }
 
-// gnb is the lab's gNB process; done closes when it has exited (the one
-// goroutine that waits for it: a second concurrent Wait can block forever).
-type gnb struct {
+// child is a process a test started; done closes when it has exited (the
+// one goroutine that waits for it: a second concurrent Wait can block
+// forever).
+type child struct {
 	*exec.Cmd
 	done chan struct{}
 }
 
-func (g *gnb) kill() {
-	g.Process.Kill()
-	<-g.done
+func (c *child) kill() {
+	c.Process.Kill()
+	<-c.done
 }
 
-func startGnb(t *testing.T) *gnb {
+// startChild starts cmd, kills it when the test ends, and returns once its
+// output matches ready (failing with the output if it exits first).
+func startChild(t *testing.T, cmd *exec.Cmd, ready, what string) *child {
 	t.Helper()
-	cmd := exec.Command(swiftlaneBin(t), "lab", "gnb")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -252,8 +238,14 @@ func startGnb(t *testing.T) *gnb {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	waitOutputOrExit(t, out, regexp.MustCompile(`gnb ready`), "the gNB", done)
-	return &gnb{Cmd: cmd, done: done}
+	waitOutputOrExit(t, out, regexp.MustCompile(ready), what, done)
+	return &child{Cmd: cmd, done: done}
+}
+
+// startGnb runs the lab's gNB.
+func startGnb(t *testing.T) *child {
+	t.Helper()
+	return startChild(t, exec.Command(swiftlaneBin(t), "lab", "gnb"), `gnb ready`, "the gNB")
 }
 
 func uePing(t *testing.T, n int) {
