@@ -88,6 +88,10 @@ var loads = []Load{
 	{Key: "both", Description: "stress-ng --cpu 10xCPUs + perf bench sched messaging in a loop", hogs: 10, messaging: true},
 }
 
+// idleLoad is no load at all: eevdf-idle's only phase, automatic mode's
+// first.
+var idleLoad = Load{Key: "idle", Description: "no load"}
+
 // Restart is the operator's measurement for one restarted gNB.
 type Restart struct {
 	P50      float64   `json:"p50"`
@@ -147,7 +151,7 @@ var describe = map[string]string{
 	"eevdf-idle":            "kernel default scheduler, idle machine",
 	"eevdf-loaded":          "kernel default scheduler, under each load",
 	"swiftlane-loaded":      "swiftlane, no strategies, under each load",
-	"swiftlane-auto-loaded": "swiftlane, automatic mode (GTP-U carriers critical, UE pinger as companion), under each load",
+	"swiftlane-auto-loaded": "swiftlane, automatic mode (GTP-U carriers critical, UE pinger as companion), idle (its floor), then under each load",
 	"scx_bpfland-loaded":    "scx_bpfland (crates.io), under each load",
 	"scx_rustland-loaded":   "scx_rustland (crates.io), under each load",
 }
@@ -394,8 +398,14 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	}
 
 	v := &Variant{Loads: map[string]*Result{}}
-	if name == "eevdf-idle" {
-		use = []Load{{Key: "idle"}}
+	switch name {
+	case "eevdf-idle":
+		use = []Load{idleLoad}
+	case "swiftlane-auto-loaded":
+		// Automatic mode's own floor, in the same boot: how far below its
+		// idle RTT no load can push it says how much of a ratio to
+		// swiftlane without strategies is reachable at all.
+		use = append([]Load{idleLoad}, use...)
 	}
 	var rs *Restart
 	for i, l := range use {
@@ -444,7 +454,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 			break // nothing left to measure this variant with
 		}
 	}
-	v.Result = *v.Loads[use[0].Key]
+	v.Result = *firstLoaded(v, use)
 	var err2 error
 	if sched != nil {
 		if err := stopScheduler(sched); err != nil {
@@ -452,6 +462,20 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		}
 	}
 	return v, rs, err2
+}
+
+// firstLoaded is the variant's result under its first load, the one its
+// top-level numbers report; its idle phase only if that is all it has.
+func firstLoaded(v *Variant, use []Load) *Result {
+	for _, l := range use {
+		if r := v.Loads[l.Key]; r != nil && l.Key != idleLoad.Key {
+			return r
+		}
+	}
+	if r := v.Loads[use[0].Key]; r != nil {
+		return r
+	}
+	return &Result{}
 }
 
 // startLoad starts load l and returns once its hogs all run. stop kills it
@@ -682,7 +706,8 @@ func stopScheduler(p *proc) error {
 func printTable(w io.Writer, rep Report) {
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	idle := rep.result("eevdf-idle", "idle")
+	idle := rep.result("eevdf-idle", idleLoad.Key)
+	autoIdle := rep.result("swiftlane-auto-loaded", idleLoad.Key)
 	for _, l := range rep.Loads {
 		fmt.Fprintf(bw, "\nload %s: %s\n", l.Key, l.Description)
 		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -716,6 +741,9 @@ func printTable(w io.Writer, rep Report) {
 		}
 		if idle != nil && auto != nil && idle.Samples > 0 && auto.Samples > 0 {
 			fmt.Fprintf(bw, "automatic / eevdf-idle: avg %.2fx, p99 %.2fx, max %.2fx\n", auto.AvgMs/idle.AvgMs, auto.P99Ms/idle.P99Ms, auto.MaxMs/idle.MaxMs)
+		}
+		if autoIdle != nil && auto != nil && autoIdle.Samples > 0 && auto.Samples > 0 {
+			fmt.Fprintf(bw, "automatic / automatic idle: avg %.2fx, p99 %.2fx\n", auto.AvgMs/autoIdle.AvgMs, auto.P99Ms/autoIdle.P99Ms)
 		}
 	}
 	if r := rep.Restart; r != nil {

@@ -119,7 +119,7 @@ func mergeReports(boots []Report) *Merged {
 		var errs []string
 		key := func(l string) string { // eevdf-idle was measured once, idle
 			if name == "eevdf-idle" {
-				return "idle"
+				return idleLoad.Key
 			}
 			return l
 		}
@@ -131,7 +131,7 @@ func mergeReports(boots []Report) *Merged {
 			}
 			// The top level holds the first load's error or the variant's.
 			msgs := []string{v.Error}
-			for _, l := range m.Loads {
+			for _, l := range append([]Load{idleLoad}, m.Loads...) {
 				if r := v.Loads[key(l.Key)]; r != nil {
 					msgs = append(msgs, r.Error, r.Note)
 				}
@@ -145,16 +145,19 @@ func mergeReports(boots []Report) *Merged {
 				pooled = append(pooled, r.RTTMs...)
 			}
 		}
+		stat := func(load, k string) *Stat {
+			var xs []float64
+			var from []int
+			for _, b := range boots {
+				if r := b.result(name, load); usable(r) {
+					xs, from = append(xs, r.stat(k)), append(from, b.Boot)
+				}
+			}
+			return benchlab.NewStat(xs, from)
+		}
 		for _, l := range m.Loads {
 			for _, k := range statKeys {
-				var xs []float64
-				var from []int
-				for _, b := range boots {
-					if r := b.result(name, key(l.Key)); usable(r) {
-						xs, from = append(xs, r.stat(k)), append(from, b.Boot)
-					}
-				}
-				out[l.Key+"_"+k+"_ms"] = benchlab.NewStat(xs, from)
+				out[l.Key+"_"+k+"_ms"] = stat(key(l.Key), k)
 			}
 			if name == "eevdf-idle" || name == "eevdf-loaded" {
 				continue
@@ -169,6 +172,13 @@ func mergeReports(boots []Report) *Merged {
 					}
 				}
 				out[l.Key+"_"+k+"_vs_eevdf_loaded_pct"] = benchlab.NewStat(xs, from)
+			}
+		}
+		// Automatic mode's own idle phase, its floor (eevdf-idle's idle
+		// numbers are under every load already).
+		if name != "eevdf-idle" && slices.ContainsFunc(boots, func(b Report) bool { return b.result(name, idleLoad.Key) != nil }) {
+			for _, k := range statKeys {
+				out[idleLoad.Key+"_"+k+"_ms"] = stat(idleLoad.Key, k)
 			}
 		}
 		for _, k := range []string{"min", "avg", "p50", "p90", "p99", "max"} {
@@ -238,8 +248,17 @@ func gtpGoals(m *Merged) []Goal {
 			if !ok || a <= 0 {
 				continue
 			}
-			if b, ok := m.median("swiftlane-loaded", key); ok {
+			b, ok := m.median("swiftlane-loaded", key)
+			if ok {
 				add(fmt.Sprintf("%s: swiftlane without strategies / automatic, %s", l, k), b/a, ">= 2", b/a >= 2)
+			}
+			// Automatic mode cannot go below its own idle RTT: against
+			// that floor, the ratio above has a ceiling.
+			if i, iok := m.median("swiftlane-auto-loaded", idleLoad.Key+"_"+k+"_ms"); iok && i > 0 {
+				add(fmt.Sprintf("%s: automatic / automatic idle, %s", l, k), a/i, "reported (1 = at its floor)", true)
+				if ok {
+					add(fmt.Sprintf("%s: swiftlane without strategies / automatic idle, %s (the ratio's ceiling)", l, k), b/i, "reported", true)
+				}
 			}
 			for _, peer := range []string{"scx_bpfland-loaded", "scx_rustland-loaded"} {
 				if p, ok := m.median(peer, key); ok {
@@ -269,6 +288,14 @@ func printMerged(m *Merged) {
 			}
 			fmt.Printf("%-24s %-22s %-22s %-22s %-22s %s\n", name, cell(l.Key+"_min_ms"), cell(l.Key+"_avg_ms"), cell(l.Key+"_p99_ms"), cell(l.Key+"_max_ms"), cell(l.Key+"_avg_vs_eevdf_loaded_pct"))
 		}
+	}
+	if s, _ := m.Variants["swiftlane-auto-loaded"][idleLoad.Key+"_avg_ms"].(*Stat); s != nil {
+		p99, _ := m.Variants["swiftlane-auto-loaded"][idleLoad.Key+"_p99_ms"].(*Stat)
+		fmt.Printf("\nswiftlane-auto-loaded, idle (its floor): avg %.3f (%.3f-%.3f)", s.Median, s.Min, s.Max)
+		if p99 != nil {
+			fmt.Printf(", p99 %.3f (%.3f-%.3f)", p99.Median, p99.Min, p99.Max)
+		}
+		fmt.Println()
 	}
 	fmt.Println("\ngoals (issue 16, on the medians):")
 	for _, g := range m.Goals {
