@@ -45,6 +45,7 @@ type options struct {
 	swiftlane         string
 	clientCPU, dpCPU  int
 	seed              uint64
+	timesDir          string
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measurement phase (the issue asks for 20-30 s)")
 	flag.IntVar(&o.rate, "rate", 1000, "open-loop latency phase: new connections per second")
 	flag.IntVar(&o.connections, "connections", 32, "wrk connections in the connection-rate phase")
+	flag.StringVar(&o.timesDir, "times-dir", "", "also keep each latency phase's samples with their start times, one file per phase (loadgen's LOADGEN_TIMES), to place a stall in time")
 	flag.IntVar(&o.repeats, "repeats", 5, "rounds; each runs every variant once, in a new random order")
 	flag.IntVar(&o.services, "services", 1, fmt.Sprintf("Services in every variant's NAT setup, 1 to %d: the measured one and n-1 dummies (kube-proxy's iptables mode walks one rule per Service port for each new connection)", maxServices))
 	flag.StringVar(&variants, "variants", strings.Join(allVariants, ","), "comma-separated subset of "+strings.Join(allVariants, ","))
@@ -75,6 +77,12 @@ func main() {
 	if o.services < 1 || o.services > maxServices {
 		fmt.Fprintf(os.Stderr, "bench-lb: -services %d: use 1 to %d\n", o.services, maxServices)
 		os.Exit(2)
+	}
+	if o.timesDir != "" {
+		if err := os.MkdirAll(o.timesDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-lb: -times-dir:", err)
+			os.Exit(2)
+		}
 	}
 	if err := pinSelf(o.dpCPU); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-lb:", err)
@@ -170,6 +178,9 @@ type bench struct {
 	topo *labnet.Topology
 	tmp  string // swiftlane's services file
 	stop []func()
+
+	variant  string // being measured, for -times-dir's file names
+	timesSeq int
 }
 
 func newBench(o options) (*bench, error) {

@@ -61,6 +61,7 @@ func (b *bench) targets(v string) (cip, np target) {
 }
 
 func (b *bench) measureVariant(v string) (cip, np phase, err error) {
+	b.variant = v
 	done, err := b.setup(v)
 	if err != nil {
 		return cip, np, err
@@ -249,7 +250,13 @@ func (b *bench) wrk(tg target, r *phase) error {
 
 // latency: open loop at -rate from loadgen.
 func (b *bench) latency(tg target, r *phase) error {
-	out, err := b.pinned(tg.from, b.o.loadgen, "latency", tg.addr, strconv.Itoa(tg.port), strconv.Itoa(b.o.rate), secs(b.o.duration))
+	argv := []string{b.o.loadgen, "latency", tg.addr, strconv.Itoa(tg.port), strconv.Itoa(b.o.rate), secs(b.o.duration)}
+	if b.o.timesDir != "" {
+		b.timesSeq++
+		f := filepath.Join(b.o.timesDir, fmt.Sprintf("%03d-%s-%d.txt", b.timesSeq, b.variant, tg.port))
+		argv = append([]string{"env", "LOADGEN_TIMES=" + f}, argv...)
+	}
+	out, err := b.pinned(tg.from, argv...)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,10 @@
 //       (no coordinated omission). Prints one latency in microseconds per
 //       line, then "errors N" and "late N" (connections started more than
 //       1 ms after their slot: the generator itself fell behind).
+//       With LOADGEN_TIMES=FILE in the environment it also writes FILE:
+//       "# start NS" (the first slot, CLOCK_MONOTONIC: bpftrace's and perf's
+//       clock), then one "START LATENCY" line (µs, START from the first slot)
+//       per finished connection, to place a stall in time against a trace.
 //   loadgen stream ADDR PORT SECONDS
 //       One connection sending 256 KiB writes for SECONDS, then a half close;
 //       the sink answers with the byte count it read (8 bytes, big endian).
@@ -85,7 +89,8 @@ static int latency(const char *addr, const char *port, long rate, double seconds
 	// Indexed by request number: the epoll cookie is the index.
 	struct conn *c = calloc((size_t)total, sizeof(*c));
 	int64_t *lat = calloc((size_t)total, sizeof(*lat));
-	if (!c || !lat)
+	int64_t *at = calloc((size_t)total, sizeof(*at)); // lat[i]'s scheduled start
+	if (!c || !lat || !at)
 		die("calloc");
 	long started = 0, finished = 0, errors = 0, late = 0, done = 0, oldest = 0;
 	int64_t start = now_ns() + 10000000LL, interval = 1000000000LL / rate;
@@ -153,9 +158,10 @@ static int latency(const char *addr, const char *port, long rate, double seconds
 				}
 			}
 			if (fail || eof) {
-				if (eof && !fail && k->sent == sizeof(request) - 1)
+				if (eof && !fail && k->sent == sizeof(request) - 1) {
+					at[finished] = k->sched - start;
 					lat[finished++] = t - k->sched;
-				else
+				} else
 					errors++;
 				close(k->fd);
 				k->active = 0;
@@ -178,6 +184,17 @@ static int latency(const char *addr, const char *port, long rate, double seconds
 	for (long i = 0; i < finished; i++)
 		printf("%lld\n", (long long)(lat[i] / 1000));
 	printf("errors %ld\nlate %ld\n", errors, late);
+	const char *times = getenv("LOADGEN_TIMES");
+	if (times && *times) {
+		FILE *f = fopen(times, "w");
+		if (!f)
+			die(times);
+		fprintf(f, "# start %lld\n", (long long)start);
+		for (long i = 0; i < finished; i++)
+			fprintf(f, "%lld %lld\n", (long long)(at[i] / 1000), (long long)(lat[i] / 1000));
+		if (fclose(f))
+			die(times);
+	}
 	return 0;
 }
 
