@@ -43,3 +43,44 @@ func TestFindingsNeedSeparateIntervals(t *testing.T) {
 		t.Fatalf("cps ratio %v, want 2", got)
 	}
 }
+
+// p99 is compared round by round as well: one stalled round widens the
+// means' intervals, and the rounds still say which side is lower.
+func TestPairedTails(t *testing.T) {
+	r := &report{Variants: map[string]summary{}, NodePort: map[string]summary{}, Ratios: map[string]map[string]float64{}}
+	p99 := func(xs ...float64) []phase {
+		var ps []phase
+		for _, x := range xs {
+			ps = append(ps, phase{CPS: 100, P99us: x})
+		}
+		return ps
+	}
+	r.summarise(map[string]map[string][]phase{
+		"clusterip": {
+			"swiftlane": p99(4000, 3000, 90000, 3500, 7000),
+			"iptables":  p99(57000, 19000, 1200000, 46000, 4100000),
+			"nftables":  p99(7500, 2000, 5000, 13000, 6500),
+		},
+		"nodeport": {"swiftlane": p99(1, 2), "iptables": p99(3, 4)}, // too few rounds to pair
+	})
+	want := []string{
+		"clusterip p99_us: swiftlane below iptables in 5 of 5 rounds; medians 4000 vs 5.7e+04, -93 % (ranges 3000-9e+04 and 1.9e+04-4.1e+06)",
+		"clusterip p99_us: swiftlane below nftables in 2 of 5 rounds; medians 4000 vs 6500, -38 % (ranges 3000-9e+04 and 2000-1.3e+04)",
+	}
+	if strings.Join(r.Paired, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("paired\n%s\nwant\n%s", strings.Join(r.Paired, "\n"), strings.Join(want, "\n"))
+	}
+	for _, f := range r.Findings {
+		if strings.Contains(f, "p99_us: swiftlane") && strings.Contains(f, "iptables") {
+			t.Fatalf("the p99 means' intervals overlap here, yet a finding: %q", f)
+		}
+	}
+	if s := r.Variants["swiftlane"]; s.P99Median != 4000 || s.P99Range != [2]float64{3000, 90000} {
+		t.Fatalf("median %v range %v", s.P99Median, s.P99Range)
+	}
+	var b strings.Builder
+	r.printTable(&b)
+	if !strings.Contains(b.String(), "p99 round by round") || !strings.Contains(b.String(), "5 of 5 rounds") {
+		t.Fatalf("table lacks the paired lines:\n%s", b.String())
+	}
+}
