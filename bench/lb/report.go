@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
 // summary is one variant on one path over all rounds. cps and p99_us keep
@@ -158,8 +160,8 @@ func summarise(rounds []phase) summary {
 	s.CPS, s.CPSci = meanCI(col(func(p phase) float64 { return p.CPS }))
 	s.P50us, s.P50ci = meanCI(col(func(p phase) float64 { return p.P50us }))
 	s.P99us, s.P99ci = meanCI(col(func(p phase) float64 { return p.P99us }))
-	if p99 := sortedCopy(col(func(p phase) float64 { return p.P99us })); len(p99) > 0 {
-		s.P99Median, s.P99Range = median(p99), [2]float64{p99[0], p99[len(p99)-1]}
+	if p99 := col(func(p phase) float64 { return p.P99us }); len(p99) > 0 {
+		s.P99Median, s.P99Range = benchlab.Median(p99), [2]float64{slices.Min(p99), slices.Max(p99)}
 	}
 	s.P999us, s.P999ci = meanCI(col(func(p phase) float64 { return p.P999us }))
 	s.MaxUs, s.MaxCi = meanCI(col(func(p phase) float64 { return p.MaxUs }))
@@ -264,15 +266,6 @@ func paired(path string, sl summary, v string, o summary) string {
 	}
 	return fmt.Sprintf("%s p99_us: swiftlane below %s in %d of %d rounds; medians %.4g vs %.4g%s (ranges %.4g-%.4g and %.4g-%.4g)",
 		path, v, lower, n, sl.P99Median, o.P99Median, diff, sl.P99Range[0], sl.P99Range[1], o.P99Range[0], o.P99Range[1])
-}
-
-// median of sorted values.
-func median(sorted []float64) float64 {
-	n := len(sorted)
-	if n%2 == 1 {
-		return sorted[n/2]
-	}
-	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 func ci(c *[2]float64) string {
