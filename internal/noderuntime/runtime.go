@@ -178,6 +178,10 @@ type runner[S scheduler, T any] struct {
 	agentDone chan struct{}
 }
 
+// maxEnableRetries bounds the loads again after a transient failure to
+// enable (1+2+4+8+16 s of waiting).
+const maxEnableRetries = 5
+
 var errNotAttached = errors.New("the scheduler is not attached (it is being loaded again)")
 
 func newRunner[S scheduler, T any](o Options, set *strategy.Set, ep *endpoint, build Build, m mode[S, T]) *runner[S, T] {
@@ -208,12 +212,20 @@ func (r *runner[S, T]) run(ctx context.Context) error {
 			fmt.Fprintln(r.o.Out, "swiftlane: the kernel asked for a restart; reloading")
 			continue
 		}
-		if exit.OutOfMemoryAtEnable() && enableRetries < 3 && ctx.Err() == nil {
+		if exit.BusyAtEnable() {
+			tasks, _ := schedext.DeadlineTasks("/proc")
+			fmt.Fprintln(r.o.Out, "swiftlane:", schedext.DeadlineHint(tasks))
+		}
+		// Both wait on other tasks (the allocator's caches refilled, a
+		// SCHED_DEADLINE task's reservation released): a few tries, each
+		// waiting twice as long, before giving up.
+		if (exit.OutOfMemoryAtEnable() || exit.BusyAtEnable()) && enableRetries < maxEnableRetries && ctx.Err() == nil {
+			wait := time.Second << enableRetries
 			enableRetries++
-			fmt.Fprintf(r.o.Out, "swiftlane: retrying in 1 s (attempt %d of 3)\n", enableRetries)
+			fmt.Fprintf(r.o.Out, "swiftlane: retrying in %v (attempt %d of %d)\n", wait, enableRetries, maxEnableRetries)
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			}
 			continue
 		}
@@ -239,9 +251,22 @@ func (r *runner[S, T]) once(ctx context.Context) (*schedext.ExitInfo, error) {
 	if err := s.Attach(); err != nil {
 		return nil, err
 	}
+	// 7.x kernels report a failure late in enabling through the exit
+	// record, not the attach: the state says whether it took. Detaching
+	// waits for the kernel's disable path, so the record is then complete.
+	state, ops, _ := schedext.State()
+	if state != "enabled" {
+		if err := s.Detach(); err != nil {
+			return nil, fmt.Errorf("detach after a failed enable: %w", err)
+		}
+		exit, err := s.Exit()
+		if err == nil && exit == nil {
+			err = fmt.Errorf("sched_ext state %q after attaching, and no exit record", state)
+		}
+		return exit, err
+	}
 	r.setCurrent(s, true)
 	a := r.node.Applier
-	state, ops, _ := schedext.State()
 	what := ""
 	if r.m.name != "" {
 		what = ", " + r.m.name

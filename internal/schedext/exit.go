@@ -65,6 +65,17 @@ func (e *ExitInfo) OutOfMemoryAtEnable() bool {
 	return e.Kind == ExitError && strings.Contains(e.Message, "init_task() failed (-12)")
 }
 
+// BusyAtEnable is true when the kernel gave up enabling the scheduler with
+// EBUSY after setting it up. On 7.x kernels the one cause is sched_ext's
+// deadline server (the share of each CPU it keeps for its tasks beside
+// SCHED_DEADLINE ones, 50 ms per second by default): it could not reserve
+// that bandwidth because SCHED_DEADLINE tasks hold the rest of a root
+// domain's (DeadlineHolders names them). Loading again succeeds once they
+// release some.
+func (e *ExitInfo) BusyAtEnable() bool {
+	return e.Kind == ExitError && strings.Contains(e.Message, "enable() failed (-16)")
+}
+
 func (e *ExitInfo) String() string {
 	s := fmt.Sprintf("%s (kind %d", KindName(e.Kind), e.Kind)
 	if e.ExitCode != 0 {

@@ -33,3 +33,20 @@ func TestOutOfMemoryAtEnable(t *testing.T) {
 		}
 	}
 }
+
+func TestBusyAtEnable(t *testing.T) {
+	for _, c := range []struct {
+		e    ExitInfo
+		want bool
+	}{
+		// As 7.3 reports a deadline server that found no bandwidth.
+		{ExitInfo{Kind: ExitError, Reason: "runtime error", Message: "scx_root_enable() failed (-16)"}, true},
+		{ExitInfo{Kind: ExitError, Message: "scx_root_enable() failed (-12)"}, false},
+		{ExitInfo{Kind: ExitErrorBPF, Message: "scx_root_enable() failed (-16)"}, false},
+		{ExitInfo{Kind: ExitUnreg}, false},
+	} {
+		if got := c.e.BusyAtEnable(); got != c.want {
+			t.Errorf("%v: BusyAtEnable %v, want %v", &c.e, got, c.want)
+		}
+	}
+}

@@ -98,6 +98,23 @@ var metricsRE = regexp.MustCompile(`metrics on http://([^/]+)/metrics`)
 // kernel accepted it).
 func startScheduler(t testing.TB, config string) *schedProc {
 	t.Helper()
+	p := spawnScheduler(t, config, nil)
+	select {
+	case <-p.attached:
+	case <-p.done:
+		t.Fatalf("swiftlane exited before attaching: %v\n%s", p.exitErr, p.out)
+	case <-time.After(attachTimeout):
+		t.Fatalf("swiftlane did not attach within %v\n%s", attachTimeout, p.out)
+	}
+	requireState(t, "enabled", "swiftlane")
+	return p
+}
+
+// spawnScheduler starts `swiftlane run` with the given config without
+// waiting for it to attach; onLine, if not nil, sees every line it writes
+// to stderr as it comes.
+func spawnScheduler(t testing.TB, config string, onLine func(string)) *schedProc {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "swiftlane.yaml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -124,6 +141,9 @@ func startScheduler(t testing.TB, config string) *schedProc {
 			if strings.Contains(line, "swiftlane: attached") {
 				once.Do(func() { close(p.attached) })
 			}
+			if onLine != nil {
+				onLine(line)
+			}
 		}
 		io.Copy(io.Discard, stderr)
 		p.exitErr = p.cmd.Wait()
@@ -135,14 +155,6 @@ func startScheduler(t testing.TB, config string) *schedProc {
 			t.Logf("swiftlane output:\n%s", p.out)
 		}
 	})
-	select {
-	case <-p.attached:
-	case <-p.done:
-		t.Fatalf("swiftlane exited before attaching: %v\n%s", p.exitErr, p.out)
-	case <-time.After(attachTimeout):
-		t.Fatalf("swiftlane did not attach within %v\n%s", attachTimeout, p.out)
-	}
-	requireState(t, "enabled", "swiftlane")
 	return p
 }
 

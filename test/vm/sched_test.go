@@ -113,6 +113,121 @@ func TestKernelEjectionIsReported(t *testing.T) {
 	waitState(t, "disabled")
 }
 
+// On 7.x kernels sched_ext runs its tasks under a deadline server that
+// reserves a share of every CPU when a scheduler is enabled; if
+// SCHED_DEADLINE tasks hold the rest, the kernel refuses the enable with
+// EBUSY. Real deadline tasks take all the bandwidth here: swiftlane must
+// name them, retry, and attach once they are gone, without a restart.
+func TestEnableWaitsForDeadlineBandwidth(t *testing.T) {
+	if _, err := os.Stat("/sys/kernel/debug/sched/ext_server"); err != nil {
+		t.Skipf("this kernel has no deadline server for sched_ext (%v): nothing to wait for", err)
+	}
+	holders := holdDeadlineBandwidth(t)
+	pids := make([]string, len(holders))
+	for i, h := range holders {
+		pids[i] = strconv.Itoa(h.Process.Pid)
+	}
+	named := make(chan string, 1)
+	p := spawnScheduler(t, noStrategies, func(line string) {
+		if strings.Contains(line, "found no deadline bandwidth left") {
+			select {
+			case named <- line:
+			default:
+			}
+		}
+	})
+	var hint string
+	select {
+	case hint = <-named:
+	case <-p.attached:
+		t.Fatalf("attached while deadline tasks held all the bandwidth:\n%s", p.out)
+	case <-p.done:
+		t.Fatalf("swiftlane exited: %v\n%s", p.exitErr, p.out)
+	case <-time.After(attachTimeout):
+		t.Fatalf("no word of the deadline bandwidth within %v:\n%s", attachTimeout, p.out)
+	}
+	for _, pid := range pids {
+		if !strings.Contains(hint, pid+"/"+pid+" ") {
+			t.Errorf("the hint does not name deadline task %s: %s", pid, hint)
+		}
+	}
+	for _, h := range holders {
+		h.Process.Kill()
+		h.Wait()
+	}
+	select {
+	case <-p.attached:
+	case <-p.done:
+		t.Fatalf("swiftlane exited instead of retrying: %v\n%s", p.exitErr, p.out)
+	case <-time.After(attachTimeout):
+		t.Fatalf("not attached within %v of the deadline tasks' end:\n%s", attachTimeout, p.out)
+	}
+	requireState(t, "enabled", "swiftlane")
+	if !strings.Contains(p.out.String(), "swiftlane: retrying in 1s (attempt 1 of 5)") {
+		t.Errorf("no retry reported:\n%s", p.out)
+	}
+}
+
+// holdDeadlineBandwidth starts one SCHED_DEADLINE sleep per CPU that
+// together reserve all the root domain's free deadline bandwidth (read from
+// the scheduler's debugfs, in the kernel's 2^20 = one CPU units), so not
+// even 50 ms per second of one CPU is left.
+func holdDeadlineBandwidth(t *testing.T) []*exec.Cmd {
+	b, err := os.ReadFile("/sys/kernel/debug/sched/debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(name string) int64 {
+		_, rest, ok := strings.Cut(string(b), name)
+		if !ok {
+			t.Fatalf("no %s in /sys/kernel/debug/sched/debug", name)
+		}
+		_, v, _ := strings.Cut(strings.SplitN(rest, "\n", 2)[0], ":")
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return n
+	}
+	perCPU, total := field(".dl_bw->bw "), field(".dl_bw->total_bw ")
+	if perCPU < 0 {
+		t.Skip("deadline admission control is off (kernel.sched_rt_runtime_us = -1): nothing can run out")
+	}
+	n := int64(runtime.NumCPU())
+	free := perCPU*n - total
+	const period = int64(time.Second)
+	runtimeNS := free / n * period >> 20 // rounded down: admission must accept it
+	var holders []*exec.Cmd
+	t.Cleanup(func() {
+		for _, h := range holders {
+			h.Process.Kill()
+			h.Wait()
+		}
+	})
+	for range n {
+		// chrt runs the shell only once the kernel admitted the
+		// reservation (refused, it exits: stdout ends without a line).
+		h := exec.Command("chrt", "-d", "--sched-runtime", strconv.FormatInt(runtimeNS, 10),
+			"--sched-deadline", strconv.FormatInt(period, 10), "--sched-period", strconv.FormatInt(period, 10),
+			"0", "sh", "-c", "echo admitted; exec sleep 600")
+		out, err := h.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr syncBuffer
+		h.Stderr = &stderr
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, h)
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "admitted\n" {
+			t.Fatalf("chrt -d %d ns per second: refused: %s", runtimeNS, &stderr)
+		}
+	}
+	t.Logf("%d SCHED_DEADLINE sleeps hold %d ns per second each (free bandwidth was %d of %d)", n, runtimeNS, free, perCPU*n)
+	return holders
+}
+
 func TestCPUHotplug(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Fatal("needs 2 CPUs")
