@@ -96,7 +96,7 @@ func TestGTPAutomaticAgent(t *testing.T) {
 	cmd := exec.Command(swiftlaneBin(t), "agent", "--config", cfg, "--server", "https://127.0.0.1:1", "--node", "vm1",
 		"--state-file", "", "--metrics-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "SWIFTLANE_TOKEN=unused")
-	p := startProc(t, cmd, "scheduler attached; agent running", "swiftlane")
+	p := startProc(t, cmd, "scheduler attached; agent running", "swiftlane", userAttachTimeout)
 	waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U`), "the tracer to attach")
 
 	g := startGnb(t)

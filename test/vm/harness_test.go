@@ -98,16 +98,7 @@ var metricsRE = regexp.MustCompile(`metrics on http://([^/]+)/metrics`)
 // kernel accepted it).
 func startScheduler(t testing.TB, config string) *schedProc {
 	t.Helper()
-	p := spawnScheduler(t, config, nil)
-	select {
-	case <-p.attached:
-	case <-p.done:
-		t.Fatalf("swiftlane exited before attaching: %v\n%s", p.exitErr, p.out)
-	case <-time.After(attachTimeout):
-		t.Fatalf("swiftlane did not attach within %v\n%s", attachTimeout, p.out)
-	}
-	requireState(t, "enabled", "swiftlane")
-	return p
+	return startProc(t, runCommand(t, config), "swiftlane: attached", "swiftlane", attachTimeout)
 }
 
 // spawnScheduler starts `swiftlane run` with the given config without
@@ -115,12 +106,43 @@ func startScheduler(t testing.TB, config string) *schedProc {
 // to stderr as it comes.
 func spawnScheduler(t testing.TB, config string, onLine func(string)) *schedProc {
 	t.Helper()
+	return spawnProc(t, runCommand(t, config), "swiftlane: attached", onLine)
+}
+
+// runCommand is `swiftlane run` with config written to a file, its metrics
+// on a free port, and args after.
+func runCommand(t testing.TB, config string, args ...string) *exec.Cmd {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "swiftlane.yaml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &schedProc{t: t, out: &syncBuffer{}, attached: make(chan struct{}), done: make(chan struct{})}
-	p.cmd = exec.Command(swiftlaneBin(t), "run", "--config", cfg, "--metrics-addr", "127.0.0.1:0")
+	argv := append([]string{"run", "--config", cfg, "--metrics-addr", "127.0.0.1:0"}, args...)
+	return exec.Command(swiftlaneBin(t), argv...)
+}
+
+// startProc runs a scheduler process, waits up to timeout for its attached
+// line, and checks that the kernel runs ops.
+func startProc(t testing.TB, cmd *exec.Cmd, attachedLine, ops string, timeout time.Duration) *schedProc {
+	t.Helper()
+	p := spawnProc(t, cmd, attachedLine, nil)
+	select {
+	case <-p.attached:
+	case <-p.done:
+		t.Fatalf("%s exited before attaching: %v\n%s", filepath.Base(cmd.Path), p.exitErr, p.out)
+	case <-time.After(timeout):
+		t.Fatalf("%s did not attach within %v\n%s", filepath.Base(cmd.Path), timeout, p.out)
+	}
+	requireState(t, "enabled", ops)
+	return p
+}
+
+// spawnProc starts a scheduler process; p.attached closes when it writes
+// attachedLine to stderr, and onLine, if not nil, sees every line there.
+// It is stopped when the test ends.
+func spawnProc(t testing.TB, cmd *exec.Cmd, attachedLine string, onLine func(string)) *schedProc {
+	t.Helper()
+	p := &schedProc{t: t, cmd: cmd, out: &syncBuffer{}, attached: make(chan struct{}), done: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +160,7 @@ func spawnScheduler(t testing.TB, config string, onLine func(string)) *schedProc
 			if m := metricsRE.FindStringSubmatch(line); m != nil {
 				p.metrics = m[1]
 			}
-			if strings.Contains(line, "swiftlane: attached") {
+			if strings.Contains(line, attachedLine) {
 				once.Do(func() { close(p.attached) })
 			}
 			if onLine != nil {
@@ -152,7 +174,7 @@ func spawnScheduler(t testing.TB, config string, onLine func(string)) *schedProc
 	t.Cleanup(func() {
 		p.stop()
 		if t.Failed() {
-			t.Logf("swiftlane output:\n%s", p.out)
+			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), p.out)
 		}
 	})
 	return p

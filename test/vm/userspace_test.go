@@ -8,7 +8,6 @@ package vm
 // tests use the package in this test process, which then is the scheduler.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,57 +34,8 @@ const userAttachTimeout = 3 * attachTimeout
 // startUserScheduler is startScheduler for `swiftlane run --mode userspace`.
 func startUserScheduler(t testing.TB, config string, args ...string) *schedProc {
 	t.Helper()
-	cfg := filepath.Join(t.TempDir(), "swiftlane.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	argv := append([]string{"run", "--mode", "userspace", "--config", cfg, "--metrics-addr", "127.0.0.1:0"}, args...)
-	return startProc(t, exec.Command(swiftlaneBin(t), argv...), "swiftlane: attached", userOps)
-}
-
-// startProc runs a scheduler process and waits for its attached line.
-func startProc(t testing.TB, cmd *exec.Cmd, attachedLine, ops string) *schedProc {
-	t.Helper()
-	p := &schedProc{t: t, cmd: cmd, out: &syncBuffer{}, attached: make(chan struct{}), done: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stdout = p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(p.out, line)
-			if m := metricsRE.FindStringSubmatch(line); m != nil {
-				p.metrics = m[1]
-			}
-			if strings.Contains(line, attachedLine) {
-				once.Do(func() { close(p.attached) })
-			}
-		}
-		p.exitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("scheduler output:\n%s", p.out)
-		}
-	})
-	select {
-	case <-p.attached:
-	case <-p.done:
-		t.Fatalf("scheduler exited before attaching: %v\n%s", p.exitErr, p.out)
-	case <-time.After(userAttachTimeout):
-		t.Fatalf("scheduler did not attach within %v\n%s", userAttachTimeout, p.out)
-	}
-	requireState(t, "enabled", ops)
-	return p
+	cmd := runCommand(t, config, append([]string{"--mode", "userspace"}, args...)...)
+	return startProc(t, cmd, "swiftlane: attached", userOps, userAttachTimeout)
 }
 
 // The user ring buffer producer and the ring buffer consumer against this
@@ -199,7 +148,7 @@ func TestUserspaceExampleReservesCPU(t *testing.T) {
 	}
 	mark := logMark(t)
 	reserved := runtime.NumCPU() - 1
-	p := startProc(t, exec.Command(bin, "-comm", "stress-ng-cpu", "-cpu", fmt.Sprint(reserved)), "reservecpu: attached", userOps)
+	p := startProc(t, exec.Command(bin, "-comm", "stress-ng-cpu", "-cpu", fmt.Sprint(reserved)), "reservecpu: attached", userOps, userAttachTimeout)
 	critical := startStress(t, "--cpu", "1")
 	others := startStress(t, "--matrix", fmt.Sprint(2*runtime.NumCPU()))
 	// Workers forked after the attach are placed by the policy from their
