@@ -212,14 +212,15 @@ func (r *runner[S, T]) run(ctx context.Context) error {
 			fmt.Fprintln(r.o.Out, "swiftlane: the kernel asked for a restart; reloading")
 			continue
 		}
-		if exit.BusyAtEnable() {
+		busy := exit.BusyAtEnable()
+		if busy {
 			tasks, _ := schedext.DeadlineTasks("/proc")
 			fmt.Fprintln(r.o.Out, "swiftlane:", schedext.DeadlineHint(tasks))
 		}
 		// Both wait on other tasks (the allocator's caches refilled, a
 		// SCHED_DEADLINE task's reservation released): a few tries, each
 		// waiting twice as long, before giving up.
-		if (exit.OutOfMemoryAtEnable() || exit.BusyAtEnable()) && enableRetries < maxEnableRetries && ctx.Err() == nil {
+		if (exit.OutOfMemoryAtEnable() || busy) && enableRetries < maxEnableRetries && ctx.Err() == nil {
 			wait := time.Second << enableRetries
 			enableRetries++
 			fmt.Fprintf(r.o.Out, "swiftlane: retrying in %v (attempt %d of %d)\n", wait, enableRetries, maxEnableRetries)

@@ -70,7 +70,7 @@ func (e *ExitInfo) OutOfMemoryAtEnable() bool {
 // deadline server (the share of each CPU it keeps for its tasks beside
 // SCHED_DEADLINE ones, 50 ms per second by default): it could not reserve
 // that bandwidth because SCHED_DEADLINE tasks hold the rest of a root
-// domain's (DeadlineHolders names them). Loading again succeeds once they
+// domain's (DeadlineTasks names them). Loading again succeeds once they
 // release some.
 func (e *ExitInfo) BusyAtEnable() bool {
 	return e.Kind == ExitError && strings.Contains(e.Message, "enable() failed (-16)")

@@ -122,11 +122,7 @@ func TestEnableWaitsForDeadlineBandwidth(t *testing.T) {
 	if _, err := os.Stat("/sys/kernel/debug/sched/ext_server"); err != nil {
 		t.Skipf("this kernel has no deadline server for sched_ext (%v): nothing to wait for", err)
 	}
-	holders := holdDeadlineBandwidth(t)
-	pids := make([]string, len(holders))
-	for i, h := range holders {
-		pids[i] = strconv.Itoa(h.Process.Pid)
-	}
+	pids, release := holdDeadlineBandwidth(t)
 	named := make(chan string, 1)
 	p := spawnScheduler(t, noStrategies, func(line string) {
 		if strings.Contains(line, "found no deadline bandwidth left") {
@@ -147,14 +143,11 @@ func TestEnableWaitsForDeadlineBandwidth(t *testing.T) {
 		t.Fatalf("no word of the deadline bandwidth within %v:\n%s", attachTimeout, p.out)
 	}
 	for _, pid := range pids {
-		if !strings.Contains(hint, pid+"/"+pid+" ") {
-			t.Errorf("the hint does not name deadline task %s: %s", pid, hint)
+		if !strings.Contains(hint, fmt.Sprintf("%d/%d ", pid, pid)) {
+			t.Errorf("the hint does not name deadline task %d: %s", pid, hint)
 		}
 	}
-	for _, h := range holders {
-		h.Process.Kill()
-		h.Wait()
-	}
+	release()
 	select {
 	case <-p.attached:
 	case <-p.done:
@@ -171,8 +164,9 @@ func TestEnableWaitsForDeadlineBandwidth(t *testing.T) {
 // holdDeadlineBandwidth starts one SCHED_DEADLINE sleep per CPU that
 // together reserve all the root domain's free deadline bandwidth (read from
 // the scheduler's debugfs, in the kernel's 2^20 = one CPU units), so not
-// even 50 ms per second of one CPU is left.
-func holdDeadlineBandwidth(t *testing.T) []*exec.Cmd {
+// even 50 ms per second of one CPU is left. It returns their pids and a
+// release that ends them (also run when the test ends).
+func holdDeadlineBandwidth(t *testing.T) (pids []int, release func()) {
 	b, err := os.ReadFile("/sys/kernel/debug/sched/debug")
 	if err != nil {
 		t.Fatal(err)
@@ -198,12 +192,13 @@ func holdDeadlineBandwidth(t *testing.T) []*exec.Cmd {
 	const period = int64(time.Second)
 	runtimeNS := free / n * period >> 20 // rounded down: admission must accept it
 	var holders []*exec.Cmd
-	t.Cleanup(func() {
+	release = sync.OnceFunc(func() {
 		for _, h := range holders {
 			h.Process.Kill()
 			h.Wait()
 		}
 	})
+	t.Cleanup(release)
 	for range n {
 		// chrt runs the shell only once the kernel admitted the
 		// reservation (refused, it exits: stdout ends without a line).
@@ -220,12 +215,13 @@ func holdDeadlineBandwidth(t *testing.T) []*exec.Cmd {
 			t.Fatal(err)
 		}
 		holders = append(holders, h)
+		pids = append(pids, h.Process.Pid)
 		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "admitted\n" {
 			t.Fatalf("chrt -d %d ns per second: refused: %s", runtimeNS, &stderr)
 		}
 	}
 	t.Logf("%d SCHED_DEADLINE sleeps hold %d ns per second each (free bandwidth was %d of %d)", n, runtimeNS, free, perCPU*n)
-	return holders
+	return pids, release
 }
 
 func TestCPUHotplug(t *testing.T) {
