@@ -85,6 +85,8 @@ type Datapath struct {
 	objs     lbObjects
 	mapDirs  []string // where the maps are pinned; none if not
 	replaced []string // pinned maps that could not be reused (why)
+
+	afterSweepRead func() // tests: runs between Sweep's read and its delete
 }
 
 // Load sets the constants and loads the program into the kernel. On a

@@ -791,4 +791,102 @@ int lb_ingress(struct __sk_buff *skb)
 	return TC_ACT_UNSPEC;
 }
 
+// The sweep. User space finds idle connections from a snapshot of the
+// session maps and deletes them here, a batch at a time. Between its read
+// and the delete a packet may have refreshed an entry, or a SYN reopened a
+// closed tuple (the reopen and reclaim_closed paths delete the pair and
+// insert a new one under the same keys): a delete by key alone would take
+// that live connection's session with it, and its next packets would miss.
+// So an item is deleted only if each of its entries is gone or still
+// carries the last_seen user space read; otherwise it is left for the next
+// sweep to judge. The check and the delete are not one atomic step, but the
+// window shrinks from the sweep's milliseconds to a few instructions.
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SWEEP_BATCH);
+	__type(key, __u32);
+	__type(value, struct sweep_item);
+} sweep_batch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SWEEP_BATCH);
+	__type(key, __u32);
+	__type(value, struct sweep_item6);
+} sweep_batch6 SEC(".maps");
+
+static long sweep_one(__u32 i, void *ctx)
+{
+	struct sweep_args *a = ctx;
+	struct sweep_item *it = bpf_map_lookup_elem(&sweep_batch, &i);
+	struct session *s;
+
+	if (!it)
+		return 1;
+	s = bpf_map_lookup_elem(&sessions, &it->key);
+	if (s && s->last_seen != it->seen)
+		goto changed;
+	if (it->has_pair) {
+		struct session *p = bpf_map_lookup_elem(&sessions, &it->pair);
+		if (p && p->last_seen != it->pair_seen)
+			goto changed;
+		if (p && bpf_map_delete_elem(&sessions, &it->pair) == 0)
+			a->deleted++;
+	}
+	if (s && bpf_map_delete_elem(&sessions, &it->key) == 0)
+		a->deleted++;
+	return 0;
+changed:
+	a->changed++;
+	return 0;
+}
+
+static long sweep_one6(__u32 i, void *ctx)
+{
+	struct sweep_args *a = ctx;
+	struct sweep_item6 *it = bpf_map_lookup_elem(&sweep_batch6, &i);
+	struct session6 *s;
+
+	if (!it)
+		return 1;
+	s = bpf_map_lookup_elem(&sessions6, &it->key);
+	if (s && s->last_seen != it->seen)
+		goto changed;
+	if (it->has_pair) {
+		struct session6 *p = bpf_map_lookup_elem(&sessions6, &it->pair);
+		if (p && p->last_seen != it->pair_seen)
+			goto changed;
+		if (p && bpf_map_delete_elem(&sessions6, &it->pair) == 0)
+			a->deleted++;
+	}
+	if (s && bpf_map_delete_elem(&sessions6, &it->key) == 0)
+		a->deleted++;
+	return 0;
+changed:
+	a->changed++;
+	return 0;
+}
+
+// Run by user space (BPF_PROG_RUN) after it fills sweep_batch or
+// sweep_batch6 with ctx->count items. Batches are kept small because the
+// loop runs without a scheduling point, on a CPU that may carry packets.
+SEC("syscall")
+int sweep_delete(struct sweep_args *ctx)
+{
+	struct sweep_args a = { .family = ctx->family, .count = ctx->count };
+
+	if (a.count > SWEEP_BATCH)
+		a.count = SWEEP_BATCH;
+	if (a.family == 4)
+		bpf_loop(a.count, sweep_one, &a, 0);
+	else if (a.family == 6)
+		bpf_loop(a.count, sweep_one6, &a, 0);
+	else
+		return -1;
+	ctx->deleted = a.deleted;
+	ctx->changed = a.changed;
+	return 0;
+}
+
 char __license[] SEC("license") = "GPL";

@@ -171,6 +171,34 @@ type lbSvcVal6 struct {
 	SnatAddr    [4]uint32
 }
 
+type lbSweepArgs struct {
+	_       structs.HostLayout
+	Family  uint32
+	Count   uint32
+	Deleted uint32
+	Changed uint32
+}
+
+type lbSweepItem struct {
+	_        structs.HostLayout
+	Key      lbFlow
+	Pair     lbFlow
+	Seen     uint64
+	PairSeen uint64
+	HasPair  uint32
+	Pad      uint32
+}
+
+type lbSweepItem6 struct {
+	_        structs.HostLayout
+	Key      lbFlow6
+	Pair     lbFlow6
+	Seen     uint64
+	PairSeen uint64
+	HasPair  uint32
+	Pad      uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -189,7 +217,10 @@ const (
 	lbMapSessions6       = "sessions6"
 	lbMapStats           = "stats"
 	lbMapSvcMembers      = "svc_members"
+	lbMapSweepBatch      = "sweep_batch"
+	lbMapSweepBatch6     = "sweep_batch6"
 	lbProgLbIngress      = "lb_ingress"
+	lbProgSweepDelete    = "sweep_delete"
 	lbVarFibRedirect     = "fib_redirect"
 	lbVarHairpinAddr     = "hairpin_addr"
 	lbVarHairpinAddr6    = "hairpin_addr6"
@@ -242,7 +273,8 @@ type lbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbProgramSpecs struct {
-	LbIngress *ebpf.ProgramSpec `ebpf:"lb_ingress"`
+	LbIngress   *ebpf.ProgramSpec `ebpf:"lb_ingress"`
+	SweepDelete *ebpf.ProgramSpec `ebpf:"sweep_delete"`
 }
 
 // lbMapSpecs contains maps before they are loaded into the kernel.
@@ -263,6 +295,8 @@ type lbMapSpecs struct {
 	Sessions6    *ebpf.MapSpec `ebpf:"sessions6"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 	SvcMembers   *ebpf.MapSpec `ebpf:"svc_members"`
+	SweepBatch   *ebpf.MapSpec `ebpf:"sweep_batch"`
+	SweepBatch6  *ebpf.MapSpec `ebpf:"sweep_batch6"`
 }
 
 // lbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -313,6 +347,8 @@ type lbMaps struct {
 	Sessions6    *ebpf.Map `ebpf:"sessions6"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 	SvcMembers   *ebpf.Map `ebpf:"svc_members"`
+	SweepBatch   *ebpf.Map `ebpf:"sweep_batch"`
+	SweepBatch6  *ebpf.Map `ebpf:"sweep_batch6"`
 }
 
 func (m *lbMaps) Close() error {
@@ -331,6 +367,8 @@ func (m *lbMaps) Close() error {
 		m.Sessions6,
 		m.Stats,
 		m.SvcMembers,
+		m.SweepBatch,
+		m.SweepBatch6,
 	)
 }
 
@@ -352,12 +390,14 @@ type lbVariables struct {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbPrograms struct {
-	LbIngress *ebpf.Program `ebpf:"lb_ingress"`
+	LbIngress   *ebpf.Program `ebpf:"lb_ingress"`
+	SweepDelete *ebpf.Program `ebpf:"sweep_delete"`
 }
 
 func (p *lbPrograms) Close() error {
 	return _LbClose(
 		p.LbIngress,
+		p.SweepDelete,
 	)
 }
 

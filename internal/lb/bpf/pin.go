@@ -62,11 +62,12 @@ func CheckPinDir(dir string) error {
 	}
 }
 
-// pinnedMaps are the maps a restart keeps: all but the constants.
+// pinnedMaps are the maps a restart keeps: all but the constants and the
+// sweep's scratch batches, which each process must have to itself.
 func pinnedMaps(spec *ebpf.CollectionSpec) []string {
 	var names []string
 	for name := range spec.Maps {
-		if !strings.HasPrefix(name, ".") {
+		if !strings.HasPrefix(name, ".") && !strings.HasPrefix(name, "sweep_") {
 			names = append(names, name)
 		}
 	}

@@ -227,45 +227,67 @@ func Monotonic() time.Duration {
 // entries whose forward entry is gone (LRU eviction, lost creation races).
 // It returns the number of live connections and of entries removed.
 //
-// It works on the maps' raw entries (small, pointer-free values), reads and
-// deletes in batches and pauses sweepPause between them. Converting every
-// entry to a Session and deleting one per system call took a CPU for a
-// quarter of a second per 80,000 entries in one go (BenchmarkSweep): on the
-// CPU that also carries the node's packets and backends that showed as a
-// 10-30 ms p99 in bench-lb. Batched it is about 70 ms of CPU; the pauses cut
-// it into slices of a millisecond or two, so other threads get the CPU in
-// between.
+// It reads the maps' raw entries (small, pointer-free values) in batches and
+// decides from that snapshot; the program's sweep_delete then deletes each
+// pick only if its entries still carry the last_seen read, so a connection
+// that sent a packet or was reopened on the same tuple meanwhile keeps its
+// session (deleting by key alone lost such connections to RTO timeouts in
+// bench-lb). Reads and deletes go in batches with sweepPause between them:
+// converting every entry to a Session and deleting one per system call took
+// a CPU for a quarter of a second per 80,000 entries in one go
+// (BenchmarkSweep), which on the CPU that also carries the node's packets and
+// backends showed as a 10-30 ms p99; in slices of a millisecond or two other
+// threads get the CPU in between.
 func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err error) {
 	live4, gone4, err4 := sweepMap(d.objs.Sessions, now, t,
 		func(k lbFlow, v lbSession) lbFlow {
 			return lbFlow{Saddr: v.Daddr, Daddr: v.Saddr, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
 		},
-		func(k lbFlow, v lbSession) (uint8, uint64, uint32) { return k.Proto, v.LastSeen, v.Flags })
+		func(k lbFlow, v lbSession) (uint8, uint64, uint32) { return k.Proto, v.LastSeen, v.Flags },
+		func(k lbFlow, seen uint64, pair lbFlow, pairSeen uint64, hasPair bool) lbSweepItem {
+			return lbSweepItem{Key: k, Seen: seen, Pair: pair, PairSeen: pairSeen, HasPair: b2u(hasPair)}
+		})
 	live6, gone6, err6 := sweepMap(d.objs.Sessions6, now, t,
 		func(k lbFlow6, v lbSession6) lbFlow6 {
 			return lbFlow6{Saddr: v.Daddr, Daddr: v.Saddr, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
 		},
-		func(k lbFlow6, v lbSession6) (uint8, uint64, uint32) { return k.Proto, v.LastSeen, v.Flags })
+		func(k lbFlow6, v lbSession6) (uint8, uint64, uint32) { return k.Proto, v.LastSeen, v.Flags },
+		func(k lbFlow6, seen uint64, pair lbFlow6, pairSeen uint64, hasPair bool) lbSweepItem6 {
+			return lbSweepItem6{Key: k, Seen: seen, Pair: pair, PairSeen: pairSeen, HasPair: b2u(hasPair)}
+		})
 	if err = errors.Join(err4, err6); err != nil {
 		return 0, 0, err
 	}
-	n4, err4 := deleteAll(d.objs.Sessions, gone4, sweepPause)
-	n6, err6 := deleteAll(d.objs.Sessions6, gone6, sweepPause)
+	if d.afterSweepRead != nil {
+		d.afterSweepRead()
+	}
+	n4, err4 := deleteChecked(d.objs.SweepDelete, d.objs.SweepBatch, 4, gone4, sweepPause)
+	n6, err6 := deleteChecked(d.objs.SweepDelete, d.objs.SweepBatch6, 6, gone6, sweepPause)
 	return live4 + live6, n4 + n6, errors.Join(err4, err6)
 }
 
 // sweepPause is Sweep's pause between batches of a system call each.
 const sweepPause = time.Millisecond
 
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // sweepMap finds what Sweep removes in one family's session map. other(k, v)
 // is the key of the other direction's entry (the rewritten tuple reversed);
-// meta gives an entry's protocol, last_seen and flags.
-func sweepMap[K comparable, V any](m *ebpf.Map, now time.Duration, t Timeouts,
-	other func(K, V) K, meta func(K, V) (proto uint8, lastSeen uint64, flags uint32)) (live int, gone []K, err error) {
+// meta gives an entry's protocol, last_seen and flags; item makes one pick
+// for sweep_delete: an entry, its last_seen, and its pair's if it has one.
+func sweepMap[K comparable, V, I any](m *ebpf.Map, now time.Duration, t Timeouts,
+	other func(K, V) K, meta func(K, V) (proto uint8, lastSeen uint64, flags uint32),
+	item func(k K, seen uint64, pair K, pairSeen uint64, hasPair bool) I) (live int, gone []I, err error) {
 	entries := map[K]V{}
 	if err := readAll(m, sweepPause, func(k K, v V) { entries[k] = v }); err != nil {
 		return 0, nil, fmt.Errorf("read sessions: %w", err)
 	}
+	var none K
 	for k, v := range entries {
 		proto, last, flags := meta(k, v)
 		if flags&1 != 0 { // reply
@@ -274,15 +296,18 @@ func sweepMap[K comparable, V any](m *ebpf.Map, now time.Duration, t Timeouts,
 			fk := other(k, v)
 			fwd, ok := entries[fk]
 			if (!ok || other(fk, fwd) != k) && now-time.Duration(last) > t.Closing+LastSeenGrain {
-				gone = append(gone, k)
+				gone = append(gone, item(k, last, none, 0, false))
 			}
 			continue
 		}
+		seen := last
 		rk := other(k, v)
 		rev, ok := entries[rk]
 		closing := flags&4 != 0
+		var rlast uint64
 		if ok {
-			_, rlast, rflags := meta(rk, rev)
+			var rflags uint32
+			_, rlast, rflags = meta(rk, rev)
 			last = max(last, rlast)
 			closing = closing || rflags&4 != 0
 		}
@@ -294,10 +319,7 @@ func sweepMap[K comparable, V any](m *ebpf.Map, now time.Duration, t Timeouts,
 			}
 		}
 		if now-time.Duration(last) > idle+LastSeenGrain { // last_seen lags by up to the grain
-			gone = append(gone, k)
-			if ok {
-				gone = append(gone, rk)
-			}
+			gone = append(gone, item(k, seen, rk, rlast, ok))
 			continue
 		}
 		live++
@@ -305,37 +327,33 @@ func sweepMap[K comparable, V any](m *ebpf.Map, now time.Duration, t Timeouts,
 	return live, gone, nil
 }
 
-// deleteAll deletes keys from m in batches, pause apart, and returns how
-// many it deleted. A key already gone (LRU eviction, the program's own
-// delete) ends a batch early; it is skipped and the rest go on. Where the
-// kernel has no batch delete for the map type it deletes one by one.
-func deleteAll[K any](m *ebpf.Map, keys []K, pause time.Duration) (int, error) {
-	const chunk = 4096
+// deleteChecked hands items to the program's sweep_delete, a batch array's
+// capacity (SWEEP_BATCH) at a time and pause apart, through the family's batch array, and returns how
+// many entries it deleted.
+func deleteChecked[I any](prog *ebpf.Program, batch *ebpf.Map, family uint32, items []I, pause time.Duration) (int, error) {
+	idx := make([]uint32, batch.MaxEntries())
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
 	deleted := 0
-	for first := true; len(keys) > 0; first = false {
+	for first := true; len(items) > 0; first = false {
 		if !first {
 			time.Sleep(pause)
 		}
-		batch := keys[:min(chunk, len(keys))]
-		n, err := m.BatchDelete(batch, nil)
-		deleted += n
-		switch {
-		case err == nil:
-			keys = keys[len(batch):]
-		case errors.Is(err, ebpf.ErrKeyNotExist):
-			keys = keys[n+1:]
-		case errors.Is(err, ebpf.ErrNotSupported):
-			for _, k := range keys {
-				if err := m.Delete(k); err == nil {
-					deleted++
-				} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return deleted, err
-				}
-			}
-			return deleted, nil
-		default:
-			return deleted, err
+		n := min(len(idx), len(items))
+		if _, err := batch.BatchUpdate(idx[:n], items[:n], nil); err != nil {
+			return deleted, fmt.Errorf("sweep: fill batch: %w", err)
 		}
+		args := lbSweepArgs{Family: family, Count: uint32(n)}
+		ret, err := prog.Run(&ebpf.RunOptions{Context: args, ContextOut: &args})
+		if err != nil {
+			return deleted, fmt.Errorf("sweep: run sweep_delete: %w", err)
+		}
+		if ret != 0 {
+			return deleted, fmt.Errorf("sweep: sweep_delete returned %d", int32(ret))
+		}
+		deleted += int(args.Deleted)
+		items = items[n:]
 	}
 	return deleted, nil
 }
