@@ -791,91 +791,143 @@ int lb_ingress(struct __sk_buff *skb)
 	return TC_ACT_UNSPEC;
 }
 
-// The sweep. User space finds idle connections from a snapshot of the
-// session maps and deletes them here, a batch at a time. Between its read
-// and the delete a packet may have refreshed an entry, or a SYN reopened a
-// closed tuple (the reopen and reclaim_closed paths delete the pair and
-// insert a new one under the same keys): a delete by key alone would take
-// that live connection's session with it, and its next packets would miss.
-// So an item is deleted only if each of its entries is gone or still
-// carries the last_seen user space read; otherwise it is left for the next
-// sweep to judge. The check and the delete are not one atomic step, but the
-// window shrinks from the sweep's milliseconds to a few instructions.
+// The sweep. User space reads the session maps in batches and passes the
+// keys of entries whose own last_seen is old enough to be idle; this program
+// decides and deletes, a batch per run. Deciding here, on each entry and
+// its partner as they are at the moment of the delete, matters: between the
+// read and the delete a packet may have woken the connection, or a SYN
+// reopened the same tuple (the reopen and reclaim_closed paths delete the
+// pair and insert a new one under the same keys). A delete decided from the
+// snapshot took such a live connection's session with it, and its next
+// packets missed. Lookup and delete are still two steps, but the window is
+// a few instructions instead of the sweep's milliseconds.
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SWEEP_BATCH);
 	__type(key, __u32);
-	__type(value, struct sweep_item);
+	__type(value, struct flow);
 } sweep_batch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SWEEP_BATCH);
 	__type(key, __u32);
-	__type(value, struct sweep_item6);
+	__type(value, struct flow6);
 } sweep_batch6 SEC(".maps");
 
+// Whether a connection last seen at last is past its timeout.
+static __always_inline bool sweep_expired(const struct sweep_args *a, __u8 proto, __u64 last, bool closing)
+{
+	__u64 idle = a->udp_idle;
+
+	if (proto == IPPROTO_TCP)
+		idle = closing ? a->closing_idle : a->tcp_idle;
+	return last <= a->now && a->now - last > idle;
+}
+
+// One key: a forward entry goes with its reply entry once the connection,
+// by the later of their last_seen and either's closing flag, is idle; a
+// reply entry whose forward entry is gone or points elsewhere (LRU
+// eviction, a lost creation race) goes alone once as old as a closed
+// connection. The program inserts the reply entry just before the forward
+// one, so an orphan younger than that may be a connection being created.
 static long sweep_one(__u32 i, void *ctx)
 {
 	struct sweep_args *a = ctx;
-	struct sweep_item *it = bpf_map_lookup_elem(&sweep_batch, &i);
-	struct session *s;
+	struct flow *k = bpf_map_lookup_elem(&sweep_batch, &i);
+	struct session *s, *o;
+	struct flow ok, back;
 
-	if (!it)
+	if (!k)
 		return 1;
-	s = bpf_map_lookup_elem(&sessions, &it->key);
-	if (s && s->last_seen != it->seen)
-		goto changed;
-	if (it->has_pair) {
-		struct session *p = bpf_map_lookup_elem(&sessions, &it->pair);
-		if (p && p->last_seen != it->pair_seen)
-			goto changed;
-		if (p && bpf_map_delete_elem(&sessions, &it->pair) == 0)
-			a->deleted++;
+	s = bpf_map_lookup_elem(&sessions, k);
+	if (!s)
+		return 0;
+	reply_key(&ok, s, k->proto);
+	o = bpf_map_lookup_elem(&sessions, &ok);
+	if (o) { // the partner only if it points back and faces the other way
+		reply_key(&back, o, k->proto);
+		if (__builtin_memcmp(&back, k, sizeof(back)) || !((o->flags ^ s->flags) & SESS_F_REPLY))
+			o = NULL;
 	}
-	if (s && bpf_map_delete_elem(&sessions, &it->key) == 0)
+	if (s->flags & SESS_F_REPLY) {
+		if (!o && sweep_expired(a, IPPROTO_TCP, s->last_seen, true) &&
+		    bpf_map_delete_elem(&sessions, k) == 0)
+			a->deleted++;
+		return 0;
+	}
+	__u64 last = s->last_seen;
+	bool closing = s->flags & SESS_F_CLOSING;
+	if (o) {
+		if (o->last_seen > last)
+			last = o->last_seen;
+		closing |= o->flags & SESS_F_CLOSING;
+	}
+	if (!sweep_expired(a, k->proto, last, closing))
+		return 0;
+	if (o && bpf_map_delete_elem(&sessions, &ok) == 0)
 		a->deleted++;
-	return 0;
-changed:
-	a->changed++;
+	if (bpf_map_delete_elem(&sessions, k) == 0) {
+		a->deleted++;
+		a->conns++;
+	}
 	return 0;
 }
 
+// sweep_one for IPv6.
 static long sweep_one6(__u32 i, void *ctx)
 {
 	struct sweep_args *a = ctx;
-	struct sweep_item6 *it = bpf_map_lookup_elem(&sweep_batch6, &i);
-	struct session6 *s;
+	struct flow6 *k = bpf_map_lookup_elem(&sweep_batch6, &i);
+	struct session6 *s, *o;
+	struct flow6 ok, back;
 
-	if (!it)
+	if (!k)
 		return 1;
-	s = bpf_map_lookup_elem(&sessions6, &it->key);
-	if (s && s->last_seen != it->seen)
-		goto changed;
-	if (it->has_pair) {
-		struct session6 *p = bpf_map_lookup_elem(&sessions6, &it->pair);
-		if (p && p->last_seen != it->pair_seen)
-			goto changed;
-		if (p && bpf_map_delete_elem(&sessions6, &it->pair) == 0)
-			a->deleted++;
+	s = bpf_map_lookup_elem(&sessions6, k);
+	if (!s)
+		return 0;
+	reply_key6(&ok, s, k->proto);
+	o = bpf_map_lookup_elem(&sessions6, &ok);
+	if (o) {
+		reply_key6(&back, o, k->proto);
+		if (__builtin_memcmp(&back, k, sizeof(back)) || !((o->flags ^ s->flags) & SESS_F_REPLY))
+			o = NULL;
 	}
-	if (s && bpf_map_delete_elem(&sessions6, &it->key) == 0)
+	if (s->flags & SESS_F_REPLY) {
+		if (!o && sweep_expired(a, IPPROTO_TCP, s->last_seen, true) &&
+		    bpf_map_delete_elem(&sessions6, k) == 0)
+			a->deleted++;
+		return 0;
+	}
+	__u64 last = s->last_seen;
+	bool closing = s->flags & SESS_F_CLOSING;
+	if (o) {
+		if (o->last_seen > last)
+			last = o->last_seen;
+		closing |= o->flags & SESS_F_CLOSING;
+	}
+	if (!sweep_expired(a, k->proto, last, closing))
+		return 0;
+	if (o && bpf_map_delete_elem(&sessions6, &ok) == 0)
 		a->deleted++;
-	return 0;
-changed:
-	a->changed++;
+	if (bpf_map_delete_elem(&sessions6, k) == 0) {
+		a->deleted++;
+		a->conns++;
+	}
 	return 0;
 }
 
 // Run by user space (BPF_PROG_RUN) after it fills sweep_batch or
-// sweep_batch6 with ctx->count items. Batches are kept small because the
+// sweep_batch6 with ctx->count keys. Batches are kept small because the
 // loop runs without a scheduling point, on a CPU that may carry packets.
 SEC("syscall")
 int sweep_delete(struct sweep_args *ctx)
 {
-	struct sweep_args a = { .family = ctx->family, .count = ctx->count };
+	struct sweep_args a = *ctx;
 
+	a.deleted = a.conns = 0;
 	if (a.count > SWEEP_BATCH)
 		a.count = SWEEP_BATCH;
 	if (a.family == 4)
@@ -885,7 +937,7 @@ int sweep_delete(struct sweep_args *ctx)
 	else
 		return -1;
 	ctx->deleted = a.deleted;
-	ctx->changed = a.changed;
+	ctx->conns = a.conns;
 	return 0;
 }
 

@@ -163,36 +163,24 @@ struct affinity_key6 {
 	__be32 client[4];
 };
 
-// The sweep's checked delete (sweep_delete in lb.c). User space reads the
-// session maps, picks idle connections and hands them over in batches of at
-// most SWEEP_BATCH items, each with the last_seen values it read.
+// The sweep (sweep_delete in lb.c). User space reads the session maps and
+// hands the entries that look idle to the program in batches of at most
+// SWEEP_BATCH keys; the program decides on the entries as they are then.
 #define SWEEP_BATCH 512
 
-struct sweep_item {
-	struct flow key;
-	struct flow pair; // the other direction's entry, if has_pair
-	__u64 seen;       // key's last_seen as read
-	__u64 pair_seen;  // pair's last_seen as read
-	__u32 has_pair;
-	__u32 pad;
-};
-
-struct sweep_item6 {
-	struct flow6 key;
-	struct flow6 pair;
-	__u64 seen;
-	__u64 pair_seen;
-	__u32 has_pair;
-	__u32 pad;
-};
-
-// The program's context: which family's batch, how many items; it writes
-// back how many entries it deleted and how many items it left alone.
+// The program's context: the clock and the idle timeouts (each with
+// last_seen_grain_ns added), which family's batch and how many keys; it
+// writes back how many entries it deleted, and how many of them were
+// forward entries (connections).
 struct sweep_args {
+	__u64 now;
+	__u64 tcp_idle;
+	__u64 udp_idle;
+	__u64 closing_idle;
 	__u32 family; // 4 or 6
 	__u32 count;
 	__u32 deleted;
-	__u32 changed;
+	__u32 conns;
 };
 
 // Per-CPU counters; user space sums the CPUs.

@@ -172,31 +172,15 @@ type lbSvcVal6 struct {
 }
 
 type lbSweepArgs struct {
-	_       structs.HostLayout
-	Family  uint32
-	Count   uint32
-	Deleted uint32
-	Changed uint32
-}
-
-type lbSweepItem struct {
-	_        structs.HostLayout
-	Key      lbFlow
-	Pair     lbFlow
-	Seen     uint64
-	PairSeen uint64
-	HasPair  uint32
-	Pad      uint32
-}
-
-type lbSweepItem6 struct {
-	_        structs.HostLayout
-	Key      lbFlow6
-	Pair     lbFlow6
-	Seen     uint64
-	PairSeen uint64
-	HasPair  uint32
-	Pad      uint32
+	_           structs.HostLayout
+	Now         uint64
+	TcpIdle     uint64
+	UdpIdle     uint64
+	ClosingIdle uint64
+	Family      uint32
+	Count       uint32
+	Deleted     uint32
+	Conns       uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -227,133 +227,92 @@ func Monotonic() time.Duration {
 // entries whose forward entry is gone (LRU eviction, lost creation races).
 // It returns the number of live connections and of entries removed.
 //
-// It reads the maps' raw entries (small, pointer-free values) in batches and
-// decides from that snapshot; the program's sweep_delete then deletes each
-// pick only if its entries still carry the last_seen read, so a connection
-// that sent a packet or was reopened on the same tuple meanwhile keeps its
-// session (deleting by key alone lost such connections to RTO timeouts in
-// bench-lb). Reads and deletes go in batches with sweepPause between them:
-// converting every entry to a Session and deleting one per system call took
-// a CPU for a quarter of a second per 80,000 entries in one go
-// (BenchmarkSweep), which on the CPU that also carries the node's packets and
-// backends showed as a 10-30 ms p99; in slices of a millisecond or two other
-// threads get the CPU in between.
+// User space only reads: the maps' raw entries (small, pointer-free values)
+// in batches, keeping the keys of entries whose own last_seen is old enough
+// for the shortest timeout. The program's sweep_delete judges those against
+// the entries as they are then, with their partners, and deletes: a
+// connection that sent a packet or was reopened on the same tuple since the
+// read keeps its session (deletes decided from the snapshot lost such
+// connections to RTO timeouts in bench-lb). Reads and deletes go in batches
+// with sweepPause between them: one system call per deleted entry, all at
+// once, took a CPU for a quarter of a second per 80,000 entries; on the CPU
+// that also carries the node's packets and backends that showed as a 10-30
+// ms p99 in bench-lb. In slices of a millisecond or less other threads get
+// the CPU in between.
 func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err error) {
-	live4, gone4, err4 := sweepMap(d.objs.Sessions, now, t,
-		func(k lbFlow, v lbSession) lbFlow {
-			return lbFlow{Saddr: v.Daddr, Daddr: v.Saddr, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
-		},
-		func(k lbFlow, v lbSession) (uint8, uint64, uint32) { return k.Proto, v.LastSeen, v.Flags },
-		func(k lbFlow, seen uint64, pair lbFlow, pairSeen uint64, hasPair bool) lbSweepItem {
-			return lbSweepItem{Key: k, Seen: seen, Pair: pair, PairSeen: pairSeen, HasPair: b2u(hasPair)}
-		})
-	live6, gone6, err6 := sweepMap(d.objs.Sessions6, now, t,
-		func(k lbFlow6, v lbSession6) lbFlow6 {
-			return lbFlow6{Saddr: v.Daddr, Daddr: v.Saddr, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
-		},
-		func(k lbFlow6, v lbSession6) (uint8, uint64, uint32) { return k.Proto, v.LastSeen, v.Flags },
-		func(k lbFlow6, seen uint64, pair lbFlow6, pairSeen uint64, hasPair bool) lbSweepItem6 {
-			return lbSweepItem6{Key: k, Seen: seen, Pair: pair, PairSeen: pairSeen, HasPair: b2u(hasPair)}
-		})
+	args := lbSweepArgs{
+		Now:         uint64(now),
+		TcpIdle:     uint64(t.TCP + LastSeenGrain), // last_seen lags by up to the grain
+		UdpIdle:     uint64(t.UDP + LastSeenGrain),
+		ClosingIdle: uint64(t.Closing + LastSeenGrain),
+	}
+	// An entry newer than this is live whatever its partner says.
+	oldest := now - min(t.TCP, t.UDP, t.Closing) - LastSeenGrain
+	fwd4, keys4, err4 := sweepCandidates[lbFlow](d.objs.Sessions, oldest,
+		func(v lbSession) (uint64, uint32) { return v.LastSeen, v.Flags })
+	fwd6, keys6, err6 := sweepCandidates[lbFlow6](d.objs.Sessions6, oldest,
+		func(v lbSession6) (uint64, uint32) { return v.LastSeen, v.Flags })
 	if err = errors.Join(err4, err6); err != nil {
 		return 0, 0, err
 	}
 	if d.afterSweepRead != nil {
 		d.afterSweepRead()
 	}
-	n4, err4 := deleteChecked(d.objs.SweepDelete, d.objs.SweepBatch, 4, gone4, sweepPause)
-	n6, err6 := deleteChecked(d.objs.SweepDelete, d.objs.SweepBatch6, 6, gone6, sweepPause)
-	return live4 + live6, n4 + n6, errors.Join(err4, err6)
+	n4, c4, err4 := sweepDelete(d.objs.SweepDelete, d.objs.SweepBatch, 4, args, keys4, sweepPause)
+	n6, c6, err6 := sweepDelete(d.objs.SweepDelete, d.objs.SweepBatch6, 6, args, keys6, sweepPause)
+	return fwd4 + fwd6 - c4 - c6, n4 + n6, errors.Join(err4, err6)
 }
 
 // sweepPause is Sweep's pause between batches of a system call each.
 const sweepPause = time.Millisecond
 
-func b2u(b bool) uint32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// sweepMap finds what Sweep removes in one family's session map. other(k, v)
-// is the key of the other direction's entry (the rewritten tuple reversed);
-// meta gives an entry's protocol, last_seen and flags; item makes one pick
-// for sweep_delete: an entry, its last_seen, and its pair's if it has one.
-func sweepMap[K comparable, V, I any](m *ebpf.Map, now time.Duration, t Timeouts,
-	other func(K, V) K, meta func(K, V) (proto uint8, lastSeen uint64, flags uint32),
-	item func(k K, seen uint64, pair K, pairSeen uint64, hasPair bool) I) (live int, gone []I, err error) {
-	entries := map[K]V{}
-	if err := readAll(m, sweepPause, func(k K, v V) { entries[k] = v }); err != nil {
+// sweepCandidates reads one family's session map and returns how many
+// forward entries (connections) it holds and the keys of the entries last
+// seen before oldest. meta gives an entry's last_seen and flags.
+func sweepCandidates[K, V any](m *ebpf.Map, oldest time.Duration, meta func(V) (lastSeen uint64, flags uint32)) (conns int, keys []K, err error) {
+	err = readAll(m, sweepPause, func(k K, v V) {
+		last, flags := meta(v)
+		if flags&1 == 0 { // not a reply entry
+			conns++
+		}
+		if time.Duration(last) < oldest {
+			keys = append(keys, k)
+		}
+	})
+	if err != nil {
 		return 0, nil, fmt.Errorf("read sessions: %w", err)
 	}
-	var none K
-	for k, v := range entries {
-		proto, last, flags := meta(k, v)
-		if flags&1 != 0 { // reply
-			// The program inserts the reply entry just before the forward
-			// one: only orphans older than the closing grace are garbage.
-			fk := other(k, v)
-			fwd, ok := entries[fk]
-			if (!ok || other(fk, fwd) != k) && now-time.Duration(last) > t.Closing+LastSeenGrain {
-				gone = append(gone, item(k, last, none, 0, false))
-			}
-			continue
-		}
-		seen := last
-		rk := other(k, v)
-		rev, ok := entries[rk]
-		closing := flags&4 != 0
-		var rlast uint64
-		if ok {
-			var rflags uint32
-			_, rlast, rflags = meta(rk, rev)
-			last = max(last, rlast)
-			closing = closing || rflags&4 != 0
-		}
-		idle := t.UDP
-		if Proto(proto) == TCP {
-			idle = t.TCP
-			if closing {
-				idle = t.Closing
-			}
-		}
-		if now-time.Duration(last) > idle+LastSeenGrain { // last_seen lags by up to the grain
-			gone = append(gone, item(k, seen, rk, rlast, ok))
-			continue
-		}
-		live++
-	}
-	return live, gone, nil
+	return conns, keys, nil
 }
 
-// deleteChecked hands items to the program's sweep_delete, a batch array's
-// capacity (SWEEP_BATCH) at a time and pause apart, through the family's batch array, and returns how
-// many entries it deleted.
-func deleteChecked[I any](prog *ebpf.Program, batch *ebpf.Map, family uint32, items []I, pause time.Duration) (int, error) {
+// sweepDelete hands keys to the program's sweep_delete, a batch array's
+// capacity (SWEEP_BATCH) at a time and pause apart, and returns how many
+// entries it deleted and how many of them were connections' forward entries.
+func sweepDelete[K any](prog *ebpf.Program, batch *ebpf.Map, family uint32, args lbSweepArgs, keys []K, pause time.Duration) (deleted, conns int, err error) {
 	idx := make([]uint32, batch.MaxEntries())
 	for i := range idx {
 		idx[i] = uint32(i)
 	}
-	deleted := 0
-	for first := true; len(items) > 0; first = false {
+	for first := true; len(keys) > 0; first = false {
 		if !first {
 			time.Sleep(pause)
 		}
-		n := min(len(idx), len(items))
-		if _, err := batch.BatchUpdate(idx[:n], items[:n], nil); err != nil {
-			return deleted, fmt.Errorf("sweep: fill batch: %w", err)
+		n := min(len(idx), len(keys))
+		if _, err := batch.BatchUpdate(idx[:n], keys[:n], nil); err != nil {
+			return deleted, conns, fmt.Errorf("sweep: fill batch: %w", err)
 		}
-		args := lbSweepArgs{Family: family, Count: uint32(n)}
-		ret, err := prog.Run(&ebpf.RunOptions{Context: args, ContextOut: &args})
+		a := args
+		a.Family, a.Count = family, uint32(n)
+		ret, err := prog.Run(&ebpf.RunOptions{Context: a, ContextOut: &a})
 		if err != nil {
-			return deleted, fmt.Errorf("sweep: run sweep_delete: %w", err)
+			return deleted, conns, fmt.Errorf("sweep: run sweep_delete: %w", err)
 		}
 		if ret != 0 {
-			return deleted, fmt.Errorf("sweep: sweep_delete returned %d", int32(ret))
+			return deleted, conns, fmt.Errorf("sweep: sweep_delete returned %d", int32(ret))
 		}
-		deleted += int(args.Deleted)
-		items = items[n:]
+		deleted += int(a.Deleted)
+		conns += int(a.Conns)
+		keys = keys[n:]
 	}
-	return deleted, nil
+	return deleted, conns, nil
 }
