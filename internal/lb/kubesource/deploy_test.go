@@ -163,7 +163,8 @@ const (
 // TestCapabilitiesHelper is the load balancer as TestManifestCapabilities
 // runs it: a child process with a reduced capability set, inside the node
 // namespace. It reports "ready <CapEff>" once the program is loaded and
-// attached, then serves until its stdin closes.
+// attached, serves until its stdin closes, then sweeps until the closed
+// connection's sessions are gone.
 func TestCapabilitiesHelper(t *testing.T) {
 	path := os.Getenv(capsHelperEnv)
 	if path == "" {
@@ -197,6 +198,25 @@ func TestCapabilitiesHelper(t *testing.T) {
 	}
 	fmt.Printf("ready %s\n", capEff)
 	io.Copy(io.Discard, os.Stdin)
+	// The sweep runs the program's sweep_delete (BPF_PROG_RUN): the test's
+	// closed connection must be expired with these capabilities too.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := b.Sweep(); err != nil {
+			fail(fmt.Errorf("sweep: %w", err))
+		}
+		ss, err := b.Datapath().Sessions()
+		if err != nil {
+			fail(err)
+		}
+		if len(ss) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail(fmt.Errorf("sweep: %d session entries left 10 s after the connection closed", len(ss)))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	b.Close()
 	os.Exit(0)
 }
@@ -244,6 +264,7 @@ func TestManifestCapabilities(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "services.yaml")
 	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(`
 interfaces: [ext0, "v*"]
+sessions: {closingIdle: 1s}
 services:
   - name: web
     clusterIP: 10.96.0.10
