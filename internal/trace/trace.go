@@ -68,13 +68,15 @@ var ErrNoFunctions = errors.New("no GTP-U function could be traced")
 type Context uint32
 
 const (
-	// Process: a user task in a system call; it carries the packet.
+	// Process: a user task in a system call that moves packets or TUN data
+	// (read, write, send*, recv*, ...); it carries the packet.
 	Process Context = 0
 	// Idle: softirq on an idle CPU (pid 0).
 	Idle Context = 1
 	// KernelThread: ksoftirqd, a NAPI thread or a worker.
 	KernelThread Context = 2
-	// Interrupt: softirq on IRQ exit, on top of whatever user task was running.
+	// Interrupt: softirq on IRQ exit, on top of whatever user task was running
+	// (in user mode, or in a system call that moves no packets).
 	Interrupt Context = 3
 )
 

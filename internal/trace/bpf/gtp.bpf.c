@@ -60,10 +60,41 @@ struct gtp_event _gtp_event_btf;
  * Who carries this packet? Softirq work runs on whatever task the CPU was
  * running: the task's own system call (a gNB's sendmsg runs the receive path
  * on bh enable), the idle task, ksoftirqd, or a user task that an IRQ
- * interrupted. Only the first is the packet's owner. An interrupted task was
- * entered through an interrupt, which leaves orig_ax at -1 in the frame at
- * the top of its stack; a system call leaves its number there. (x86-64.)
+ * interrupted. Only the first is the packet's owner. The frame at the top of
+ * a user task's stack says how it entered the kernel: an interrupt from user
+ * mode leaves orig_ax at -1, a system call its number. An IRQ that arrives
+ * while the task is already in a system call leaves that frame alone, so the
+ * number alone would credit the softirq run on that IRQ's exit to whatever
+ * call the task was in (a Go runtime thread's madvise, say): only calls that
+ * move packets or TUN data count as the owner's. (x86-64 numbers.)
  */
+static __always_inline bool moves_packets(long nr)
+{
+	switch (nr) {
+	case 0:   /* read */
+	case 1:   /* write */
+	case 17:  /* pread64 */
+	case 18:  /* pwrite64 */
+	case 19:  /* readv */
+	case 20:  /* writev */
+	case 40:  /* sendfile */
+	case 44:  /* sendto */
+	case 45:  /* recvfrom */
+	case 46:  /* sendmsg */
+	case 47:  /* recvmsg */
+	case 275: /* splice */
+	case 295: /* preadv */
+	case 296: /* pwritev */
+	case 299: /* recvmmsg */
+	case 307: /* sendmmsg */
+	case 327: /* preadv2 */
+	case 328: /* pwritev2 */
+	case 426: /* io_uring_enter */
+		return true;
+	}
+	return false;
+}
+
 static __always_inline __u32 classify(struct task_struct *t, __u32 tgid)
 {
 	if (tgid == 0)
@@ -71,7 +102,10 @@ static __always_inline __u32 classify(struct task_struct *t, __u32 tgid)
 	if (BPF_CORE_READ(t, flags) & PF_KTHREAD)
 		return GTP_CTX_KTHREAD;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	if (!regs || (long)BPF_CORE_READ(regs, orig_ax) < 0)
+	if (!regs)
+		return GTP_CTX_INTERRUPT;
+	long nr = BPF_CORE_READ(regs, orig_ax);
+	if (nr < 0 || !moves_packets(nr))
 		return GTP_CTX_INTERRUPT;
 	return GTP_CTX_PROCESS;
 }

@@ -11,7 +11,7 @@ enum gtp_ctx {
 	GTP_CTX_PROCESS = 0,   /* a user task, inside a system call: it carries the packet */
 	GTP_CTX_IDLE = 1,      /* the idle task (softirq on an idle CPU) */
 	GTP_CTX_KTHREAD = 2,   /* a kernel thread (ksoftirqd, NAPI threads, workers) */
-	GTP_CTX_INTERRUPT = 3, /* a user task interrupted in user mode: softirq on IRQ exit */
+	GTP_CTX_INTERRUPT = 3, /* a user task an IRQ interrupted (in user mode, or in a call that moves no packets): softirq on IRQ exit */
 };
 
 /* One ring buffer record: the first packet of a (task, function), then at
