@@ -3,10 +3,13 @@
 package bpf
 
 import (
+	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,27 +55,13 @@ func BenchmarkEstablishedPacket(b *testing.B) {
 func BenchmarkSweep(b *testing.B) {
 	d := load(b, testConstants())
 	const conns = 40000
-	fill := func() {
-		for i := range conns {
-			port := uint16(1024 + i%60000)
-			cl := netip.AddrFrom4([4]byte{10, 1, byte(i >> 16), byte(i >> 8)})
-			fwd := Flow{Src: netip.AddrPortFrom(cl, port), Dst: ap(vip, 80), Proto: TCP}
-			to := Flow{Src: fwd.Src, Dst: ap(backendA, 8080), Proto: TCP}
-			rev := Flow{Src: to.Dst, Dst: to.Src, Proto: TCP}
-			for _, s := range []Session{{Key: fwd, To: to, BackendID: 1, LastSeen: 1}, {Key: rev, To: Flow{Src: fwd.Dst, Dst: fwd.Src, Proto: TCP}, BackendID: 1, LastSeen: 1, Reply: true}} {
-				if err := d.PutSession(s); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	}
 	t := Timeouts{TCP: time.Second, UDP: time.Second, Closing: time.Second}
 	// Wall time includes the pauses between batches; the CPU it takes from
 	// the node's packets and backends is the process's CPU time.
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		fill()
+		fillIdle(b, d, conns)
 		b.StartTimer()
 		before := processCPU(b)
 		live, removed, err := d.Sweep(time.Hour, t)
@@ -82,6 +71,80 @@ func BenchmarkSweep(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkSweepCall reports how long a sweep's system calls over the same
+// map last (median and 99th percentile): a batch lookup of readChunk entries
+// and a sweep_delete run of SWEEP_BATCH keys. Nothing preempts a system call,
+// so on the CPU that also runs the node's packets and backends this is how
+// long the sweep can hold a woken backend back.
+func BenchmarkSweepCall(b *testing.B) {
+	d := load(b, testConstants())
+	const conns = 40000
+	args := lbSweepArgs{Now: uint64(time.Hour), TcpIdle: 1, UdpIdle: 1, ClosingIdle: 1, Family: 4}
+	idx := make([]uint32, d.objs.SweepBatch.MaxEntries())
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
+	var read, del []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		fillIdle(b, d, conns)
+		b.StartTimer()
+		keys, vals := make([]lbFlow, readChunk), make([]lbSession, readChunk)
+		var all []lbFlow
+		var cursor ebpf.MapBatchCursor
+		for {
+			start := time.Now()
+			n, err := d.objs.Sessions.BatchLookup(&cursor, keys, vals, nil)
+			read = append(read, time.Since(start))
+			all = append(all, keys[:n]...)
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+		for len(all) > 0 {
+			n := min(len(idx), len(all))
+			if _, err := d.objs.SweepBatch.BatchUpdate(idx[:n], all[:n], nil); err != nil {
+				b.Fatal(err)
+			}
+			a := args
+			a.Count = uint32(n)
+			start := time.Now()
+			if _, err := d.objs.SweepDelete.Run(&ebpf.RunOptions{Context: a, ContextOut: &a}); err != nil {
+				b.Fatal(err)
+			}
+			del = append(del, time.Since(start))
+			all = all[n:]
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		calls []time.Duration
+	}{{"read", read}, {"delete", del}} {
+		slices.Sort(c.calls)
+		b.ReportMetric(float64(c.calls[len(c.calls)/2].Microseconds()), c.name+"-p50-µs")
+		b.ReportMetric(float64(c.calls[len(c.calls)*99/100].Microseconds()), c.name+"-p99-µs")
+	}
+}
+
+// fillIdle puts conns idle TCP connections into the session map, a forward
+// and a reply entry each, last seen at 1 ns after boot.
+func fillIdle(b *testing.B, d *Datapath, conns int) {
+	for i := range conns {
+		port := uint16(1024 + i%60000)
+		cl := netip.AddrFrom4([4]byte{10, 1, byte(i >> 16), byte(i >> 8)})
+		fwd := Flow{Src: netip.AddrPortFrom(cl, port), Dst: ap(vip, 80), Proto: TCP}
+		to := Flow{Src: fwd.Src, Dst: ap(backendA, 8080), Proto: TCP}
+		rev := Flow{Src: to.Dst, Dst: to.Src, Proto: TCP}
+		for _, s := range []Session{{Key: fwd, To: to, BackendID: 1, LastSeen: 1}, {Key: rev, To: Flow{Src: fwd.Dst, Dst: fwd.Src, Proto: TCP}, BackendID: 1, LastSeen: 1, Reply: true}} {
+			if err := d.PutSession(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }
 
 func processCPU(b *testing.B) time.Duration {

@@ -144,18 +144,23 @@ func (d *Datapath) Sessions() ([]Session, error) {
 	return out, nil
 }
 
-// readAll reads every entry of m in batches (one system call per few
-// thousand entries instead of two per entry: a sweep of a full session map
-// would otherwise take a CPU for a good part of a second), pausing between
-// batches, and falls back to iteration where the kernel has no batch lookup
-// for the map type.
+// readChunk is how many entries one batch lookup reads. A system call is not
+// preempted (the common server kernels preempt only at its end), so it is as
+// long as the longest stall it can give a backend that wakes on the sweep's
+// CPU: 4,096 entries took about 1 ms (BenchmarkSweepCall), 512 take about
+// 0.15 ms and cost no more CPU per entry.
+const readChunk = 512
+
+// readAll reads every entry of m in batches of readChunk (two system calls
+// per entry would take a CPU for a good part of a second on a full session
+// map), pausing between batches, and falls back to iteration where the
+// kernel has no batch lookup for the map type.
 func readAll[K, V any](m *ebpf.Map, pause time.Duration, each func(K, V)) error {
-	const chunk = 4096
-	keys, vals := make([]K, chunk), make([]V, chunk)
+	keys, vals := make([]K, readChunk), make([]V, readChunk)
 	var cursor ebpf.MapBatchCursor
 	for first := true; ; first = false {
 		if !first {
-			time.Sleep(pause)
+			sleepThread(pause)
 		}
 		n, err := m.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
@@ -237,8 +242,8 @@ func Monotonic() time.Duration {
 // with sweepPause between them: one system call per deleted entry, all at
 // once, took a CPU for a quarter of a second per 80,000 entries; on the CPU
 // that also carries the node's packets and backends that showed as a 10-30
-// ms p99 in bench-lb. In slices of a millisecond or less other threads get
-// the CPU in between.
+// ms p99 in bench-lb. Each call now lasts a fraction of a millisecond
+// (readChunk, SWEEP_BATCH) and other threads get the CPU in between.
 func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err error) {
 	args := lbSweepArgs{
 		Now:         uint64(now),
@@ -263,8 +268,21 @@ func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err 
 	return fwd4 + fwd6 - c4 - c6, n4 + n6, errors.Join(err4, err6)
 }
 
-// sweepPause is Sweep's pause between batches of a system call each.
-const sweepPause = time.Millisecond
+// sweepPause is Sweep's pause between batches of a system call each: longer
+// than a call, so the sweep takes at most about a third of its CPU even
+// where nothing else runs, short enough that a sweep of a full map (a few
+// thousand calls) ends within a sweep interval.
+const sweepPause = 250 * time.Microsecond
+
+// sleepThread blocks the calling thread for d in the kernel. time.Sleep parks
+// the goroutine on a runtime timer, which the netpoller rounds up to a
+// millisecond and which costs tens of µs of runtime work per pause: with a
+// pause per batch that was a third of the sweep's CPU.
+func sleepThread(d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+	}
+}
 
 // sweepCandidates reads one family's session map and returns how many
 // forward entries (connections) it holds and the keys of the entries last
@@ -295,7 +313,7 @@ func sweepDelete[K any](prog *ebpf.Program, batch *ebpf.Map, family uint32, args
 	}
 	for first := true; len(keys) > 0; first = false {
 		if !first {
-			time.Sleep(pause)
+			sleepThread(pause)
 		}
 		n := min(len(idx), len(keys))
 		if _, err := batch.BatchUpdate(idx[:n], keys[:n], nil); err != nil {
