@@ -406,6 +406,8 @@ func runHelper(kind string) int {
 		return threadsHelper()
 	case "tun":
 		return tunHelper(os.Getenv("SWL_TUN_DEVICE"))
+	case "handoff":
+		return handoffHelper()
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", kind)
 	return 2

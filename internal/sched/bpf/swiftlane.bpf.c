@@ -360,7 +360,10 @@ static void record_wait(u32 class, u64 wait_ns)
  * cross-CPU hop: the pair shared a CPU 4-15 % of the time instead of 98-99 %
  * and the critical probe was no faster than the same probe unprioritised.
  * Only for a waker that runs briefly between sleeps and a CPU with nothing
- * else queued, so the wakee waits at most that brief run.
+ * else queued, so the wakee waits at most that brief run. What a waker did
+ * before does not bind it now: one that goes on running after this wakeup
+ * would hold the wakee for the rest of its slice (a strategy's slice, up to
+ * a second), so the hand-off also cuts the waker's slice to a minimal one.
  */
 static bool critical_handoff(struct task_struct *p, struct task_ctx *tctx, u64 wake_flags)
 {
@@ -391,6 +394,8 @@ static bool critical_handoff(struct task_struct *p, struct task_ctx *tctx, u64 w
 	STAT_INC(handoff_dispatch);
 	STAT_INC(enqueued[SWL_CLASS_CRITICAL]);
 	swl_insert(p, SCX_DSQ_LOCAL, task_slice(tctx), 0);
+	if (waker->scx.slice > slice_min_ns)
+		waker->scx.slice = slice_min_ns;
 	return true;
 }
 
