@@ -66,6 +66,12 @@ var variants = []variant{
 	{"scx_lavd", "scx_lavd (crates.io), defaults: finds latency-critical tasks by itself", startPeer("scx_lavd")},
 }
 
+// optional variants run only when -variants names them: diagnostics beside
+// the suite, not columns of its table.
+var optional = []variant{
+	{"swiftlane-builtin-idle", "swiftlane, no strategies, builtin_idle: wakeups placed by the kernel's idle-CPU selection", startSwiftlane("builtin_idle: true\n" + noStrategies)},
+}
+
 type variant struct {
 	name, describe string
 	// start attaches the variant's scheduler; nil runs the kernel's own.
@@ -161,8 +167,9 @@ func runBoot(out string) error {
 	order := rotate(variants, *boot-1)
 	if *only != "" {
 		want := strings.Split(*only, ",")
+		order = rotate(slices.Concat(variants, optional), *boot-1)
 		for _, w := range want {
-			if !slices.ContainsFunc(variants, func(v variant) bool { return v.name == w }) {
+			if !slices.ContainsFunc(order, func(v variant) bool { return v.name == w }) {
 				return fmt.Errorf("unknown variant %q", w)
 			}
 		}

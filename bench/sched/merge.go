@@ -120,7 +120,7 @@ func mergeReports(boots []BootReport) (*Report, error) {
 		rep.Dates = append(rep.Dates, b.Date)
 		rep.BootOrders = append(rep.BootOrders, b.Order)
 	}
-	for _, v := range variants {
+	for _, v := range slices.Concat(variants, optional) {
 		var runs []*VariantRun
 		var bootNo []int
 		for _, b := range boots {
