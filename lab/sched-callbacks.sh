@@ -1,0 +1,62 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# What swiftlane's BPF callbacks cost per round trip of the idle probe, from
+# the kernel's own BPF run-time statistics (kernel.bpf_stats_enabled; bpftool
+# from lab/deps.sh). Run it in the guest:
+#   lab/vm.sh --kernel newest -- bash lab/sched-callbacks.sh [SWIFTLANE_BIN]
+# For swiftlane without strategies and with the probe critical it prints, per
+# struct_ops callback, the calls per round trip, the time per call and the
+# time per round trip, and the total. Under TCG the times are the emulated
+# machine's (tens of times native); compare callbacks and variants, not
+# hosts.
+set -eu
+bin=$(realpath "${1:-build/swiftlane}")
+samples=3000
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+sysctl -qw kernel.bpf_stats_enabled=1
+printf 'strategies: []\n' > "$work/none.yaml"
+printf 'strategies:\n  - name: probe\n    class: critical\n    command_regex: "swiftlane probe"\n' > "$work/critical.yaml"
+
+profile() { # name config
+	"$bin" run --config "$2" > "$work/$1.log" 2>&1 &
+	local sched=$!
+	for _ in $(seq 150); do
+		grep -q enabled /sys/kernel/sched_ext/state 2>/dev/null && break
+		sleep 0.2
+	done
+	grep -q enabled /sys/kernel/sched_ext/state || { echo "$1: swiftlane did not attach"; cat "$work/$1.log"; exit 1; }
+	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
+	local echo=$!
+	sleep 0.5 # the echo server's socket; a round trip fails loudly if it is not there
+	bpftool -j prog show > "$work/before.json"
+	"$bin" probe rtt --target 127.0.0.1:7777 --samples $samples --interval 1ms --json "$work/rtt.json" > /dev/null
+	bpftool -j prog show > "$work/after.json"
+	kill "$echo"
+	kill -INT "$sched"
+	wait "$sched" || true
+	python3 - "$1" "$work" <<'PY'
+import json, sys
+name, work = sys.argv[1], sys.argv[2]
+before = {p["id"]: p for p in json.load(open(work + "/before.json"))}
+rtt = json.load(open(work + "/rtt.json"))
+n = rtt["samples"]
+rows, total = [], 0
+for p in json.load(open(work + "/after.json")):
+    if p.get("type") != "struct_ops":
+        continue
+    b = before.get(p["id"], {})
+    calls = p.get("run_cnt", 0) - b.get("run_cnt", 0)
+    ns = p.get("run_time_ns", 0) - b.get("run_time_ns", 0)
+    if calls:
+        rows.append((ns, calls, p["name"]))
+        total += ns
+print(f"== {name}: probe avg {rtt['avg_us']:.0f} µs, p99 {rtt['p99_us']:.0f} µs, {n} round trips")
+for ns, calls, cb in sorted(rows, reverse=True):
+    print(f"  {cb:20s} {calls / n:6.2f} calls/rt  {ns / calls:8.0f} ns/call  {ns / n / 1000:7.1f} µs/rt")
+print(f"  {'all callbacks':20s} {'':28s} {total / n / 1000:7.1f} µs/rt")
+PY
+}
+profile swiftlane "$work/none.yaml"
+profile swiftlane-critical "$work/critical.yaml"
