@@ -110,7 +110,10 @@ func TestGTPAutomaticAgent(t *testing.T) {
 // A UE simulator's tunnel: the process that reads and writes a TUN named
 // like UERANSIM's (uesimtun*, the default automatic.tun_devices) is found by
 // the tracer with no GTP-U and no companions regex; a busier process on
-// another TUN device (a VPN's) is not.
+// another TUN device (a VPN's) is not found through its tunnel. (Through
+// other GTP-U work its writes happen to run on bh-enable, it can be: an
+// earlier test's lab being torn down once gave it gtp_dev_xmit packets;
+// docs/gtp.md's known limit. That is not what this test checks.)
 func TestGTPAutomaticTUN(t *testing.T) {
 	gtplab.EnsureTUNDevice() // the tun driver's BTF must be there when the tracer loads
 	p := startScheduler(t, "automatic:\n  enabled: true\n  idle_timeout_ms: 1500\n")
@@ -123,8 +126,8 @@ func TestGTPAutomaticTUN(t *testing.T) {
 	packets := fmt.Sprintf("swiftlane_gtp_carrier_packets_total{class=critical}{command=swl-tun-user}{pid=%d}", ue.Process.Pid)
 	p.waitMetric(t, "the UE simulator's tunnel packets in /metrics", func(m map[string]float64) bool { return m[packets] >= 10 })
 	t.Logf("the UE simulator's tunnel carried %.0f packets", p.scrape(t)[packets])
-	if regexp.MustCompile(fmt.Sprintf(`carrier prioritised" pid=%d `, vpn.Process.Pid)).MatchString(p.out.String()) {
-		t.Fatalf("the process on vpn7 was prioritised:\n%s", p.out)
+	if regexp.MustCompile(fmt.Sprintf(`carrier prioritised" pid=%d .*function=tun_`, vpn.Process.Pid)).MatchString(p.out.String()) {
+		t.Fatalf("the process on vpn7 was prioritised for its tunnel:\n%s", p.out)
 	}
 	ue.kill()
 	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, ue.Process.Pid)), "the exit to be handled")
