@@ -10,7 +10,7 @@ or vCPU pause gives, rather than scattered per-connection costs); and their
 count in each half second of a 5 s period (the session sweep's interval, so a
 stall at every sweep shows as one tall bin).
 """
-import sys,glob,os,statistics as st
+import glob, os, sys
 for f in sorted(glob.glob(sys.argv[1]+"/*.txt")):
     rows=[]
     for l in open(f):

@@ -164,10 +164,13 @@ func applyQuick() {
 }
 
 func runBoot(out string) error {
-	order := rotate(variants, *boot-1)
+	all := variants
+	if *only != "" {
+		all = slices.Concat(variants, optional)
+	}
+	order := rotate(all, *boot-1)
 	if *only != "" {
 		want := strings.Split(*only, ",")
-		order = rotate(slices.Concat(variants, optional), *boot-1)
 		for _, w := range want {
 			if !slices.ContainsFunc(order, func(v variant) bool { return v.name == w }) {
 				return fmt.Errorf("unknown variant %q", w)

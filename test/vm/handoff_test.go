@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -25,8 +24,8 @@ const handoffSpin = 40 * time.Millisecond
 // A critical task woken by a critical task that usually sleeps right after
 // waking it waits on the waker's CPU (the hand-off). A waker that goes on
 // running this once must not hold the wakee for the rest of its slice: the
-// strategy gives both threads a 100 ms slice, the waker spins 20 ms after
-// each wakeup, and the wakee must run long before the spin ends (the
+// strategy gives both threads a 100 ms slice, the waker spins handoffSpin
+// after each wakeup, and the wakee must run long before the spin ends (the
 // hand-off cuts the waker's slice to the minimal one, which the next tick
 // ends). Without that cut the wakee waited the whole spin.
 func TestCriticalHandoffBoundsWaker(t *testing.T) {
@@ -39,19 +38,10 @@ func TestCriticalHandoffBoundsWaker(t *testing.T) {
 `, marker))
 	before := p.scrape(t)["swiftlane_dispatch_total{path=handoff}"]
 
-	helper := exec.Command(os.Args[0], "-test.run=^$", marker)
 	// Go's own preemption of the spinning thread (a signal after 10 ms, then
 	// a sleep until its goroutine is handed back) would let the wakee run
 	// and hide what this test looks for.
-	helper.Env = append(os.Environ(), "SWL_HELPER=handoff", "GODEBUG=asyncpreemptoff=1")
-	stdin, _ := helper.StdinPipe()
-	stdout, _ := helper.StdoutPipe()
-	helper.Stderr = os.Stderr
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); helper.Process.Kill(); helper.Wait() })
-	lines := bufio.NewScanner(stdout)
+	stdin, lines := startHelper(t, "handoff", marker, "GODEBUG=asyncpreemptoff=1")
 	if !lines.Scan() || lines.Text() != "started" {
 		t.Fatalf("helper said %q, want started", lines.Text())
 	}
@@ -69,6 +59,9 @@ func TestCriticalHandoffBoundsWaker(t *testing.T) {
 			t.Fatalf("helper's wait %q: %v", f, err)
 		}
 		waits = append(waits, time.Duration(us)*time.Microsecond)
+	}
+	if len(waits) == 0 {
+		t.Fatal("the helper reported no wakeups")
 	}
 	handoffs := p.scrape(t)["swiftlane_dispatch_total{path=handoff}"] - before
 	slices.Sort(waits)

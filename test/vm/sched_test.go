@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -262,16 +263,7 @@ func TestStrategyCoversNewProcessThreadsAndChildren(t *testing.T) {
 `, marker))
 	before := p.scrape(t)["swiftlane_enqueued_total{class=high}"]
 
-	helper := exec.Command(os.Args[0], "-test.run=^$", marker)
-	helper.Env = append(os.Environ(), "SWL_HELPER=threads")
-	stdin, _ := helper.StdinPipe()
-	stdout, _ := helper.StdoutPipe()
-	helper.Stderr = os.Stderr
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); helper.Process.Kill(); helper.Wait() })
-	lines := bufio.NewScanner(stdout)
+	stdin, lines := startHelper(t, "threads", marker)
 	expect := func(prefix string) string {
 		t.Helper()
 		if !lines.Scan() || !strings.HasPrefix(lines.Text(), prefix) {
@@ -397,6 +389,24 @@ func probeUnder(t *testing.T, config string) (rttResult, *schedProc) {
 		t.Fatalf("probe result %s: %v", b, err)
 	}
 	return r, p
+}
+
+// startHelper runs this test binary as a helper process of the given kind
+// (runHelper), with marker on its command line for a strategy's
+// command_regex and env added to its environment. It returns the helper's
+// stdin and its stdout's lines; the helper is killed at cleanup.
+func startHelper(t *testing.T, kind, marker string, env ...string) (io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	helper := exec.Command(os.Args[0], "-test.run=^$", marker)
+	helper.Env = append(append(os.Environ(), "SWL_HELPER="+kind), env...)
+	stdin, _ := helper.StdinPipe()
+	stdout, _ := helper.StdoutPipe()
+	helper.Stderr = os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); helper.Process.Kill(); helper.Wait() })
+	return stdin, bufio.NewScanner(stdout)
 }
 
 // runHelper is the body of helper processes started by the tests.
