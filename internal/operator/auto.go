@@ -202,7 +202,8 @@ func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.L
 		defer a.wg.Done()
 		op.Run(ctx)
 	}()
-	log.Info("automatic mode: tracing GTP-U", "functions", tr.Functions(), "class", cfg.Class, "idle_timeout", idle)
+	log.Info("automatic mode: tracing GTP-U", "functions", tr.Functions(), "class", cfg.Class, "idle_timeout", idle,
+		"sender_marks", tr.OwnershipNote() == "")
 	return a, nil
 }
 

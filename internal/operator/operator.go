@@ -75,7 +75,8 @@ func (o *Operator) Class() strategy.Class { return o.entry.Class }
 // CPUReport is GTP-U work seen in softirq on one CPU.
 type CPUReport struct {
 	CPU      uint32
-	Context  trace.Context
+	Context  trace.Context // of the latest event
+	seen     uint32        // bit per context logged for this CPU
 	Events   uint64
 	LastSeen time.Time
 }
@@ -139,10 +140,13 @@ func (o *Operator) Handle(ev trace.Event) {
 	if ev.Context != trace.Process {
 		r, ok := o.cpus[ev.CPU]
 		if !ok {
-			r = &CPUReport{CPU: ev.CPU, Context: ev.Context}
+			r = &CPUReport{CPU: ev.CPU}
 			o.cpus[ev.CPU] = r
+		}
+		if bit := uint32(1) << (ev.Context & 31); r.seen&bit == 0 { // once per CPU and context
+			r.seen |= bit
 			o.opts.Log.Info("GTP-U work in softirq: reported as its CPU, not prioritised",
-				"cpu", ev.CPU, "context", ev.Context, "function", ev.Function, "ifindex", ev.Ifindex)
+				"cpu", ev.CPU, "context", ev.Context, "function", ev.Function, "ifindex", ev.Ifindex, "comm", ev.Comm)
 		}
 		r.Events++
 		r.Context = ev.Context

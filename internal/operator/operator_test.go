@@ -3,7 +3,10 @@
 package operator
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ type fixture struct {
 	mono    uint64
 	dead    map[uint32]bool
 	actives []bool
+	logs    bytes.Buffer
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -33,6 +37,7 @@ func newFixture(t *testing.T) *fixture {
 		Monotonic:  func() uint64 { return f.mono },
 		Alive:      func(tgid uint32) bool { return !f.dead[tgid] },
 		OnActive:   func(a bool) { f.actives = append(f.actives, a) },
+		Log:        slog.New(slog.NewTextHandler(&f.logs, nil)),
 	})
 	f.applier.OnExit(f.op.HandleExit)
 	return f
@@ -92,6 +97,9 @@ func TestSoftirqIsReportedNotPrioritised(t *testing.T) {
 		{TGID: 0, PID: 15, Comm: "ksoftirqd/1", CPU: 1, Function: "gtp_rx", Context: trace.KernelThread},
 		// A hog interrupted in user mode: the packet is not its.
 		{TGID: 0, CPU: 0, Comm: "stress-ng-cpu", Function: "gtp_encap_recv", Context: trace.Interrupt},
+		// A sidecar in sendmsg whose softirq ran packets it did not send.
+		{TGID: 300, PID: 301, Comm: "sidecar", CPU: 1, Function: "gtp_dev_xmit", Context: trace.Backlog},
+		{TGID: 0, CPU: 1, Function: "gtp_encap_recv", Context: trace.Idle},
 	} {
 		f.op.Handle(ev)
 	}
@@ -99,8 +107,12 @@ func TestSoftirqIsReportedNotPrioritised(t *testing.T) {
 		t.Fatalf("softirq events made %d entries", f.rec.Processes())
 	}
 	cpus := f.op.CPUs()
-	if len(cpus) != 2 || cpus[0].CPU != 0 || cpus[1].CPU != 1 || cpus[1].Events != 2 {
+	if len(cpus) != 2 || cpus[0].CPU != 0 || cpus[1].CPU != 1 || cpus[1].Events != 4 || cpus[1].Context != trace.Idle {
 		t.Fatalf("CPU report %+v", cpus)
+	}
+	// Logged once per CPU and context: idle, kthread and backlog on CPU 1.
+	if n := strings.Count(f.logs.String(), "reported as its CPU"); n != 4 || !strings.Contains(f.logs.String(), "context=backlog") {
+		t.Fatalf("%d softirq reports logged, want 4 (one per CPU and context):\n%s", n, f.logs.String())
 	}
 	f.advance(2 * time.Second)
 	f.op.Expire()

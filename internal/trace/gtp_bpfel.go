@@ -47,7 +47,13 @@ const (
 	gtpMapGtpCounts      = "gtp_counts"
 	gtpMapGtpDrops       = "gtp_drops"
 	gtpMapGtpEvents      = "gtp_events"
+	gtpMapGtpInRx        = "gtp_in_rx"
+	gtpMapGtpSent        = "gtp_sent"
 	gtpProgGtpFentry     = "gtp_fentry"
+	gtpProgMarkIp4       = "mark_ip4"
+	gtpProgMarkIp6       = "mark_ip6"
+	gtpProgNetRxEnter    = "net_rx_enter"
+	gtpProgNetRxExit     = "net_rx_exit"
 	gtpVarGtpEventBtf    = "_gtp_event_btf"
 	gtpVarDevArg         = "dev_arg"
 	gtpVarEmitIntervalNs = "emit_interval_ns"
@@ -98,7 +104,11 @@ type gtpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gtpProgramSpecs struct {
-	GtpFentry *ebpf.ProgramSpec `ebpf:"gtp_fentry"`
+	GtpFentry  *ebpf.ProgramSpec `ebpf:"gtp_fentry"`
+	MarkIp4    *ebpf.ProgramSpec `ebpf:"mark_ip4"`
+	MarkIp6    *ebpf.ProgramSpec `ebpf:"mark_ip6"`
+	NetRxEnter *ebpf.ProgramSpec `ebpf:"net_rx_enter"`
+	NetRxExit  *ebpf.ProgramSpec `ebpf:"net_rx_exit"`
 }
 
 // gtpMapSpecs contains maps before they are loaded into the kernel.
@@ -108,6 +118,8 @@ type gtpMapSpecs struct {
 	GtpCounts *ebpf.MapSpec `ebpf:"gtp_counts"`
 	GtpDrops  *ebpf.MapSpec `ebpf:"gtp_drops"`
 	GtpEvents *ebpf.MapSpec `ebpf:"gtp_events"`
+	GtpInRx   *ebpf.MapSpec `ebpf:"gtp_in_rx"`
+	GtpSent   *ebpf.MapSpec `ebpf:"gtp_sent"`
 }
 
 // gtpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -145,6 +157,8 @@ type gtpMaps struct {
 	GtpCounts *ebpf.Map `ebpf:"gtp_counts"`
 	GtpDrops  *ebpf.Map `ebpf:"gtp_drops"`
 	GtpEvents *ebpf.Map `ebpf:"gtp_events"`
+	GtpInRx   *ebpf.Map `ebpf:"gtp_in_rx"`
+	GtpSent   *ebpf.Map `ebpf:"gtp_sent"`
 }
 
 func (m *gtpMaps) Close() error {
@@ -152,6 +166,8 @@ func (m *gtpMaps) Close() error {
 		m.GtpCounts,
 		m.GtpDrops,
 		m.GtpEvents,
+		m.GtpInRx,
+		m.GtpSent,
 	)
 }
 
@@ -171,12 +187,20 @@ type gtpVariables struct {
 //
 // It can be passed to loadGtpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gtpPrograms struct {
-	GtpFentry *ebpf.Program `ebpf:"gtp_fentry"`
+	GtpFentry  *ebpf.Program `ebpf:"gtp_fentry"`
+	MarkIp4    *ebpf.Program `ebpf:"mark_ip4"`
+	MarkIp6    *ebpf.Program `ebpf:"mark_ip6"`
+	NetRxEnter *ebpf.Program `ebpf:"net_rx_enter"`
+	NetRxExit  *ebpf.Program `ebpf:"net_rx_exit"`
 }
 
 func (p *gtpPrograms) Close() error {
 	return _GtpClose(
 		p.GtpFentry,
+		p.MarkIp4,
+		p.MarkIp6,
+		p.NetRxEnter,
+		p.NetRxExit,
 	)
 }
 

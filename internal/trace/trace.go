@@ -78,9 +78,13 @@ const (
 	// Interrupt: softirq on IRQ exit, on top of whatever user task was running
 	// (in user mode, or in a system call that moves no packets).
 	Interrupt Context = 3
+	// Backlog: a user task in a system call that moves packets, whose
+	// NET_RX softirq ran a packet the task did not send (another sender's
+	// backlog, a qdisc's delayed packets, a reply built in the softirq).
+	Backlog Context = 4
 )
 
-var contextNames = [...]string{"process", "idle", "kthread", "interrupt"}
+var contextNames = [...]string{"process", "idle", "kthread", "interrupt", "backlog"}
 
 func (c Context) String() string {
 	if int(c) < len(contextNames) {
@@ -133,11 +137,23 @@ type Tracer struct {
 	skipped map[string]string
 	progs   []*ebpf.Program
 	links   []link.Link
+	maps    []*ebpf.Map // all of them, shared by every program
 	events  *ebpf.Map
 	counts  *ebpf.Map
 	drops   *ebpf.Map
 	reader  *ringbuf.Reader
+	// ownNote says how packets a call's softirq runs are told apart
+	// ("" when the sender marks are attached).
+	ownNote string
 }
+
+// progFentry is the program loaded once per traced function.
+const progFentry = "gtp_fentry"
+
+// ownershipProgs are loaded once beside it (see owner() in bpf/gtp.bpf.c):
+// marks on the GTP-U packets processes send, and the brackets of the NET_RX
+// softirq.
+var ownershipProgs = []string{"mark_ip4", "mark_ip6", "net_rx_exit", "net_rx_enter"}
 
 type target struct {
 	name                   string
@@ -190,10 +206,17 @@ func Load(opts Options) (*Tracer, error) {
 		}
 		t.funcs = append(t.funcs, tg.name)
 	}
+	for _, m := range shared {
+		t.maps = append(t.maps, m)
+	}
 	t.events, t.counts, t.drops = shared["gtp_events"], shared["gtp_counts"], shared["gtp_drops"]
 	if len(t.progs) == 0 {
 		t.Close()
 		return nil, fmt.Errorf("%w: every attach failed (see the notices above)", ErrNoFunctions)
+	}
+	if err := t.loadOwnership(spec, shared, cache); err != nil {
+		t.ownNote = err.Error()
+		log.Warn("GTP-U packets run in a packet-moving call's softirq are credited to that call, whoever sent them", "reason", err)
 	}
 	if t.reader, err = ringbuf.NewReader(t.events); err != nil {
 		t.Close()
@@ -214,7 +237,12 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 			return fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	s.Programs["gtp_fentry"].AttachTo = tg.name
+	for name := range s.Programs {
+		if name != progFentry {
+			delete(s.Programs, name)
+		}
+	}
+	s.Programs[progFentry].AttachTo = tg.name
 	opts := ebpf.CollectionOptions{Cache: cache}
 	if len(shared) > 0 {
 		opts.MapReplacements = shared
@@ -227,10 +255,12 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 		}
 		return fmt.Errorf("load: %w", err)
 	}
-	prog := coll.DetachProgram("gtp_fentry")
+	prog := coll.DetachProgram(progFentry)
 	if len(shared) == 0 {
-		for _, m := range []string{"gtp_events", "gtp_counts", "gtp_drops"} {
-			shared[m] = coll.DetachMap(m)
+		for m := range coll.Maps {
+			if !strings.HasPrefix(m, ".") { // not the constants
+				shared[m] = coll.DetachMap(m)
+			}
 		}
 	}
 	coll.Close()
@@ -243,6 +273,55 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 	t.links = append(t.links, l)
 	return nil
 }
+
+// loadOwnership loads and attaches the sender marks and the NET_RX
+// brackets. Without them owner() never sees a softirq and credits by system
+// call alone, as before they existed; so the brackets attach only once the
+// IPv4 mark is in (IPv6's is optional), the exit before the entry (an exit
+// alone is harmless), and a failure detaches what it attached.
+func (t *Tracer) loadOwnership(spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, cache *btf.Cache) error {
+	s := spec.Copy()
+	for name := range s.Programs {
+		if !slices.Contains(ownershipProgs, name) {
+			delete(s.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{Cache: cache, MapReplacements: shared})
+	if err != nil {
+		return fmt.Errorf("load the sender marks: %w", err)
+	}
+	defer coll.Close()
+	var progs []*ebpf.Program
+	var links []link.Link
+	undo := func(err error) error {
+		for _, l := range links {
+			l.Close()
+		}
+		for _, p := range progs {
+			p.Close()
+		}
+		return err
+	}
+	for _, name := range ownershipProgs {
+		prog := coll.DetachProgram(name)
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			prog.Close()
+			if name == "mark_ip6" {
+				continue // IPv6 GTP-U senders are credited by system call only
+			}
+			return undo(fmt.Errorf("attach %s: %w", name, err))
+		}
+		progs, links = append(progs, prog), append(links, l)
+	}
+	t.progs, t.links = append(t.progs, progs...), append(t.links, links...)
+	return nil
+}
+
+// OwnershipNote is "" when a packet-moving call is credited only with the
+// GTP-U packets it sent itself, else why it is credited with whatever its
+// softirq runs.
+func (t *Tracer) OwnershipNote() string { return t.ownNote }
 
 // resolve finds each function's BTF and the positions of its sk_buff,
 // net_device and tun_struct arguments. It fills skipped and returns notes on missing modules.
@@ -426,12 +505,10 @@ func (t *Tracer) Close() error {
 	for _, p := range t.progs {
 		errs = append(errs, p.Close())
 	}
-	for _, m := range []*ebpf.Map{t.events, t.counts, t.drops} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
+	for _, m := range t.maps {
+		errs = append(errs, m.Close())
 	}
-	t.links, t.progs = nil, nil
+	t.links, t.progs, t.maps = nil, nil, nil
 	return errors.Join(errs...)
 }
 

@@ -397,8 +397,9 @@ func probeUnder(t *testing.T, config string) (rttResult, *schedProc) {
 // stdin and its stdout's lines; the helper is killed at cleanup.
 func startHelper(t *testing.T, kind, marker string, env ...string) (io.WriteCloser, *bufio.Scanner) {
 	t.Helper()
-	helper := exec.Command(os.Args[0], "-test.run=^$", marker)
-	helper.Env = append(append(os.Environ(), "SWL_HELPER="+kind), env...)
+	helper := helperCmd(kind)
+	helper.Args = append(helper.Args, marker)
+	helper.Env = append(helper.Env, env...)
 	stdin, _ := helper.StdinPipe()
 	stdout, _ := helper.StdoutPipe()
 	helper.Stderr = os.Stderr
@@ -418,6 +419,8 @@ func runHelper(kind string) int {
 		return tunHelper(os.Getenv("SWL_TUN_DEVICE"))
 	case "handoff":
 		return handoffHelper()
+	case "chatty":
+		return chattyHelper()
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", kind)
 	return 2

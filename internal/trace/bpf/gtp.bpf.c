@@ -7,12 +7,15 @@
  * copies sharing the maps. Every call is counted per (task, function) so
  * nothing is lost when user space is slow; the ring buffer gets the first
  * call of a task and then at most one record per emit_interval_ns, so a
- * packet flood cannot flood user space.
+ * packet flood cannot flood user space. Three small programs beside them
+ * (mark_ip4, mark_ip6, net_rx_enter/exit) tell a caller's own packets from
+ * the ones its softirq happens to run: see owner().
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 
 #include "gtp.h"
 
@@ -22,6 +25,16 @@ char _license[] SEC("license") = "GPL";
 #define PF_KTHREAD 0x00200000
 /* Tasks and CPUs tracked at once; least recently used ones are evicted. */
 #define MAX_KEYS 16384
+/* GTP-U's UDP port (3GPP TS 29.281), the destination of every GTP-U packet. */
+#define GTPU_PORT 2152
+/* Sent GTP-U packets remembered at once (see gtp_sent). */
+#define MAX_SENT 8192
+/*
+ * How long a sent packet's mark counts. A packet is normally received within
+ * the same system call that sent it (microseconds); the bound only keeps a
+ * mark on a recycled buffer from crediting its sender with a later packet.
+ */
+#define MARK_TTL_NS (50 * 1000 * 1000ULL)
 
 /* Set by the loader per copy of the program. */
 const volatile __u32 func_id = 0;
@@ -52,6 +65,28 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } gtp_drops SEC(".maps");
+
+/*
+ * GTP-U packets user processes sent (ip_send_skb/ip6_send_skb: UDP, ping and
+ * raw sockets), keyed by the skb's data buffer, which clones share (a packet
+ * tap makes the receive path clone the skb). Sender and receiver run on the
+ * same CPU (the send's bh-enable processes it), so per-CPU LRU lists fit.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SENT);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__type(key, __u64);
+	__type(value, struct gtp_mark);
+} gtp_sent SEC(".maps");
+
+/* Per CPU: how deep inside net_rx_action (the NET_RX softirq) it is, 0 or 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gtp_in_rx SEC(".maps");
 
 /* Unused: makes the compiler emit the record's BTF for the Go bindings. */
 struct gtp_event _gtp_event_btf;
@@ -95,6 +130,13 @@ static __always_inline bool moves_packets(long nr)
 	return false;
 }
 
+static __always_inline bool in_net_rx(void)
+{
+	__u32 zero = 0, *depth = bpf_map_lookup_elem(&gtp_in_rx, &zero);
+
+	return depth && *depth;
+}
+
 static __always_inline __u32 classify(struct task_struct *t, __u32 tgid)
 {
 	if (tgid == 0)
@@ -120,6 +162,32 @@ struct tun_struct___swl {
 	struct net_device *dev;
 } __attribute__((preserve_access_index));
 
+/*
+ * A packet-moving call's bh-enable runs the NET_RX softirq, and with it every
+ * packet pending on that CPU, not only the caller's: a backlog another
+ * sender queued, a qdisc's delayed packets, a NIC's. Inside net_rx_action the
+ * caller owns the packet only if it sent it (gtp_sent); otherwise the work
+ * is reported as the CPU's. Outside the softirq, a function runs in the
+ * call's own send path (a packet it routes into a gtp device) or in a TUN
+ * read or write, and belongs to the caller.
+ */
+static __always_inline __u32 owner(void *ctx, struct task_struct *t, __u32 tgid, __u64 now)
+{
+	__u32 kind = classify(t, tgid);
+	struct gtp_mark *m;
+	__u64 skb = 0, key;
+
+	if (kind != GTP_CTX_PROCESS || !in_net_rx())
+		return kind;
+	if (skb_arg < 0 || bpf_get_func_arg(ctx, skb_arg, &skb) || !skb)
+		return GTP_CTX_BACKLOG;
+	key = (__u64)BPF_CORE_READ((struct sk_buff *)skb, head);
+	m = bpf_map_lookup_elem(&gtp_sent, &key);
+	if (m && m->tgid == tgid && now - m->ts_ns < MARK_TTL_NS)
+		return GTP_CTX_PROCESS;
+	return GTP_CTX_BACKLOG;
+}
+
 static __always_inline struct net_device *dev_of(void *ctx)
 {
 	__u64 v = 0;
@@ -139,8 +207,8 @@ int gtp_fentry(void *ctx)
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, cpu = bpf_get_smp_processor_id();
-	__u32 kind = classify(t, tgid);
 	__u64 now = bpf_ktime_get_ns();
+	__u32 kind = owner(ctx, t, tgid, now);
 	struct gtp_key key = {
 		.tgid = kind == GTP_CTX_PROCESS ? tgid : 0,
 		.func = func_id,
@@ -180,5 +248,65 @@ int gtp_fentry(void *ctx)
 	if (dev)
 		bpf_probe_read_kernel_str(e->ifname, sizeof(e->ifname), &dev->name);
 	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/*
+ * Marks a GTP-U packet (UDP to GTPU_PORT) that a process sends, for owner().
+ * Other packets cost two reads.
+ */
+static __always_inline void mark_sent(struct sk_buff *skb, __u32 proto_off)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 nh = BPF_CORE_READ(skb, network_header), th = BPF_CORE_READ(skb, transport_header);
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u8 proto = 0;
+	__u16 dport = 0;
+	__u64 key = (__u64)head;
+
+	if (bpf_probe_read_kernel(&proto, sizeof(proto), head + nh + proto_off) || proto != IPPROTO_UDP)
+		return;
+	if (bpf_probe_read_kernel(&dport, sizeof(dport), head + th + 2) || dport != bpf_htons(GTPU_PORT))
+		return;
+	if (in_net_rx() || classify(t, tgid) != GTP_CTX_PROCESS)
+		return; /* sent by the kernel (in softirq, a kthread) or outside a packet-moving call */
+
+	struct gtp_mark m = { .ts_ns = bpf_ktime_get_ns(), .tgid = tgid };
+	bpf_map_update_elem(&gtp_sent, &key, &m, BPF_ANY);
+}
+
+SEC("fentry/ip_send_skb")
+int BPF_PROG(mark_ip4, struct net *net, struct sk_buff *skb)
+{
+	mark_sent(skb, 9); /* struct iphdr's protocol */
+	return 0;
+}
+
+SEC("fentry/ip6_send_skb")
+int BPF_PROG(mark_ip6, struct sk_buff *skb)
+{
+	mark_sent(skb, 6); /* struct ipv6hdr's nexthdr */
+	return 0;
+}
+
+/* net_rx_action brackets: see owner(). Softirqs do not nest on a CPU. */
+SEC("fentry/net_rx_action")
+int BPF_PROG(net_rx_enter)
+{
+	__u32 zero = 0, *depth = bpf_map_lookup_elem(&gtp_in_rx, &zero);
+
+	if (depth)
+		*depth += 1;
+	return 0;
+}
+
+SEC("fexit/net_rx_action")
+int BPF_PROG(net_rx_exit)
+{
+	__u32 zero = 0, *depth = bpf_map_lookup_elem(&gtp_in_rx, &zero);
+
+	if (depth && *depth)
+		*depth -= 1;
 	return 0;
 }
