@@ -51,6 +51,10 @@ type Result struct {
 	Error    string    `json:"error,omitempty"`
 	Note     string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
 	RTTMs    []float64 `json:"rtt_ms,omitempty"`
+	// Carriers are the processes automatic mode prioritised during this
+	// phase ("comm pid"), the gNB's and the UE pinger's among them: anyone
+	// else is a load process credited with GTP-U work it did not carry.
+	Carriers []string `json:"carriers,omitempty"`
 }
 
 // Variant is one scheduler's results: at the top level under the first
@@ -413,6 +417,10 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if err != nil {
 			return v, nil, err
 		}
+		logFrom := 0
+		if sched != nil {
+			logFrom = len(sched.out.String())
+		}
 		r, err := func() (r *Result, err error) {
 			defer func() {
 				if serr := stopLoad(); err == nil {
@@ -448,8 +456,11 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if err != nil {
 			r.Error = fmt.Sprintf("%s: %v", l.Key, err)
 		}
+		if name == "swiftlane-auto-loaded" {
+			r.Carriers = carriersIn(sched.out.String()[logFrom:])
+		}
 		v.Loads[l.Key] = r
-		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms %s%s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.Error, r.Note)
+		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms %s%s %s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.Error, r.Note, strings.Join(r.Carriers, ", "))
 		if err != nil && sched != nil && sched.exited() {
 			break // nothing left to measure this variant with
 		}
@@ -555,6 +566,20 @@ func kernelSaid(p *proc) string {
 }
 
 var stalledRE = regexp.MustCompile(` P(\d+)/\d+:`)
+
+var anyCarrierRE = regexp.MustCompile(`GTP-U carrier prioritised" pid=(\d+) comm=(\S+)`)
+
+// carriersIn lists the processes a stretch of the scheduler's log says were
+// prioritised, each once, in order.
+func carriersIn(log string) []string {
+	var out []string
+	for _, m := range anyCarrierRE.FindAllStringSubmatch(log, -1) {
+		if c := m[2] + " " + m[1]; !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 func carrierRE(pid int) *regexp.Regexp {
 	return regexp.MustCompile(fmt.Sprintf(`GTP-U carrier prioritised" pid=%d .*first_packet_to_map_ms=([0-9.]+)`, pid))

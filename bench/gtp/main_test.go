@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -161,5 +162,17 @@ func TestFirstLoaded(t *testing.T) {
 	}
 	if r := firstLoaded(&Variant{Loads: map[string]*Result{}}, use); r == nil {
 		t.Error("nil result")
+	}
+}
+
+func TestCarriersIn(t *testing.T) {
+	log := `time=1 level=INFO msg="GTP-U carrier prioritised" pid=12 comm=swiftlane class=critical function=gtp_encap_recv first_packet_to_map_ms=1.2
+time=2 level=INFO msg="GTP-U carrier idle: entry removed" pid=12 comm=swiftlane idle=1.5s
+time=3 level=INFO msg="GTP-U carrier prioritised" pid=40 comm=sched-messagin class=critical function=gtp_dev_xmit first_packet_to_map_ms=3
+time=4 level=INFO msg="GTP-U carrier prioritised" pid=12 comm=swiftlane class=critical function=gtp_encap_recv first_packet_to_map_ms=0.8
+`
+	got := carriersIn(log)
+	if want := []string{"swiftlane 12", "sched-messagin 40"}; !slices.Equal(got, want) {
+		t.Fatalf("carriersIn = %q, want %q", got, want)
 	}
 }
