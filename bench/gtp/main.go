@@ -51,9 +51,10 @@ type Result struct {
 	Error    string    `json:"error,omitempty"`
 	Note     string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
 	RTTMs    []float64 `json:"rtt_ms,omitempty"`
-	// Carriers are the processes automatic mode prioritised during this
-	// phase ("comm pid"), the gNB's and the UE pinger's among them: anyone
-	// else is a load process credited with GTP-U work it did not carry.
+	// Carriers are the processes automatic mode newly prioritised during
+	// this phase ("comm pid"); the gNB, prioritised on its first packets
+	// before the first phase, is listed only if it idled out and came back.
+	// Anyone else is a load process credited with GTP-U work it did not carry.
 	Carriers []string `json:"carriers,omitempty"`
 }
 
