@@ -3,6 +3,7 @@
 package strategy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -320,8 +321,14 @@ func startMarked(t *testing.T, suffix string) (*exec.Cmd, string) {
 	// read is a shell builtin: the shell waits on stdin without forking a
 	// child (a forked "sleep" carries the shell's argv until it execs, and
 	// a scan in that window matched it too).
-	proc := exec.Command("sh", "-c", "read _; : "+marker)
+	// It says when it runs: before its exec, /proc shows this test's own
+	// command line.
+	proc := exec.Command("sh", "-c", "echo ready; read _; : "+marker)
 	stdin, err := proc.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := proc.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,6 +336,9 @@ func startMarked(t *testing.T, suffix string) (*exec.Cmd, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); proc.Process.Kill(); proc.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("helper shell: %q %v", line, err)
+	}
 	return proc, marker
 }
 
