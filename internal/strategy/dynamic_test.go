@@ -2,31 +2,12 @@
 
 package strategy
 
-import (
-	"bufio"
-	"os/exec"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // Dynamic entries survive re-matching, yield to a configured strategy while
 // it matches, and are forgotten (with the hooks told) on exit.
 func TestApplierDynamicEntries(t *testing.T) {
-	marker := "swiftlane-test-" + strings.ReplaceAll(t.Name(), "/", "-")
-	// The shell says when it runs: until its exec, /proc shows this test's
-	// command line, and a strategy matching the marker would not match yet.
-	proc := exec.Command("sh", "-c", "echo ready; sleep 30; : "+marker)
-	out, err := proc.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("helper shell: %q %v", line, err)
-	}
+	proc, marker := startMarked(t, "")
 	pid := uint32(proc.Process.Pid)
 
 	rec := newRecorder()

@@ -237,11 +237,7 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 			return fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	for name := range s.Programs {
-		if name != progFentry {
-			delete(s.Programs, name)
-		}
-	}
+	keepPrograms(s, progFentry)
 	s.Programs[progFentry].AttachTo = tg.name
 	opts := ebpf.CollectionOptions{Cache: cache}
 	if len(shared) > 0 {
@@ -274,6 +270,16 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 	return nil
 }
 
+// keepPrograms drops every program but names from a copy of the object, so
+// loading it loads only those (the maps all come along).
+func keepPrograms(s *ebpf.CollectionSpec, names ...string) {
+	for name := range s.Programs {
+		if !slices.Contains(names, name) {
+			delete(s.Programs, name)
+		}
+	}
+}
+
 // loadOwnership loads and attaches the sender marks and the NET_RX
 // brackets. Without them owner() never sees a softirq and credits by system
 // call alone, as before they existed; so the brackets attach only once the
@@ -281,11 +287,7 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 // alone is harmless), and a failure detaches what it attached.
 func (t *Tracer) loadOwnership(spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, cache *btf.Cache) error {
 	s := spec.Copy()
-	for name := range s.Programs {
-		if !slices.Contains(ownershipProgs, name) {
-			delete(s.Programs, name)
-		}
-	}
+	keepPrograms(s, ownershipProgs...)
 	coll, err := ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{Cache: cache, MapReplacements: shared})
 	if err != nil {
 		return fmt.Errorf("load the sender marks: %w", err)
