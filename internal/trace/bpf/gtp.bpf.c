@@ -253,7 +253,7 @@ int gtp_fentry(void *ctx)
 
 /*
  * Marks a GTP-U packet (UDP to GTPU_PORT) that a process sends, for owner().
- * Other packets cost two reads.
+ * Other packets cost a few reads of the skb and its headers.
  */
 static __always_inline void mark_sent(struct sk_buff *skb, __u32 proto_off)
 {
