@@ -44,22 +44,21 @@ type gtpGtpKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	gtpMapGtpCounts      = "gtp_counts"
-	gtpMapGtpDrops       = "gtp_drops"
-	gtpMapGtpEvents      = "gtp_events"
-	gtpMapGtpInRx        = "gtp_in_rx"
-	gtpMapGtpSent        = "gtp_sent"
-	gtpProgGtpFentry     = "gtp_fentry"
-	gtpProgMarkIp4       = "mark_ip4"
-	gtpProgMarkIp6       = "mark_ip6"
-	gtpProgNetRxEnter    = "net_rx_enter"
-	gtpProgNetRxExit     = "net_rx_exit"
-	gtpVarGtpEventBtf    = "_gtp_event_btf"
-	gtpVarDevArg         = "dev_arg"
-	gtpVarEmitIntervalNs = "emit_interval_ns"
-	gtpVarFuncId         = "func_id"
-	gtpVarSkbArg         = "skb_arg"
-	gtpVarTunArg         = "tun_arg"
+	gtpMapGtpCounts        = "gtp_counts"
+	gtpMapGtpDrops         = "gtp_drops"
+	gtpMapGtpEvents        = "gtp_events"
+	gtpMapGtpSent          = "gtp_sent"
+	gtpProgGtpFentry       = "gtp_fentry"
+	gtpProgMarkIp4         = "mark_ip4"
+	gtpProgMarkIp6         = "mark_ip6"
+	gtpVarGtpEventBtf      = "_gtp_event_btf"
+	gtpVarDevArg           = "dev_arg"
+	gtpVarEmitIntervalNs   = "emit_interval_ns"
+	gtpVarFuncId           = "func_id"
+	gtpVarPerCpuOffsetAddr = "per_cpu_offset_addr"
+	gtpVarPreemptCountAddr = "preempt_count_addr"
+	gtpVarSkbArg           = "skb_arg"
+	gtpVarTunArg           = "tun_arg"
 )
 
 // loadGtp returns the embedded CollectionSpec for gtp.
@@ -104,11 +103,9 @@ type gtpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gtpProgramSpecs struct {
-	GtpFentry  *ebpf.ProgramSpec `ebpf:"gtp_fentry"`
-	MarkIp4    *ebpf.ProgramSpec `ebpf:"mark_ip4"`
-	MarkIp6    *ebpf.ProgramSpec `ebpf:"mark_ip6"`
-	NetRxEnter *ebpf.ProgramSpec `ebpf:"net_rx_enter"`
-	NetRxExit  *ebpf.ProgramSpec `ebpf:"net_rx_exit"`
+	GtpFentry *ebpf.ProgramSpec `ebpf:"gtp_fentry"`
+	MarkIp4   *ebpf.ProgramSpec `ebpf:"mark_ip4"`
+	MarkIp6   *ebpf.ProgramSpec `ebpf:"mark_ip6"`
 }
 
 // gtpMapSpecs contains maps before they are loaded into the kernel.
@@ -118,7 +115,6 @@ type gtpMapSpecs struct {
 	GtpCounts *ebpf.MapSpec `ebpf:"gtp_counts"`
 	GtpDrops  *ebpf.MapSpec `ebpf:"gtp_drops"`
 	GtpEvents *ebpf.MapSpec `ebpf:"gtp_events"`
-	GtpInRx   *ebpf.MapSpec `ebpf:"gtp_in_rx"`
 	GtpSent   *ebpf.MapSpec `ebpf:"gtp_sent"`
 }
 
@@ -126,12 +122,14 @@ type gtpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gtpVariableSpecs struct {
-	GtpEventBtf    *ebpf.VariableSpec `ebpf:"_gtp_event_btf"`
-	DevArg         *ebpf.VariableSpec `ebpf:"dev_arg"`
-	EmitIntervalNs *ebpf.VariableSpec `ebpf:"emit_interval_ns"`
-	FuncId         *ebpf.VariableSpec `ebpf:"func_id"`
-	SkbArg         *ebpf.VariableSpec `ebpf:"skb_arg"`
-	TunArg         *ebpf.VariableSpec `ebpf:"tun_arg"`
+	GtpEventBtf      *ebpf.VariableSpec `ebpf:"_gtp_event_btf"`
+	DevArg           *ebpf.VariableSpec `ebpf:"dev_arg"`
+	EmitIntervalNs   *ebpf.VariableSpec `ebpf:"emit_interval_ns"`
+	FuncId           *ebpf.VariableSpec `ebpf:"func_id"`
+	PerCpuOffsetAddr *ebpf.VariableSpec `ebpf:"per_cpu_offset_addr"`
+	PreemptCountAddr *ebpf.VariableSpec `ebpf:"preempt_count_addr"`
+	SkbArg           *ebpf.VariableSpec `ebpf:"skb_arg"`
+	TunArg           *ebpf.VariableSpec `ebpf:"tun_arg"`
 }
 
 // gtpObjects contains all objects after they have been loaded into the kernel.
@@ -157,7 +155,6 @@ type gtpMaps struct {
 	GtpCounts *ebpf.Map `ebpf:"gtp_counts"`
 	GtpDrops  *ebpf.Map `ebpf:"gtp_drops"`
 	GtpEvents *ebpf.Map `ebpf:"gtp_events"`
-	GtpInRx   *ebpf.Map `ebpf:"gtp_in_rx"`
 	GtpSent   *ebpf.Map `ebpf:"gtp_sent"`
 }
 
@@ -166,7 +163,6 @@ func (m *gtpMaps) Close() error {
 		m.GtpCounts,
 		m.GtpDrops,
 		m.GtpEvents,
-		m.GtpInRx,
 		m.GtpSent,
 	)
 }
@@ -175,23 +171,23 @@ func (m *gtpMaps) Close() error {
 //
 // It can be passed to loadGtpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gtpVariables struct {
-	GtpEventBtf    *ebpf.Variable `ebpf:"_gtp_event_btf"`
-	DevArg         *ebpf.Variable `ebpf:"dev_arg"`
-	EmitIntervalNs *ebpf.Variable `ebpf:"emit_interval_ns"`
-	FuncId         *ebpf.Variable `ebpf:"func_id"`
-	SkbArg         *ebpf.Variable `ebpf:"skb_arg"`
-	TunArg         *ebpf.Variable `ebpf:"tun_arg"`
+	GtpEventBtf      *ebpf.Variable `ebpf:"_gtp_event_btf"`
+	DevArg           *ebpf.Variable `ebpf:"dev_arg"`
+	EmitIntervalNs   *ebpf.Variable `ebpf:"emit_interval_ns"`
+	FuncId           *ebpf.Variable `ebpf:"func_id"`
+	PerCpuOffsetAddr *ebpf.Variable `ebpf:"per_cpu_offset_addr"`
+	PreemptCountAddr *ebpf.Variable `ebpf:"preempt_count_addr"`
+	SkbArg           *ebpf.Variable `ebpf:"skb_arg"`
+	TunArg           *ebpf.Variable `ebpf:"tun_arg"`
 }
 
 // gtpPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadGtpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gtpPrograms struct {
-	GtpFentry  *ebpf.Program `ebpf:"gtp_fentry"`
-	MarkIp4    *ebpf.Program `ebpf:"mark_ip4"`
-	MarkIp6    *ebpf.Program `ebpf:"mark_ip6"`
-	NetRxEnter *ebpf.Program `ebpf:"net_rx_enter"`
-	NetRxExit  *ebpf.Program `ebpf:"net_rx_exit"`
+	GtpFentry *ebpf.Program `ebpf:"gtp_fentry"`
+	MarkIp4   *ebpf.Program `ebpf:"mark_ip4"`
+	MarkIp6   *ebpf.Program `ebpf:"mark_ip6"`
 }
 
 func (p *gtpPrograms) Close() error {
@@ -199,8 +195,6 @@ func (p *gtpPrograms) Close() error {
 		p.GtpFentry,
 		p.MarkIp4,
 		p.MarkIp6,
-		p.NetRxEnter,
-		p.NetRxExit,
 	)
 }
 

@@ -151,9 +151,8 @@ type Tracer struct {
 const progFentry = "gtp_fentry"
 
 // ownershipProgs are loaded once beside it (see owner() in bpf/gtp.bpf.c):
-// marks on the GTP-U packets processes send, and the brackets of the NET_RX
-// softirq.
-var ownershipProgs = []string{"mark_ip4", "mark_ip6", "net_rx_exit", "net_rx_enter"}
+// marks on the GTP-U packets processes send.
+var ownershipProgs = []string{"mark_ip4", "mark_ip6"}
 
 type target struct {
 	name                   string
@@ -198,6 +197,15 @@ func Load(opts Options) (*Tracer, error) {
 	}
 	cache := btf.NewCache()
 	shared := map[string]*ebpf.Map{}
+	// The marks go first: the programs see softirqs only if they are in,
+	// else a call's own packets would be backlog too.
+	if err := t.loadOwnership(spec, shared, cache); err != nil {
+		t.ownNote = err.Error()
+		log.Warn("GTP-U packets run in a packet-moving call's softirq are credited to that call, whoever sent them", "reason", err)
+		if err := setProbe(spec, softirqProbe{}); err != nil {
+			return nil, err
+		}
+	}
 	for _, tg := range targets {
 		if err := t.loadOne(spec, tg, opts.EmitInterval, shared, cache); err != nil {
 			log.Info("GTP-U function not traced", "function", tg.name, "reason", err)
@@ -210,13 +218,9 @@ func Load(opts Options) (*Tracer, error) {
 		t.maps = append(t.maps, m)
 	}
 	t.events, t.counts, t.drops = shared["gtp_events"], shared["gtp_counts"], shared["gtp_drops"]
-	if len(t.progs) == 0 {
+	if len(t.funcs) == 0 {
 		t.Close()
 		return nil, fmt.Errorf("%w: every attach failed (see the notices above)", ErrNoFunctions)
-	}
-	if err := t.loadOwnership(spec, shared, cache); err != nil {
-		t.ownNote = err.Error()
-		log.Warn("GTP-U packets run in a packet-moving call's softirq are credited to that call, whoever sent them", "reason", err)
 	}
 	if t.reader, err = ringbuf.NewReader(t.events); err != nil {
 		t.Close()
@@ -252,13 +256,7 @@ func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Durati
 		return fmt.Errorf("load: %w", err)
 	}
 	prog := coll.DetachProgram(progFentry)
-	if len(shared) == 0 {
-		for m := range coll.Maps {
-			if !strings.HasPrefix(m, ".") { // not the constants
-				shared[m] = coll.DetachMap(m)
-			}
-		}
-	}
+	adoptMaps(coll, shared)
 	coll.Close()
 	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 	if err != nil {
@@ -280,15 +278,43 @@ func keepPrograms(s *ebpf.CollectionSpec, names ...string) {
 	}
 }
 
-// loadOwnership loads and attaches the sender marks and the NET_RX
-// brackets. Without them owner() never sees a softirq and credits by system
-// call alone, as before they existed; so the brackets attach only once the
-// IPv4 mark is in (IPv6's is optional), the exit before the entry (an exit
-// alone is harmless), and a failure detaches what it attached.
+// adoptMaps keeps the first collection's maps for the ones after it.
+func adoptMaps(coll *ebpf.Collection, shared map[string]*ebpf.Map) {
+	if len(shared) > 0 {
+		return
+	}
+	for m := range coll.Maps {
+		if !strings.HasPrefix(m, ".") { // not the constants
+			shared[m] = coll.DetachMap(m)
+		}
+	}
+}
+
+// setProbe sets where the programs read the preempt count (zero: nowhere).
+func setProbe(spec *ebpf.CollectionSpec, p softirqProbe) error {
+	for name, v := range map[string]uint64{"preempt_count_addr": p.preemptCount, "per_cpu_offset_addr": p.perCPUOffset} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// loadOwnership finds the softirq probe, sets it in spec, and loads and
+// attaches the sender marks; the first to load, it creates the shared maps.
+// The IPv4 mark is required (without IPv6's, IPv6 GTP-U a process sends
+// counts as backlog inside a softirq).
 func (t *Tracer) loadOwnership(spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, cache *btf.Cache) error {
+	probe, err := loadSoftirqProbe()
+	if err != nil {
+		return fmt.Errorf("no softirq probe: %w", err)
+	}
+	if err := setProbe(spec, probe); err != nil {
+		return err
+	}
 	s := spec.Copy()
 	keepPrograms(s, ownershipProgs...)
-	coll, err := ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{Cache: cache, MapReplacements: shared})
+	coll, err := ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{Cache: cache})
 	if err != nil {
 		return fmt.Errorf("load the sender marks: %w", err)
 	}
@@ -310,12 +336,13 @@ func (t *Tracer) loadOwnership(spec *ebpf.CollectionSpec, shared map[string]*ebp
 		if err != nil {
 			prog.Close()
 			if name == "mark_ip6" {
-				continue // IPv6 GTP-U senders are credited by system call only
+				continue
 			}
 			return undo(fmt.Errorf("attach %s: %w", name, err))
 		}
 		progs, links = append(progs, prog), append(links, l)
 	}
+	adoptMaps(coll, shared)
 	t.progs, t.links = append(t.progs, progs...), append(t.links, links...)
 	return nil
 }

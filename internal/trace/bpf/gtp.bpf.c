@@ -7,9 +7,9 @@
  * copies sharing the maps. Every call is counted per (task, function) so
  * nothing is lost when user space is slow; the ring buffer gets the first
  * call of a task and then at most one record per emit_interval_ns, so a
- * packet flood cannot flood user space. Three small programs beside them
- * (mark_ip4, mark_ip6, net_rx_enter/exit) tell a caller's own packets from
- * the ones its softirq happens to run: see owner().
+ * packet flood cannot flood user space. Two small programs beside them
+ * (mark_ip4, mark_ip6) and the CPU's preempt count tell a caller's own
+ * packets from the ones its softirq happens to run: see owner().
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -45,6 +45,17 @@ const volatile __s32 dev_arg = -1;
 const volatile __s32 tun_arg = -1;
 /* Minimum gap between two ring records of the same key (ns); 0: every call. */
 const volatile __u64 emit_interval_ns = 0;
+/*
+ * Set by the loader from /proc/kallsyms: the per-CPU preempt count's address
+ * before the CPU's per-CPU offset is added, and __per_cpu_offset's (x86-64).
+ * 0: unknown; then no call is seen inside a softirq and the marks are off.
+ */
+const volatile __u64 preempt_count_addr = 0;
+const volatile __u64 per_cpu_offset_addr = 0;
+
+/* The preempt count's bit that is set while a CPU serves softirqs
+ * (SOFTIRQ_OFFSET; a bh-disabled section sets the bit above it). */
+#define SOFTIRQ_OFFSET 0x100
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -79,14 +90,6 @@ struct {
 	__type(key, __u64);
 	__type(value, struct gtp_mark);
 } gtp_sent SEC(".maps");
-
-/* Per CPU: how deep inside net_rx_action (the NET_RX softirq) it is, 0 or 1. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} gtp_in_rx SEC(".maps");
 
 /* Unused: makes the compiler emit the record's BTF for the Go bindings. */
 struct gtp_event _gtp_event_btf;
@@ -130,11 +133,23 @@ static __always_inline bool moves_packets(long nr)
 	return false;
 }
 
-static __always_inline bool in_net_rx(void)
+/*
+ * Is this CPU serving softirqs (NET_RX, NET_TX: the packet work a call's
+ * bh-enable or an IRQ's exit runs)? Two reads of per-CPU data, where
+ * brackets on net_rx_action would put a trampoline on every softirq.
+ */
+static __always_inline bool serving_softirq(void)
 {
-	__u32 zero = 0, *depth = bpf_map_lookup_elem(&gtp_in_rx, &zero);
+	__u64 off = 0, cpu = bpf_get_smp_processor_id();
+	__u32 count = 0;
 
-	return depth && *depth;
+	if (!preempt_count_addr || !per_cpu_offset_addr)
+		return false;
+	if (bpf_probe_read_kernel(&off, sizeof(off), (void *)(per_cpu_offset_addr + cpu * sizeof(off))))
+		return false;
+	if (bpf_probe_read_kernel(&count, sizeof(count), (void *)(preempt_count_addr + off)))
+		return false;
+	return count & SOFTIRQ_OFFSET;
 }
 
 static __always_inline __u32 classify(struct task_struct *t, __u32 tgid)
@@ -165,7 +180,7 @@ struct tun_struct___swl {
 /*
  * A packet-moving call's bh-enable runs the NET_RX softirq, and with it every
  * packet pending on that CPU, not only the caller's: a backlog another
- * sender queued, a qdisc's delayed packets, a NIC's. Inside net_rx_action the
+ * sender queued, a qdisc's delayed packets, a NIC's. Inside a softirq the
  * caller owns the packet only if it sent it (gtp_sent); otherwise the work
  * is reported as the CPU's. Outside the softirq, a function runs in the
  * call's own send path (a packet it routes into a gtp device) or in a TUN
@@ -177,7 +192,7 @@ static __always_inline __u32 owner(void *ctx, struct task_struct *t, __u32 tgid,
 	struct gtp_mark *m;
 	__u64 skb = 0, key;
 
-	if (kind != GTP_CTX_PROCESS || !in_net_rx())
+	if (kind != GTP_CTX_PROCESS || !serving_softirq())
 		return kind;
 	if (skb_arg < 0 || bpf_get_func_arg(ctx, skb_arg, &skb) || !skb)
 		return GTP_CTX_BACKLOG;
@@ -269,7 +284,7 @@ static __always_inline void mark_sent(struct sk_buff *skb, __u32 proto_off)
 		return;
 	if (bpf_probe_read_kernel(&dport, sizeof(dport), head + th + 2) || dport != bpf_htons(GTPU_PORT))
 		return;
-	if (in_net_rx() || classify(t, tgid) != GTP_CTX_PROCESS)
+	if (serving_softirq() || classify(t, tgid) != GTP_CTX_PROCESS)
 		return; /* sent by the kernel (in softirq, a kthread) or outside a packet-moving call */
 
 	struct gtp_mark m = { .ts_ns = bpf_ktime_get_ns(), .tgid = tgid };
@@ -287,26 +302,5 @@ SEC("fentry/ip6_send_skb")
 int BPF_PROG(mark_ip6, struct sk_buff *skb)
 {
 	mark_sent(skb, 6); /* struct ipv6hdr's nexthdr */
-	return 0;
-}
-
-/* net_rx_action brackets: see owner(). Softirqs do not nest on a CPU. */
-SEC("fentry/net_rx_action")
-int BPF_PROG(net_rx_enter)
-{
-	__u32 zero = 0, *depth = bpf_map_lookup_elem(&gtp_in_rx, &zero);
-
-	if (depth)
-		*depth += 1;
-	return 0;
-}
-
-SEC("fexit/net_rx_action")
-int BPF_PROG(net_rx_exit)
-{
-	__u32 zero = 0, *depth = bpf_map_lookup_elem(&gtp_in_rx, &zero);
-
-	if (depth && *depth)
-		*depth -= 1;
 	return 0;
 }

@@ -12,7 +12,7 @@ enum gtp_ctx {
 	GTP_CTX_IDLE = 1,      /* the idle task (softirq on an idle CPU) */
 	GTP_CTX_KTHREAD = 2,   /* a kernel thread (ksoftirqd, NAPI threads, workers) */
 	GTP_CTX_INTERRUPT = 3, /* a user task an IRQ interrupted (in user mode, or in a call that moves no packets): softirq on IRQ exit */
-	GTP_CTX_BACKLOG = 4,   /* a user task in a packet-moving call whose NET_RX softirq ran a packet it did not send */
+	GTP_CTX_BACKLOG = 4,   /* a user task in a packet-moving call whose softirq ran a packet it did not send */
 };
 
 /* A GTP-U packet a process sent, keyed by its skb's data buffer. */
