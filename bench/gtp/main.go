@@ -86,11 +86,26 @@ type Load struct {
 // (stress-ng -c 20 on 2 CPUs), which any deadline heuristic handles by
 // pushing the hogs back; (b) a wakeup-heavy background whose tasks look as
 // interactive as a gNB, so the heuristic alone cannot tell them apart; (c)
-// both.
+// both. Two messaging groups by default: with one, swiftlane's heuristic
+// alone still kept the UE within 2x of its idle RTT, so that load did not
+// do what (b) is for (bench/results/gtp-groups/).
 var loads = []Load{
 	{Key: "hogs", Description: "stress-ng --cpu 10xCPUs", hogs: 10},
-	{Key: "messaging", Description: "perf bench sched messaging (1 group: 20 senders, 20 receivers) in a loop + stress-ng --cpu 1xCPUs", hogs: 1, messaging: true},
-	{Key: "both", Description: "stress-ng --cpu 10xCPUs + perf bench sched messaging in a loop", hogs: 10, messaging: true},
+	{Key: "messaging", Description: "perf bench sched messaging (%s) in a loop + stress-ng --cpu 1xCPUs", hogs: 1, messaging: true},
+	{Key: "both", Description: "stress-ng --cpu 10xCPUs + perf bench sched messaging (%s) in a loop", hogs: 10, messaging: true},
+}
+
+// describeLoads fills in the messaging groups.
+func describeLoads() {
+	g := fmt.Sprintf("%d groups of 20 senders and 20 receivers", *groups)
+	if *groups == 1 {
+		g = "1 group: 20 senders, 20 receivers"
+	}
+	for i := range loads {
+		if loads[i].messaging {
+			loads[i].Description = fmt.Sprintf(loads[i].Description, g)
+		}
+	}
 }
 
 // idleLoad is no load at all: eevdf-idle's only phase, automatic mode's
@@ -137,6 +152,7 @@ var (
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	compRE    = flag.String("companions", "swiftlane lab ping", "automatic.companions regex for the UE pinger (empty: none)")
 	logDir    = flag.String("logdir", "", "keep each scheduler's output in this directory")
+	groups    = flag.Int("messaging-groups", 2, "perf bench sched messaging groups (20 senders and 20 receivers each) in the messaging loads")
 	pps       = flag.Int("pps", 50, "background traffic: ICMP echo requests per second from each other UE through the gNB (0: none)")
 )
 
@@ -163,6 +179,7 @@ var describe = map[string]string{
 
 func main() {
 	flag.Parse()
+	describeLoads()
 	if *merge {
 		if err := mergeBoots(flag.Args(), *out); err != nil {
 			fail(err)
@@ -522,9 +539,9 @@ func startLoad(l Load) (stop func() error, err error) {
 			stop()
 			return nil, fmt.Errorf("load %s needs perf (make deps installs it): %w", l.Key, err)
 		}
-		// Each round forks its 40 tasks anew: a steady mix of forks,
-		// short bursts and wakeups, as chatty as any packet loop.
-		m, err := start("sh", "-c", "while perf bench sched messaging -g 1 -l 1000 >/dev/null; do :; done")
+		// Each round forks its 40 tasks per group anew: a steady mix of
+		// forks, short bursts and wakeups, as chatty as any packet loop.
+		m, err := start("sh", "-c", fmt.Sprintf("while perf bench sched messaging -g %d -l 1000 >/dev/null; do :; done", *groups))
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("perf bench sched messaging: %w", err)
