@@ -17,9 +17,9 @@ import (
 
 // softirqProbe is where the BPF programs read whether the CPU is serving a
 // softirq: the per-CPU preempt count (its address before the CPU's per-CPU
-// offset is added) and the __per_cpu_offset array. Reading them costs the
-// traced functions two loads, where bracketing net_rx_action with
-// fentry/fexit cost every softirq on the machine two trampolines.
+// offset is added) and the __per_cpu_offset array. It sees every softirq
+// (NET_TX as well as NET_RX) and costs two reads inside the traced functions
+// only, no program of its own.
 type softirqProbe struct {
 	preemptCount uint64
 	perCPUOffset uint64

@@ -135,8 +135,8 @@ static __always_inline bool moves_packets(long nr)
 
 /*
  * Is this CPU serving softirqs (NET_RX, NET_TX: the packet work a call's
- * bh-enable or an IRQ's exit runs)? Two reads of per-CPU data, where
- * brackets on net_rx_action would put a trampoline on every softirq.
+ * bh-enable or an IRQ's exit runs)? Two reads of per-CPU data; brackets on
+ * net_rx_action alone let other softirqs' work through (bench/results/gtp-softirq/).
  */
 static __always_inline bool serving_softirq(void)
 {
