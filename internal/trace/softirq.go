@@ -97,8 +97,8 @@ func kernelSymbols(r io.Reader, names ...string) (map[string]uint64, error) {
 }
 
 // loadSoftirqProbe is findSoftirqProbe on the running kernel.
-func loadSoftirqProbe() (softirqProbe, error) {
-	kernel, err := btf.LoadKernelSpec()
+func loadSoftirqProbe(cache *btf.Cache) (softirqProbe, error) {
+	kernel, err := cache.Kernel()
 	if err != nil {
 		return softirqProbe{}, fmt.Errorf("kernel BTF: %w", err)
 	}

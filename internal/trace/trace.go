@@ -181,7 +181,10 @@ func Load(opts Options) (*Tracer, error) {
 	}
 
 	t := &Tracer{skipped: map[string]string{}}
-	targets, moduleNotes := resolve(funcs, modules, t.skipped)
+	// One parse of the kernel's BTF for everything below (each module's
+	// spec and each load would otherwise read vmlinux again).
+	cache := btf.NewCache()
+	targets, moduleNotes := resolve(cache, funcs, modules, t.skipped)
 	for _, fn := range funcs {
 		if why, ok := t.skipped[fn]; ok {
 			log.Info("GTP-U function not traced", "function", fn, "reason", why)
@@ -195,7 +198,6 @@ func Load(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse BPF object: %w", err)
 	}
-	cache := btf.NewCache()
 	shared := map[string]*ebpf.Map{}
 	// The marks go first: the programs see softirqs only if they are in,
 	// else a call's own packets would be backlog too.
@@ -233,13 +235,11 @@ func Load(opts Options) (*Tracer, error) {
 // creates the maps the others share.
 func (t *Tracer) loadOne(spec *ebpf.CollectionSpec, tg target, every time.Duration, shared map[string]*ebpf.Map, cache *btf.Cache) error {
 	s := spec.Copy()
-	id := uint32(len(t.funcs))
-	for name, v := range map[string]any{
-		"func_id": id, "skb_arg": tg.skbArg, "dev_arg": tg.devArg, "tun_arg": tg.tunArg, "emit_interval_ns": uint64(every.Nanoseconds()),
-	} {
-		if err := s.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("set %s: %w", name, err)
-		}
+	err := setVars(s, map[string]any{
+		"func_id": uint32(len(t.funcs)), "skb_arg": tg.skbArg, "dev_arg": tg.devArg, "tun_arg": tg.tunArg, "emit_interval_ns": uint64(every.Nanoseconds()),
+	})
+	if err != nil {
+		return err
 	}
 	keepPrograms(s, progFentry)
 	s.Programs[progFentry].AttachTo = tg.name
@@ -290,9 +290,9 @@ func adoptMaps(coll *ebpf.Collection, shared map[string]*ebpf.Map) {
 	}
 }
 
-// setProbe sets where the programs read the preempt count (zero: nowhere).
-func setProbe(spec *ebpf.CollectionSpec, p softirqProbe) error {
-	for name, v := range map[string]uint64{"preempt_count_addr": p.preemptCount, "per_cpu_offset_addr": p.perCPUOffset} {
+// setVars sets constants of the object (bpf/gtp.bpf.c's const volatiles).
+func setVars(spec *ebpf.CollectionSpec, vars map[string]any) error {
+	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
@@ -300,12 +300,17 @@ func setProbe(spec *ebpf.CollectionSpec, p softirqProbe) error {
 	return nil
 }
 
+// setProbe sets where the programs read the preempt count (zero: nowhere).
+func setProbe(spec *ebpf.CollectionSpec, p softirqProbe) error {
+	return setVars(spec, map[string]any{"preempt_count_addr": p.preemptCount, "per_cpu_offset_addr": p.perCPUOffset})
+}
+
 // loadOwnership finds the softirq probe, sets it in spec, and loads and
 // attaches the sender marks; the first to load, it creates the shared maps.
 // The IPv4 mark is required (without IPv6's, IPv6 GTP-U a process sends
 // counts as backlog inside a softirq).
 func (t *Tracer) loadOwnership(spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, cache *btf.Cache) error {
-	probe, err := loadSoftirqProbe()
+	probe, err := loadSoftirqProbe(cache)
 	if err != nil {
 		return fmt.Errorf("no softirq probe: %w", err)
 	}
@@ -354,18 +359,18 @@ func (t *Tracer) OwnershipNote() string { return t.ownNote }
 
 // resolve finds each function's BTF and the positions of its sk_buff,
 // net_device and tun_struct arguments. It fills skipped and returns notes on missing modules.
-func resolve(funcs, modules []string, skipped map[string]string) ([]target, []string) {
+func resolve(cache *btf.Cache, funcs, modules []string, skipped map[string]string) ([]target, []string) {
 	var specs []*btf.Spec
 	var notes []string
 	for _, m := range modules {
-		s, err := btf.LoadKernelModuleSpec(m)
+		s, err := cache.Module(m)
 		if err != nil {
 			notes = append(notes, moduleNote(m))
 			continue
 		}
 		specs = append(specs, s)
 	}
-	if s, err := btf.LoadKernelSpec(); err == nil {
+	if s, err := cache.Kernel(); err == nil {
 		specs = append(specs, s)
 	} else {
 		notes = append(notes, fmt.Sprintf("no kernel BTF (%v): CONFIG_DEBUG_INFO_BTF is required", err))
