@@ -46,7 +46,16 @@ type options struct {
 	clientCPU, dpCPU  int
 	seed              uint64
 	timesDir          string
+	reanalyse         string
+	sessionsMax       int
 }
+
+// defaultSessionsMax sizes swiftlane's session map as docs/lb.md tells a
+// node to: new connections/s × (closingIdle 10 s + sweep 5 s) × 2 entries.
+// The closed-loop phase makes ~31,000 connections/s here, 930,000 entries;
+// a smaller map stays full into the latency phase that follows, and every
+// new connection there pays the LRU's eviction.
+const defaultSessionsMax = 1 << 20
 
 func main() {
 	var o options
@@ -66,7 +75,16 @@ func main() {
 	flag.IntVar(&o.clientCPU, "client-cpu", 0, "CPU for the load generators")
 	flag.IntVar(&o.dpCPU, "dp-cpu", 1, "CPU for the data path (RPS), the backends and this program")
 	flag.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the variant order (recorded in the JSON)")
+	flag.IntVar(&o.sessionsMax, "sessions-max", defaultSessionsMax, "swiftlane's sessions.max (docs/lb.md, \"Sizing\")")
+	flag.StringVar(&o.reanalyse, "reanalyse", "", "measure nothing: recompute a stored report's summaries, findings and round-by-round comparisons from its rounds, write them to -out and print the table")
 	flag.Parse()
+	if o.reanalyse != "" {
+		if err := reanalyse(o.reanalyse, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-lb: -reanalyse:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	for _, v := range strings.Split(variants, ",") {
 		if !slices.Contains(allVariants, v) {
 			fmt.Fprintf(os.Stderr, "bench-lb: -variants: %q is not one of %s\n", v, strings.Join(allVariants, ","))

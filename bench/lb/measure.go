@@ -110,7 +110,7 @@ func (b *bench) startSwiftlane() (func(), error) {
 		return nil, errors.New("-swiftlane: required for the swiftlane variant (make bench-lb builds build/swiftlane)")
 	}
 	cfg := filepath.Join(b.tmp, "services.yaml")
-	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo, b.o.services)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo, b.o.services, b.o.sessionsMax)), 0o600); err != nil {
 		return nil, err
 	}
 	lb, err := labnet.StartLB(b.topo.Node, b.o.swiftlane, 30*time.Second, "--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr)

@@ -3,10 +3,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"math"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -82,6 +84,7 @@ func newReport(o options) *report {
 		Settings: map[string]any{
 			"duration_s": o.duration.Seconds(), "rate_rps": o.rate, "connections": o.connections, "repeats": o.repeats,
 			"client_cpu": o.clientCPU, "dp_cpu": o.dpCPU, "seed": o.seed, "iptables": strings.TrimSpace(string(ipt)),
+			"sessions_max": o.sessionsMax,
 		},
 		Services: o.services,
 		Variants: map[string]summary{}, NodePort: map[string]summary{},
@@ -112,24 +115,33 @@ func tCrit(df int) float64 {
 	return 1.96
 }
 
-// meanCI is the mean and, with two or more values, its 95 % interval.
-func meanCI(xs []float64) (float64, *[2]float64) {
-	if len(xs) == 0 {
-		return 0, nil
-	}
+// meanHalfWidth is the mean of xs and the half width of its 95 % interval
+// (NaN with fewer than two values).
+func meanHalfWidth(xs []float64) (m, h float64) {
 	var sum float64
 	for _, x := range xs {
 		sum += x
 	}
-	m := sum / float64(len(xs))
+	m = sum / float64(len(xs))
 	if len(xs) < 2 {
-		return m, nil
+		return m, math.NaN()
 	}
 	var ss float64
 	for _, x := range xs {
 		ss += (x - m) * (x - m)
 	}
-	h := tCrit(len(xs)-1) * math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
+	return m, tCrit(len(xs)-1) * math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
+}
+
+// meanCI is the mean and, with two or more values, its 95 % interval.
+func meanCI(xs []float64) (float64, *[2]float64) {
+	if len(xs) == 0 {
+		return 0, nil
+	}
+	m, h := meanHalfWidth(xs)
+	if math.IsNaN(h) {
+		return m, nil
+	}
 	return m, &[2]float64{max(0, m-h), m + h} // every metric here is non-negative
 }
 
@@ -198,6 +210,39 @@ var metrics = []metric{
 	{"dp_cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.DpCPUusPerConn, s.DpCPUci }},
 }
 
+// reanalyse recomputes the report in file from its stored rounds (after a
+// change to the statistics, the measurements stay as they were) and writes
+// it to out.
+func reanalyse(file, out string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var r report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	raw := map[string]map[string][]phase{"clusterip": {}, "nodeport": {}}
+	for v, s := range r.Variants {
+		raw["clusterip"][v] = s.Rounds
+	}
+	for v, s := range r.NodePort {
+		raw["nodeport"][v] = s.Rounds
+	}
+	r.Variants, r.NodePort = map[string]summary{}, map[string]summary{}
+	r.Ratios, r.Findings, r.Paired = map[string]map[string]float64{}, nil, nil
+	r.summarise(raw)
+	if data, err = json.MarshalIndent(&r, "", "  "); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	r.printTable(os.Stdout)
+	fmt.Printf("wrote %s\n", out)
+	return nil
+}
+
 func (r *report) summarise(raw map[string]map[string][]phase) {
 	for path, byVariant := range raw {
 		dst := r.Variants
@@ -248,24 +293,37 @@ func (r *report) summarise(raw map[string]map[string][]phase) {
 // tail difference present in every other round cannot show. How many
 // rounds each side wins, with the medians, is what the tail comparison
 // rests on; with every round won over n rounds, a one-sided sign test
-// gives 2^-n (0.03 for 5).
+// gives 2^-n (0.03 for 5). The per-round ratio's geometric mean and its
+// 95 % interval (Student's t on the logs: host noise multiplies a tail
+// rather than adding to it) say how large the difference is; an interval
+// that excludes 1 is a difference beyond the rounds' spread.
 func paired(path string, sl summary, v string, o summary) string {
 	n := min(len(sl.Rounds), len(o.Rounds))
 	if n < 3 {
 		return ""
 	}
 	lower := 0
+	var logs []float64
 	for i := range n {
-		if sl.Rounds[i].P99us < o.Rounds[i].P99us {
+		a, b := sl.Rounds[i].P99us, o.Rounds[i].P99us
+		if a < b {
 			lower++
+		}
+		if a > 0 && b > 0 {
+			logs = append(logs, math.Log(a/b))
 		}
 	}
 	diff := ""
 	if o.P99Median > 0 {
 		diff = fmt.Sprintf(", %+.0f %%", 100*(sl.P99Median/o.P99Median-1))
 	}
-	return fmt.Sprintf("%s p99_us: swiftlane below %s in %d of %d rounds; medians %.4g vs %.4g%s (ranges %.4g-%.4g and %.4g-%.4g)",
-		path, v, lower, n, sl.P99Median, o.P99Median, diff, sl.P99Range[0], sl.P99Range[1], o.P99Range[0], o.P99Range[1])
+	ratio := ""
+	if len(logs) == n {
+		m, h := meanHalfWidth(logs)
+		ratio = fmt.Sprintf("; ratio %.2g (95 %% interval %.2g-%.2g)", math.Exp(m), math.Exp(m-h), math.Exp(m+h))
+	}
+	return fmt.Sprintf("%s p99_us: swiftlane below %s in %d of %d rounds; medians %.4g vs %.4g%s (ranges %.4g-%.4g and %.4g-%.4g)%s",
+		path, v, lower, n, sl.P99Median, o.P99Median, diff, sl.P99Range[0], sl.P99Range[1], o.P99Range[0], o.P99Range[1], ratio)
 }
 
 func ci(c *[2]float64) string {

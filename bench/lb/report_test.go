@@ -3,7 +3,11 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -64,8 +68,8 @@ func TestPairedTails(t *testing.T) {
 		"nodeport": {"swiftlane": p99(1, 2), "iptables": p99(3, 4)}, // too few rounds to pair
 	})
 	want := []string{
-		"clusterip p99_us: swiftlane below iptables in 5 of 5 rounds; medians 4000 vs 5.7e+04, -93 % (ranges 3000-9e+04 and 1.9e+04-4.1e+06)",
-		"clusterip p99_us: swiftlane below nftables in 2 of 5 rounds; medians 4000 vs 6500, -38 % (ranges 3000-9e+04 and 2000-1.3e+04)",
+		"clusterip p99_us: swiftlane below iptables in 5 of 5 rounds; medians 4000 vs 5.7e+04, -93 % (ranges 3000-9e+04 and 1.9e+04-4.1e+06); ratio 0.04 (95 % interval 0.0043-0.38)",
+		"clusterip p99_us: swiftlane below nftables in 2 of 5 rounds; medians 4000 vs 6500, -38 % (ranges 3000-9e+04 and 2000-1.3e+04); ratio 1.3 (95 % interval 0.18-9.7)",
 	}
 	if strings.Join(r.Paired, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("paired\n%s\nwant\n%s", strings.Join(r.Paired, "\n"), strings.Join(want, "\n"))
@@ -82,5 +86,53 @@ func TestPairedTails(t *testing.T) {
 	r.printTable(&b)
 	if !strings.Contains(b.String(), "p99 round by round") || !strings.Contains(b.String(), "5 of 5 rounds") {
 		t.Fatalf("table lacks the paired lines:\n%s", b.String())
+	}
+}
+
+// A stored report recomputed from its rounds: the summaries and the
+// round-by-round lines come back from the rounds alone, stale ones go.
+func TestReanalyse(t *testing.T) {
+	r := &report{Services: 2000, Variants: map[string]summary{}, NodePort: map[string]summary{}, Ratios: map[string]map[string]float64{}}
+	p99 := func(xs ...float64) []phase {
+		var ps []phase
+		for _, x := range xs {
+			ps = append(ps, phase{CPS: 100, P99us: x})
+		}
+		return ps
+	}
+	r.summarise(map[string]map[string][]phase{
+		"clusterip": {"swiftlane": p99(2000, 1800, 2900), "iptables": p99(2600, 5500, 3700)},
+		"nodeport":  {"swiftlane": p99(1500, 1900, 2000), "iptables": p99(510000, 31000, 40000)},
+	})
+	want := slices.Clone(r.Paired)
+	r.Paired = []string{"stale"}
+	r.Findings = append(r.Findings, "stale")
+	r.Variants["iptables"] = summary{Rounds: p99(2600, 5500, 3700)} // rounds only: the rest must be recomputed
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, out := filepath.Join(t.TempDir(), "in.json"), filepath.Join(t.TempDir(), "out.json")
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := reanalyse(in, out); err != nil {
+		t.Fatal(err)
+	}
+	var got report
+	if data, err = os.ReadFile(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got.Paired, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("paired\n%s\nwant\n%s", strings.Join(got.Paired, "\n"), strings.Join(want, "\n"))
+	}
+	if slices.Contains(got.Findings, "stale") || got.Services != 2000 {
+		t.Fatalf("findings %q services %d", got.Findings, got.Services)
+	}
+	if s := got.Variants["iptables"]; s.P99Median != 3700 || s.CPS != 100 {
+		t.Fatalf("iptables not recomputed: %+v", s)
 	}
 }

@@ -239,7 +239,7 @@ func applyNft(topo *labnet.Topology, n int) error {
 // leaves it to the client's backlog, which RPS sends to the load
 // generator's CPU. The benchmark would then charge the balancer under test
 // for the load generator's work. Backends keep peer redirect, as on a node.
-func swiftlaneConfig(topo *labnet.Topology, n int) string {
+func swiftlaneConfig(topo *labnet.Topology, n, sessionsMax int) string {
 	var ports, eps []string
 	for _, p := range webPorts {
 		ports = append(ports, fmt.Sprintf("{port: %d, targetPort: %d, nodePort: %d}", p.port, p.target, p.nodePort))
@@ -248,19 +248,16 @@ func swiftlaneConfig(topo *labnet.Topology, n int) string {
 		eps = append(eps, fmt.Sprintf("{address: %s}", b))
 	}
 	var b strings.Builder
-	// sessions.max sized as docs/lb.md says: ~18,000 new connections/s ×
-	// (closingIdle 10 s + sweep 5 s) ≈ 270,000 closed connections, above the
-	// default 131,072, which would keep the session map evicting.
 	fmt.Fprintf(&b, `nodeAddresses: [%s]
 interfaces: [ext0, "v*"]
 peerRedirectExclude: [vc, ext0]
-sessions: {max: 524288}
+sessions: {max: %d}
 services:
   - name: web
     clusterIP: %s
     ports: [%s]
     endpoints: [%s]
-`, topo.NodeIP, clusterIP, strings.Join(ports, ", "), strings.Join(eps, ", "))
+`, topo.NodeIP, sessionsMax, clusterIP, strings.Join(ports, ", "), strings.Join(eps, ", "))
 	for _, d := range dummies(n) {
 		np := ""
 		if d.nodePort != 0 {

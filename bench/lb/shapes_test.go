@@ -180,7 +180,7 @@ func TestServicesDummies(t *testing.T) {
 		t.Errorf("%d dummies have a NodePort, want %d (the whole range)", withNodePort, want)
 	}
 	topo := &labnet.Topology{NodeIP: netip.MustParseAddr("198.18.0.1"), BackendIPs: []netip.Addr{netip.MustParseAddr("10.244.2.2")}}
-	cfg, err := services.Parse([]byte(swiftlaneConfig(topo, maxServices)))
+	cfg, err := services.Parse([]byte(swiftlaneConfig(topo, maxServices, defaultSessionsMax)))
 	if err != nil {
 		t.Fatal(err)
 	}
