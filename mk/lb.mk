@@ -20,7 +20,9 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 # A full run is 5 rounds x 5 variants x 2 paths x 2.5 phases of 20 s: ~45 min,
 # with nothing else on the machine. Smoke test: LB_BENCH_FLAGS='-duration 3s
 # -repeats 1 -out /tmp/lb.json -png-dir /tmp'. With many Services:
-# LB_SERVICES=2000.
+# LB_SERVICES=2000; issue 15's goals were measured there with
+# LB_BENCH_FLAGS='-rate 10000 -out ...' (README). After a change to the
+# statistics: bench-lb -reanalyse FILE -out FILE (no measuring).
 bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min)
 	bash mk/lb-deps.sh
 	@mkdir -p bench/results
