@@ -14,7 +14,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -53,8 +52,9 @@ type options struct {
 // defaultSessionsMax sizes swiftlane's session map as docs/lb.md tells a
 // node to: new connections/s × (closingIdle 10 s + sweep 5 s) × 2 entries.
 // The closed-loop phase makes ~31,000 connections/s here, 930,000 entries;
-// a smaller map stays full into the latency phase that follows, and every
-// new connection there pays the LRU's eviction.
+// a smaller map stays full into the latency phase that follows, where every
+// insert then evicts (which did not measurably move swiftlane's tail:
+// bench/results/lb-sessions-1m.json, but a node would not run that way).
 const defaultSessionsMax = 1 << 20
 
 func main() {
@@ -178,16 +178,7 @@ func run(o options) error {
 		rep.Histograms = append(rep.Histograms, png)
 	}
 	slices.Sort(rep.Histograms)
-	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(o.out, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	rep.printTable(os.Stdout)
-	fmt.Printf("wrote %s\n", o.out)
-	return nil
+	return rep.write(o.out)
 }
 
 // bench is the one topology every variant runs on.

@@ -232,7 +232,13 @@ func reanalyse(file, out string) error {
 	r.Variants, r.NodePort = map[string]summary{}, map[string]summary{}
 	r.Ratios, r.Findings, r.Paired = map[string]map[string]float64{}, nil, nil
 	r.summarise(raw)
-	if data, err = json.MarshalIndent(&r, "", "  "); err != nil {
+	return r.write(out)
+}
+
+// write stores the report as JSON and prints its table.
+func (r *report) write(out string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(out, append(data, '\n'), 0o644); err != nil {
