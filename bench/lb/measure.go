@@ -95,6 +95,8 @@ func (b *bench) setup(v string) (func(), error) {
 		return nop, applyNft(b.topo, b.o.services)
 	case "ipvs":
 		return nop, applyIPVS(b.topo, b.o.services)
+	case "swiftlane-nosweep":
+		return b.startSwiftlane("--sweep-interval", "1h")
 	}
 	return b.startSwiftlane()
 }
@@ -105,7 +107,7 @@ func (b *bench) setup(v string) (func(), error) {
 // program's Go runtime, and its CPU time counts like any other. Without
 // --pin-dir, stopping it detaches the program and drops every session, so
 // the next variant starts clean.
-func (b *bench) startSwiftlane() (func(), error) {
+func (b *bench) startSwiftlane(extra ...string) (func(), error) {
 	if b.o.swiftlane == "" {
 		return nil, errors.New("-swiftlane: required for the swiftlane variant (make bench-lb builds build/swiftlane)")
 	}
@@ -113,7 +115,8 @@ func (b *bench) startSwiftlane() (func(), error) {
 	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo, b.o.services, b.o.sessionsMax)), 0o600); err != nil {
 		return nil, err
 	}
-	lb, err := labnet.StartLB(b.topo.Node, b.o.swiftlane, 30*time.Second, "--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr)
+	args := append([]string{"--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr}, extra...)
+	lb, err := labnet.StartLB(b.topo.Node, b.o.swiftlane, 30*time.Second, args...)
 	if err != nil {
 		return nil, fmt.Errorf("-swiftlane %s: %w", b.o.swiftlane, err)
 	}

@@ -28,7 +28,7 @@ func plotLatency(out, path string, o options, byVariant map[string][]phase) erro
 	p.Add(plotter.NewGrid())
 	const perDecade = 10
 	i := 0
-	for _, v := range allVariants {
+	for _, v := range knownVariants {
 		rounds, ok := byVariant[v]
 		if !ok {
 			continue

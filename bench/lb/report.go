@@ -349,7 +349,7 @@ func (r *report) printTable(w io.Writer) {
 		name string
 		m    map[string]summary
 	}{{"ClusterIP", r.Variants}, {"NodePort", r.NodePort}} {
-		for _, v := range allVariants {
+		for _, v := range knownVariants {
 			s, ok := p.m[v]
 			if !ok {
 				continue
