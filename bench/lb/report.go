@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -214,14 +213,11 @@ var metrics = []metric{
 // change to the statistics, the measurements stay as they were) and writes
 // it to out.
 func reanalyse(file, out string) error {
-	data, err := os.ReadFile(file)
+	reports, err := benchlab.ReadJSONFiles[report]([]string{file})
 	if err != nil {
 		return err
 	}
-	var r report
-	if err := json.Unmarshal(data, &r); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
+	r := reports[0]
 	raw := map[string]map[string][]phase{"clusterip": {}, "nodeport": {}}
 	for v, s := range r.Variants {
 		raw["clusterip"][v] = s.Rounds
@@ -237,15 +233,10 @@ func reanalyse(file, out string) error {
 
 // write stores the report as JSON and prints its table.
 func (r *report) write(out string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(out, append(data, '\n'), 0o644); err != nil {
+	if err := benchlab.WriteJSON(out, r); err != nil {
 		return err
 	}
 	r.printTable(os.Stdout)
-	fmt.Printf("wrote %s\n", out)
 	return nil
 }
 

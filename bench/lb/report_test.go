@@ -48,24 +48,26 @@ func TestFindingsNeedSeparateIntervals(t *testing.T) {
 	}
 }
 
+// p99Rounds is one phase per p99 value, all at 100 conn/s.
+func p99Rounds(xs ...float64) []phase {
+	var ps []phase
+	for _, x := range xs {
+		ps = append(ps, phase{CPS: 100, P99us: x})
+	}
+	return ps
+}
+
 // p99 is compared round by round as well: one stalled round widens the
 // means' intervals, and the rounds still say which side is lower.
 func TestPairedTails(t *testing.T) {
 	r := &report{Variants: map[string]summary{}, NodePort: map[string]summary{}, Ratios: map[string]map[string]float64{}}
-	p99 := func(xs ...float64) []phase {
-		var ps []phase
-		for _, x := range xs {
-			ps = append(ps, phase{CPS: 100, P99us: x})
-		}
-		return ps
-	}
 	r.summarise(map[string]map[string][]phase{
 		"clusterip": {
-			"swiftlane": p99(4000, 3000, 90000, 3500, 7000),
-			"iptables":  p99(57000, 19000, 1200000, 46000, 4100000),
-			"nftables":  p99(7500, 2000, 5000, 13000, 6500),
+			"swiftlane": p99Rounds(4000, 3000, 90000, 3500, 7000),
+			"iptables":  p99Rounds(57000, 19000, 1200000, 46000, 4100000),
+			"nftables":  p99Rounds(7500, 2000, 5000, 13000, 6500),
 		},
-		"nodeport": {"swiftlane": p99(1, 2), "iptables": p99(3, 4)}, // too few rounds to pair
+		"nodeport": {"swiftlane": p99Rounds(1, 2), "iptables": p99Rounds(3, 4)}, // too few rounds to pair
 	})
 	want := []string{
 		"clusterip p99_us: swiftlane below iptables in 5 of 5 rounds; medians 4000 vs 5.7e+04, -93 % (ranges 3000-9e+04 and 1.9e+04-4.1e+06); ratio 0.04 (95 % interval 0.0043-0.38)",
@@ -93,21 +95,14 @@ func TestPairedTails(t *testing.T) {
 // round-by-round lines come back from the rounds alone, stale ones go.
 func TestReanalyse(t *testing.T) {
 	r := &report{Services: 2000, Variants: map[string]summary{}, NodePort: map[string]summary{}, Ratios: map[string]map[string]float64{}}
-	p99 := func(xs ...float64) []phase {
-		var ps []phase
-		for _, x := range xs {
-			ps = append(ps, phase{CPS: 100, P99us: x})
-		}
-		return ps
-	}
 	r.summarise(map[string]map[string][]phase{
-		"clusterip": {"swiftlane": p99(2000, 1800, 2900), "iptables": p99(2600, 5500, 3700)},
-		"nodeport":  {"swiftlane": p99(1500, 1900, 2000), "iptables": p99(510000, 31000, 40000)},
+		"clusterip": {"swiftlane": p99Rounds(2000, 1800, 2900), "iptables": p99Rounds(2600, 5500, 3700)},
+		"nodeport":  {"swiftlane": p99Rounds(1500, 1900, 2000), "iptables": p99Rounds(510000, 31000, 40000)},
 	})
 	want := slices.Clone(r.Paired)
 	r.Paired = []string{"stale"}
 	r.Findings = append(r.Findings, "stale")
-	r.Variants["iptables"] = summary{Rounds: p99(2600, 5500, 3700)} // rounds only: the rest must be recomputed
+	r.Variants["iptables"] = summary{Rounds: p99Rounds(2600, 5500, 3700)} // rounds only: the rest must be recomputed
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
