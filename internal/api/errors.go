@@ -64,6 +64,8 @@ func storeError(what string, err error) *apitypes.Error {
 		return errorf(http.StatusNotFound, "name", "list them with GET on the collection", "%s not found", what)
 	case errors.Is(err, store.ErrExists):
 		return errorf(http.StatusConflict, "name", "pick another name, or PUT to replace it", "%s already exists", what)
+	case errors.Is(err, store.ErrBusy):
+		return errorf(http.StatusServiceUnavailable, "", "retry the request: nothing was written", "%s: %v", what, err)
 	}
 	return errorf(http.StatusInternalServerError, "", "see the server log", "%s: %v", what, err)
 }

@@ -27,6 +27,9 @@ var (
 	// ErrOwned means a strategy name belongs to another owner (another
 	// generation-1 client, or the admin): a list replace may not take it.
 	ErrOwned = errors.New("strategy name owned by another client")
+	// ErrBusy means a write kept conflicting with other writers (other API
+	// replicas) until its deadline; nothing was written, it may be retried.
+	ErrBusy = errors.New("busy: other writers kept changing the object")
 )
 
 // OwnedError is ErrOwned for one entry of a replaced list.

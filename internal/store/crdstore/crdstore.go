@@ -57,9 +57,7 @@ import (
 const (
 	// syncTimeout bounds how long a write waits for the watch to deliver it.
 	syncTimeout = 30 * time.Second
-	// conflictRetries bounds re-reads after a resourceVersion conflict.
-	conflictRetries = 5
-	listPage        = 500
+	listPage    = 500
 )
 
 // Options configure Open.

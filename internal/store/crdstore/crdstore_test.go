@@ -408,8 +408,9 @@ func TestNodesInKubernetes(t *testing.T) {
 }
 
 // TestTwoReplicas: two stores on one namespace (two API replicas) update
-// the same strategy concurrently without errors or lost writes, converge,
-// and keep the same change log, so a watch can resume on either.
+// the same strategy concurrently, several writers each, without errors or
+// lost writes (every write is in the change log), converge, and keep the
+// same change log, so a watch can resume on either.
 func TestTwoReplicas(t *testing.T) {
 	c := cluster(t)
 	ctx := ctxT(t)
@@ -421,17 +422,25 @@ func TestTwoReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(t, wake2, "a on the second replica", func() bool { _, err := r2.GetStrategy(ctx, "a"); return err == nil })
-	const n = 5
-	errs := make(chan error, 2*n)
-	for _, r := range []*Store{r1, r2} {
-		go func() {
+	// With 5 immediate re-reads, 2 writers x 5 updates lost a write now
+	// and then; 8 writers x 10 updates collide on nearly every write.
+	const writers, n = 4, 10 // per replica
+	errs := make(chan error, 2*writers*n)
+	written := map[string]bool{}
+	for ri, r := range []*Store{r1, r2} {
+		for w := range writers {
 			for i := range n {
-				_, err := r.UpdateStrategy(ctx, strat("a", fmt.Sprintf("%p-%d", r, i)))
-				errs <- err
+				written[fmt.Sprintf("r%d-w%d-%d", ri, w, i)] = true
 			}
-		}()
+			go func() {
+				for i := range n {
+					_, err := r.UpdateStrategy(ctx, strat("a", fmt.Sprintf("r%d-w%d-%d", ri, w, i)))
+					errs <- err
+				}
+			}()
+		}
 	}
-	for range 2 * n {
+	for range 2 * writers * n {
 		if err := <-errs; err != nil {
 			t.Fatalf("concurrent update: %v", err)
 		}
@@ -450,6 +459,55 @@ func TestTwoReplicas(t *testing.T) {
 	c2, _, err2 := r2.Changes(ctx, a.Revision, 0)
 	if err1 != nil || err2 != nil || len(c1) == 0 || jsonOf(t, c1) != jsonOf(t, c2) {
 		t.Fatalf("change logs differ: %v %v\n%+v\n%+v", err1, err2, c1, c2)
+	}
+	// Every write is a change of its own (each wrote a value of its own).
+	for _, ch := range c1 {
+		if ch.Type == store.Put {
+			delete(written, ch.Strategy.CommandRegex)
+		}
+	}
+	if len(written) != 0 || len(c1) != 2*writers*n {
+		t.Fatalf("%d changes for %d writes; not in the log: %v", len(c1), 2*writers*n, written)
+	}
+}
+
+// TestUpdateConflictsUntilDeadline: a write that conflicts on every try
+// (another replica writes the object between each read and write) backs
+// off and ends at the request's deadline with store.ErrBusy, not before
+// and not long after.
+func TestUpdateConflictsUntilDeadline(t *testing.T) {
+	c := cluster(t)
+	ctx := ctxT(t)
+	ns := c.namespace(t)
+	r1, r2 := c.open(t, ns, 0), c.open(t, ns, 0)
+	if _, err := r1.CreateStrategy(ctx, strat("a", "x")); err != nil {
+		t.Fatal(err)
+	}
+	wake2 := changed(r2)
+	await(t, wake2, "a on the second replica", func() bool { _, err := r2.GetStrategy(ctx, "a"); return err == nil })
+	const deadline = time.Second
+	dctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	tries := 0
+	start := time.Now()
+	_, err := r1.update(dctx, r1.current("a"), "", false, func(o *v1alpha1.SchedulingStrategy) {
+		tries++
+		o.Spec.CommandRegex = "never"
+		if _, err := r2.UpdateStrategy(ctx, strat("a", fmt.Sprintf("other-%d", tries))); err != nil {
+			t.Errorf("interfering write: %v", err)
+		}
+	})
+	took := time.Since(start)
+	var ce *ConflictError
+	if !errors.Is(err, store.ErrBusy) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("after %d tries in %s: %v, want a ConflictError at the deadline", tries, took, err)
+	}
+	if took < deadline || took > deadline+500*time.Millisecond || tries < 3 {
+		t.Fatalf("%d tries over %s, want several, ending at the %s deadline: %v", tries, took, deadline, err)
+	}
+	t.Logf("%d tries in %s: %v", tries, took, err)
+	if st, _ := r2.GetStrategy(ctx, "a"); st.CommandRegex == "never" {
+		t.Fatal("the refused write was written")
 	}
 }
 

@@ -33,7 +33,8 @@ import (
 // into its status, conditionally on the status's resourceVersion: a
 // concurrent heartbeat through another replica is re-read, not overwritten.
 func (s *Store) RegisterNode(ctx context.Context, name string, r apitypes.Registration, now time.Time) (apitypes.Node, error) {
-	for attempt := 1; ; attempt++ {
+	var out v1alpha1.SchedulingNode
+	err := retryConflicts(ctx, "register node "+name, func(ctx context.Context) error {
 		var cur v1alpha1.SchedulingNode
 		err := s.nodeReq("GET").Name(name).Do(ctx).Into(&cur)
 		if apierrors.IsNotFound(err) {
@@ -42,27 +43,29 @@ func (s *Store) RegisterNode(ctx context.Context, name string, r apitypes.Regist
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 			}
 			err = s.nodeReq("POST").Body(obj).Do(ctx).Into(&cur)
-			if apierrors.IsAlreadyExists(err) && attempt < conflictRetries {
-				continue // created meanwhile (another replica, or the node's kubeagent)
+			if apierrors.IsAlreadyExists(err) {
+				// Created meanwhile (another replica, or the node's
+				// kubeagent): a conflict like any other, read it again.
+				return apierrors.NewConflict(v1alpha1.NodesResource.GroupResource(), name, err)
 			}
 		}
 		if err != nil {
-			return apitypes.Node{}, s.nodeError("register", name, err)
+			return s.nodeError("register", name, err)
 		}
 		st := &cur.Status
 		st.Labels, st.Version, st.Kernel, st.Mode, st.Reason = r.Labels, r.Version, r.Kernel, r.Mode, r.Reason
 		st.HeartbeatSeconds = int32(min(r.HeartbeatSeconds, math.MaxInt32))
 		st.RegisteredAt = metav1.NewTime(now)
-		var out v1alpha1.SchedulingNode
 		err = s.nodeReq("PUT").Name(name).SubResource("status").Body(&cur).Do(ctx).Into(&out)
-		if apierrors.IsConflict(err) && attempt < conflictRetries {
-			continue
+		if err != nil && !apierrors.IsConflict(err) {
+			return s.nodeError("register", name, err)
 		}
-		if err != nil {
-			return apitypes.Node{}, s.nodeError("register", name, err)
-		}
-		return nodeFromObject(&out, s.countersOf(name)), nil
+		return err
+	})
+	if err != nil {
+		return apitypes.Node{}, err
 	}
+	return nodeFromObject(&out, s.countersOf(name)), nil
 }
 
 // Heartbeat merges the heartbeat's fields into the status. It needs no

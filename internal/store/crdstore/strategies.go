@@ -172,34 +172,44 @@ func (s *Store) UpdateStrategy(ctx context.Context, in apitypes.Strategy) (apity
 	return st, nil
 }
 
-// update writes mutate(cur) conditionally on cur's resourceVersion,
-// re-reading and retrying on conflicts (which the API server reports before
-// validating, so a dry run retries them too).
+// update writes mutate(cur) conditionally on cur's resourceVersion. On a
+// conflict (which the API server reports before validating, so a dry run
+// has them too) it re-reads the object and tries again, backing off, until
+// the request's deadline (retryConflicts).
 func (s *Store) update(ctx context.Context, cur *v1alpha1.SchedulingStrategy, fieldPrefix string, dryRun bool, mutate func(*v1alpha1.SchedulingStrategy)) (*v1alpha1.SchedulingStrategy, error) {
-	for attempt := 1; ; attempt++ {
+	name := cur.Name
+	var out v1alpha1.SchedulingStrategy
+	err := retryConflicts(ctx, "update strategy "+name, func(ctx context.Context) error {
+		if cur == nil { // the last try conflicted
+			var fresh v1alpha1.SchedulingStrategy
+			if err := s.strategyReq("GET").Name(name).Do(ctx).Into(&fresh); err != nil {
+				return s.writeError("read", name, fieldPrefix, err)
+			}
+			if fresh.DeletionTimestamp != nil {
+				return store.ErrNotFound
+			}
+			cur = &fresh
+		}
 		o := cur.DeepCopy()
 		mutate(o)
-		req := s.strategyReq("PUT").Name(o.Name).Body(o)
+		req := s.strategyReq("PUT").Name(name).Body(o)
 		if dryRun {
 			req = req.Param("dryRun", metav1.DryRunAll)
 		}
-		var out v1alpha1.SchedulingStrategy
 		err := req.Do(ctx).Into(&out)
-		if err == nil {
-			return &out, nil
+		if apierrors.IsConflict(err) {
+			cur = nil
+			return err
 		}
-		if !apierrors.IsConflict(err) || attempt == conflictRetries {
-			return nil, s.writeError("update", o.Name, fieldPrefix, err)
+		if err != nil {
+			return s.writeError("update", name, fieldPrefix, err)
 		}
-		var fresh v1alpha1.SchedulingStrategy
-		if err := s.strategyReq("GET").Name(o.Name).Do(ctx).Into(&fresh); err != nil {
-			return nil, s.writeError("read", o.Name, fieldPrefix, err)
-		}
-		if fresh.DeletionTimestamp != nil {
-			return nil, store.ErrNotFound
-		}
-		cur = &fresh
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &out, nil
 }
 
 func (s *Store) DeleteStrategy(ctx context.Context, name string) (uint64, error) {
@@ -406,7 +416,7 @@ func (s *Store) writeError(op, name, fieldPrefix string, err error) error {
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%s strategy %s: %v: grant the API's service account %s on schedulingstrategies.%s in namespace %s", op, name, err, op, v1alpha1.GroupVersion.Group, s.o.Namespace)
 	case apierrors.IsConflict(err):
-		return fmt.Errorf("%s strategy %s: changed by another writer %d times in a row: retry: %w", op, name, conflictRetries, err)
+		return fmt.Errorf("%s strategy %s: changed by another writer meanwhile: retry: %w", op, name, err)
 	}
 	return fmt.Errorf("%s strategy %s in namespace %s: %w", op, name, s.o.Namespace, err)
 }
