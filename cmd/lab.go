@@ -16,12 +16,12 @@ import (
 )
 
 func newLabCmd() *cobra.Command {
-	root := &cobra.Command{Use: "lab", Short: "The 5G user-plane lab (network namespaces, kernel gtp UPF, our gNB)"}
+	root := &cobra.Command{Use: "lab", Short: "The 5G user-plane lab (network namespaces, a gtp or gtp5g UPF, our gNB)"}
 	t := gtplab.Default()
 
 	up := &cobra.Command{
 		Use:   "up",
-		Short: "Create the UE, gNB and UPF namespaces and the UPF's gtp device; remove them on SIGINT/SIGTERM",
+		Short: "Create the UE, gNB and UPF namespaces and the UPF's GTP-U device; remove them on SIGINT/SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := gtplab.Up(t)
@@ -29,8 +29,8 @@ func newLabCmd() *cobra.Command {
 				return err
 			}
 			defer l.Close()
-			fmt.Fprintf(os.Stderr, "swiftlane: lab up: UE %s in %s, gNB N3 %s in %s, UPF N3 %s / N6 %s in %s\n",
-				t.UEAddr, t.UENetns, t.GNBN3, t.GNBNetns, t.UPFN3, t.N6Addr, t.UPFNetns)
+			fmt.Fprintf(os.Stderr, "swiftlane: lab up: UE %s in %s, gNB N3 %s in %s, UPF (%s) N3 %s / N6 %s in %s\n",
+				t.UEAddr, t.UENetns, t.GNBN3, t.GNBNetns, t.UPFKind(), t.UPFN3, t.N6Addr, t.UPFNetns)
 			<-cmd.Context().Done()
 			if s, err := l.Stats(); err == nil {
 				fmt.Fprintf(os.Stderr, "swiftlane: lab down: %s rx %d tx %d packets\n", t.GTPDev, s.RxPackets, s.TxPackets)
@@ -38,6 +38,7 @@ func newLabCmd() *cobra.Command {
 			return nil
 		},
 	}
+	up.Flags().StringVar(&t.UPF, "upf", gtplab.UPFGTP, `the UPF's module: "gtp" (the kernel's) or "gtp5g" (free5GC's; loaded from .cache/gtp5g when not installed, see lab/gtp5g.sh)`)
 	down := &cobra.Command{
 		Use:   "down",
 		Short: "Remove the lab's namespaces (after a crash)",

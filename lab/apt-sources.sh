@@ -8,12 +8,8 @@ set -euo pipefail
 list=/etc/apt/sources.list.d/swiftlane-lab.sources
 pref=/etc/apt/preferences.d/swiftlane-lab
 
-# The Debian mirror this machine already uses (deb822 or one-line format).
-uri=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-if [[ -z "$uri" ]]; then
-	uri=$(awk '$1=="deb" && $2 !~ /^\[/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-fi
-[[ -n "$uri" ]] || { echo "apt-sources: no Debian mirror found in /etc/apt/sources.list*; add one first" >&2; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+uri=$(debian_mirror)
 
 want="Types: deb
 URIs: $uri

@@ -20,7 +20,10 @@ main_pkgs=(clang-19 llvm-19 stress-ng zstd iproute2 kmod busybox-static file bin
 	# make test-cluster's node, in the guest from the host's root: the OCI
 	# runtime, the CNI plugins (bridge, host-local, portmap, loopback) and
 	# iptables for kube-proxy and the bridge's masquerade.
-	runc containernetworking-plugins iptables)
+	runc containernetworking-plugins iptables
+	# lab/gtp5g.sh: a trixie chroot with the lab kernels' compiler and
+	# headers, to build free5GC's gtp5g module.
+	mmdebstrap)
 # From bookworm-backports: bookworm's QEMU 7.2 oopses guests on sched_ext
 # attach/detach under multi-threaded TCG; bpftool/libbpf 1.1 predate
 # struct_ops links and the kfunc BTF we need.

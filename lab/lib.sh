@@ -25,3 +25,14 @@ qemu_bin() {
 	[[ ${v:-0} -ge 10 ]] || die "QEMU $v found, need >= 10 (bookworm-backports): run lab/deps.sh"
 	echo "$q"
 }
+
+# The Debian mirror this machine already uses (deb822 or one-line format).
+debian_mirror() {
+	local uri
+	uri=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+	if [[ -z "$uri" ]]; then
+		uri=$(awk '$1=="deb" && $2 !~ /^\[/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+	fi
+	[[ -n "$uri" ]] || die "no Debian mirror found in /etc/apt/sources.list*; add one first"
+	echo "$uri"
+}

@@ -3,9 +3,10 @@
 // Package gtplab is a 5G user plane in network namespaces for the VM lab:
 // a UE namespace whose tunnel interface belongs to our gNB (Gnb: TUN <->
 // GTP-U over UDP, the analogue of UERANSIM's nr-gnb), and a UPF/DN namespace
-// where the kernel's gtp device decapsulates and encapsulates GTP-U with a
-// PDP context set over netlink. The UE pings the UPF's own N6 address, so
-// the whole GTP-U path runs in the gNB process's context.
+// where a GTP-U device decapsulates and encapsulates: the kernel's gtp with
+// a PDP context per UE, or free5GC's gtp5g with a PDR and FAR per UE and
+// direction, both set over netlink. The UE pings the UPF's own N6 address,
+// so the whole GTP-U path runs in the gNB process's context.
 package gtplab
 
 import (
@@ -25,6 +26,7 @@ type Topology struct {
 	UENetns, GNBNetns, UPFNetns string
 	TUN                         string // the UE's tunnel interface (owned by the gNB)
 	GTPDev                      string // the UPF's gtp device
+	UPF                         string // UPFGTP (default) or UPFGTP5G: the kernel module that is the UPF
 	UEAddr                      net.IP // the first UE's PDU session address; UE i has UEAddr+i
 	UEs                         int    // UEs with a PDU session (0 means 1)
 	GNBN3, UPFN3                net.IP // N3: gNB <-> UPF over veth
@@ -33,6 +35,14 @@ type Topology struct {
 }
 
 func (t Topology) ueCount() int { return max(1, t.UEs) }
+
+// UPFKind is the UPF's module, UPFGTP when unset.
+func (t Topology) UPFKind() string {
+	if t.UPF == "" {
+		return UPFGTP
+	}
+	return t.UPF
+}
 
 // UEAddrN is UE i's address.
 func (t Topology) UEAddrN(i int) net.IP {
@@ -90,8 +100,12 @@ func ip(args ...string) error {
 }
 
 // Up creates the namespaces, the N3 veth pair, the N6 address and the UPF's
-// gtp device with the UE's PDP context. It needs root and the gtp module.
+// GTP-U device with each UE's session. It needs root and the UPF's module
+// (gtp, or gtp5g: LoadGTP5G).
 func Up(t Topology) (*Lab, error) {
+	if k := t.UPFKind(); k != UPFGTP && k != UPFGTP5G {
+		return nil, fmt.Errorf("UPF %q: want %q (the kernel's gtp module) or %q (free5GC's gtp5g)", k, UPFGTP, UPFGTP5G)
+	}
 	l := &Lab{T: t, upfFD: -1, v0FD: -1}
 	if err := l.up(); err != nil {
 		l.Close()
@@ -102,7 +116,11 @@ func Up(t Topology) (*Lab, error) {
 
 func (l *Lab) up() error {
 	t := l.T
-	if err := exec.Command("modprobe", "gtp").Run(); err != nil {
+	if t.UPFKind() == UPFGTP5G {
+		if err := LoadGTP5G(); err != nil {
+			return err
+		}
+	} else if err := exec.Command("modprobe", "gtp").Run(); err != nil {
 		return fmt.Errorf("modprobe gtp: %w (the lab needs the kernel's gtp module)", err)
 	}
 	for _, ns := range []string{t.UENetns, t.GNBNetns, t.UPFNetns} {
@@ -128,34 +146,42 @@ func (l *Lab) up() error {
 			return err
 		}
 	}
+	if t.UPFKind() == UPFGTP5G {
+		return inNetns(t.UPFNetns, l.upGTP5G)
+	}
 	return inNetns(t.UPFNetns, l.upGTP)
+}
+
+// bindGTPU opens a UDP socket bound to addr:port for a GTP device.
+func bindGTPU(addr net.IP, port int) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("GTP-U socket: %w", err)
+	}
+	sa := &unix.SockaddrInet4{Port: port}
+	copy(sa.Addr[:], addr.To4())
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind GTP socket to %s:%d: %w", addr, port, err)
+	}
+	return fd, nil
 }
 
 // upGTP runs on a thread inside the UPF namespace.
 func (l *Lab) upGTP() error {
 	t := l.T
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := bindGTPU(t.UPFN3, GTPUPort)
 	if err != nil {
-		return fmt.Errorf("GTP-U socket: %w", err)
+		return err
 	}
 	l.upfFD = fd
-	sa := &unix.SockaddrInet4{Port: GTPUPort}
-	copy(sa.Addr[:], t.UPFN3)
-	if err := unix.Bind(fd, sa); err != nil {
-		return fmt.Errorf("bind GTP-U socket to %s:%d: %w", t.UPFN3, GTPUPort, err)
-	}
 	// The netlink library always sends the GTPv0 socket attribute, so the
 	// device gets one (port 3386, unused by 5G) rather than fd 0.
-	v0, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	v0, err := bindGTPU(t.UPFN3, 3386)
 	if err != nil {
-		return fmt.Errorf("GTPv0 socket: %w", err)
+		return err
 	}
 	l.v0FD = v0
-	sa0 := &unix.SockaddrInet4{Port: 3386}
-	copy(sa0.Addr[:], t.UPFN3)
-	if err := unix.Bind(v0, sa0); err != nil {
-		return fmt.Errorf("bind GTPv0 socket to %s:3386: %w", t.UPFN3, err)
-	}
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return err
