@@ -92,7 +92,7 @@ format, token lifetimes, the signing key's path and default strategies
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config file (docs/control.md); flags override it")
-	f.StringVar(&dataDir, "data-dir", defaultDataDir, "state: database, signing key, admin credential, TLS certificate, token deny list")
+	f.StringVar(&dataDir, "data-dir", defaultDataDir, "state: database (strategies, nodes, the token deny list), signing key, admin credential, TLS certificate")
 	f.StringVar(&listen, "listen", config.DefaultListen, "address to serve on")
 	f.StringVar(&certFile, "tls-cert", "", "TLS certificate (PEM) instead of the generated one")
 	f.StringVar(&keyFile, "tls-key", "", "TLS private key (PEM) for --tls-cert")
@@ -117,6 +117,13 @@ func runAPI(ctx context.Context, cfg config.APIServer) error {
 		return err
 	}
 	defer st.Close()
+	// Revocations moved from a file in the data directory into the store.
+	if found, n, expired, err := auth.ImportDenyFile(ctx, cfg.DataDir, st, time.Now()); err != nil {
+		return fmt.Errorf("data_dir %s: %w", cfg.DataDir, err)
+	} else if found {
+		log.Info("imported the old deny list into the store; the file is no longer read or written: delete it",
+			"file", filepath.Join(cfg.DataDir, auth.DenyFile), "revocations", n, "expired", expired)
+	}
 	defaults := make([]apitypes.Strategy, len(cfg.DefaultStrategies))
 	for i, s := range cfg.DefaultStrategies {
 		defaults[i] = apitypes.Strategy{Strategy: s}

@@ -3,9 +3,10 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -80,19 +81,23 @@ an admin token (--token-file or SWIFTLANE_TOKEN) to mint through the API.
 }
 
 func newTokenRevokeCmd() *cobra.Command {
-	var dataDir string
+	var dataDir, storeKind, kubeconfig, namespace string
 	var cf clientFlags
 	revoke := &cobra.Command{
 		Use:   "revoke ID|TOKEN",
-		Short: "Put a token on the deny list: the server refuses it from the next request on",
+		Short: "Put a token on the deny list: every API replica refuses it from then on",
 		Long: `Revokes a token by its id (printed by 'swiftlane token create', or the
-token's jti claim) or by the token itself. On the server's machine it writes
-the deny list in --data-dir (the running server picks it up at once);
-elsewhere pass --server with an admin token. The entry is kept until the
-token would have expired.
+token's jti claim) or by the token itself. The deny list lives in the
+control plane's store, so every replica refuses the token (within a second
+on the Kubernetes store). With --server it revokes through the API (an admin
+token); otherwise it writes the store itself: --store kubernetes (the
+TokenRevocation objects in --namespace, e.g. inside the API's pod), or the
+bolt file in --data-dir while no server holds it. A whole token is checked
+against the signing key in --data-dir. The entry is kept until the token
+would have expired.
 
-  swiftlane token revoke 3q2-7wEVmK9xC1aB
-  swiftlane token revoke "$(cat leaked.token)" --server https://api.example:8443`,
+  swiftlane token revoke 3f9c1a0b2d4e5f60718293a4 --server https://api.example:8443
+  kubectl -n swiftlane-system exec deploy/swiftlane-api -- swiftlane token revoke --store kubernetes 3f9c1a0b2d4e5f60718293a4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			arg := strings.TrimSpace(args[0])
@@ -100,7 +105,11 @@ token would have expired.
 			if strings.Count(arg, ".") == 2 {
 				req = apitypes.RevokeRequest{Token: arg}
 			}
-			if cmd.Flags().Changed("server") {
+			f := cmd.Flags()
+			if f.Changed("server") {
+				if f.Changed("store") || f.Changed("kubeconfig") || f.Changed("namespace") {
+					return errors.New("--store, --kubeconfig and --namespace write the store directly; drop them with --server")
+				}
 				c, err := cf.client()
 				if err != nil {
 					return err
@@ -112,24 +121,37 @@ token would have expired.
 				fmt.Printf("token %s revoked (deny list entry until %s)\n", r.ID, r.Until.Format(time.RFC3339))
 				return nil
 			}
-			a, err := auth.LoadSigner(dataDir)
-			if err != nil {
-				return err
-			}
 			id, exp := req.ID, time.Time{}
 			if req.Token != "" {
+				a, err := auth.LoadSigner(dataDir)
+				if err != nil {
+					return err
+				}
 				if id, exp, err = a.TokenID(req.Token); err != nil {
 					return err
 				}
 			}
-			if err := a.Revoke(id, exp); err != nil {
+			st, err := openStore(cmd.Context(), storeKind, dataDir, kubeconfig, namespace, slog.New(slog.DiscardHandler))
+			if err != nil {
+				if storeKind == "bolt" {
+					return fmt.Errorf("%w\nrevoke through the running server instead: swiftlane token revoke %s --server URL (admin token in --token-file or $SWIFTLANE_TOKEN)", err, id)
+				}
 				return err
 			}
-			fmt.Printf("token %s revoked in %s\n", id, filepath.Join(dataDir, auth.DenyFile))
+			defer st.Close()
+			until, err := auth.Revoke(cmd.Context(), st, id, exp, "cli", time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Printf("token %s revoked in the %s store (deny list entry until %s)\n", id, storeKind, until.Format(time.RFC3339))
 			return nil
 		},
 	}
-	revoke.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the server's data directory (holds the signing key and the deny list)")
+	f := revoke.Flags()
+	f.StringVar(&dataDir, "data-dir", defaultDataDir, "the server's data directory (the signing key, and the bolt store)")
+	f.StringVar(&storeKind, "store", "bolt", "without --server: the store to write, bolt (in --data-dir) or kubernetes")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --store kubernetes (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&namespace, "namespace", "", "namespace of the API's objects for --store kubernetes (default: the pod's namespace, else "+defaultNamespace+")")
 	cf.add(revoke)
 	return revoke
 }

@@ -4,14 +4,18 @@ package cmd
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
 )
 
-// TestTokenRevokeCommand: `swiftlane token revoke` with --data-dir puts the
-// token (given whole, or by id) on the deny list a server's authority reads.
+// TestTokenRevokeCommand: `swiftlane token revoke` without --server puts
+// the token (given whole, or by id) on the deny list in the bolt store of
+// --data-dir, which a server on that store reads; while a server holds the
+// store it says to go through the server.
 func TestTokenRevokeCommand(t *testing.T) {
 	dir := t.TempDir()
 	server, _, err := auth.LoadOrCreate(dir)
@@ -29,6 +33,12 @@ func TestTokenRevokeCommand(t *testing.T) {
 			t.Fatalf("revoke %.20s: %v", arg, err)
 		}
 	}
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	server.UseDenyList(st)
 	for _, tok := range []string{a, b} {
 		if _, err := server.Verify(tok); !errors.Is(err, auth.ErrRevoked) {
 			t.Errorf("revoked token verified: %v", err)
@@ -36,5 +46,12 @@ func TestTokenRevokeCommand(t *testing.T) {
 	}
 	if _, err := server.Verify(keep); err != nil {
 		t.Errorf("other token refused: %v", err)
+	}
+	// The store is open (as a running server holds it).
+	cmd := newTokenCmd()
+	cmd.SetArgs([]string{"revoke", bID, "--data-dir", dir})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--server") {
+		t.Errorf("revoke while a server holds the store: %v, want a hint to use --server", err)
 	}
 }

@@ -370,10 +370,6 @@ func TestAgentTokenRotation(t *testing.T) {
 	dir := t.TempDir()
 	srv := serve(t, dir, "")
 	url := "http://" + srv.addr
-	signer, err := auth.LoadSigner(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	oldTok, newTok := token(t, dir, auth.Agent, "n1"), token(t, dir, auth.Agent, "n1")
 	file := filepath.Join(t.TempDir(), "agent.token")
 	if err := os.WriteFile(file, []byte(oldTok+"\n"), 0o600); err != nil {
@@ -391,11 +387,8 @@ func TestAgentTokenRotation(t *testing.T) {
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
-	oldID, exp, err := signer.TokenID(oldTok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := signer.Revoke(oldID, exp); err != nil {
+	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
+	if _, err := admin.RevokeToken(context.Background(), apitypes.RevokeRequest{Token: oldTok}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.NewClient(url, oldTok, nil).ListStrategies(context.Background()); !api.IsStatus(err, http.StatusUnauthorized) {

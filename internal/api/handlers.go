@@ -117,7 +117,7 @@ func (s *Server) issue(w http.ResponseWriter, status int, subject string, role a
 	return nil
 }
 
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
 	var req apitypes.RevokeRequest
 	if err := s.decode(r, &req); err != nil {
 		return err
@@ -133,14 +133,14 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 			return errorf(http.StatusNotFound, "token", "send a token this server signed, or its id", "%v", err)
 		}
 	}
-	if err := s.o.Auth.Revoke(id, exp); err != nil {
-		return errorf(http.StatusInternalServerError, "", "see the server log", "revoke: %v", err)
+	// The store keeps the deny list, so every replica on it refuses the
+	// token, not only this one.
+	until, err := s.o.Auth.Revoke(r.Context(), id, exp, c.Subject)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "", "see the server log", "%v", err)
 	}
-	s.o.Log.Info("token revoked", "id", id)
-	if exp.IsZero() {
-		exp = time.Now().Add(auth.MaxTTL)
-	}
-	writeJSON(w, http.StatusOK, apitypes.Revoked{ID: id, Until: exp.UTC()})
+	s.o.Log.Info("token revoked", "id", id, "until", until, "by", c.Subject)
+	writeJSON(w, http.StatusOK, apitypes.Revoked{ID: id, Until: until})
 	return nil
 }
 

@@ -4,8 +4,10 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
@@ -84,4 +86,52 @@ spec: {commandRegex: nr-gnb, class: critical, inherit: true}
 	if ev := next(t, ch); ev.Type != "delete" || ev.Name != "gnb" {
 		t.Fatalf("kubectl delete: %+v", ev)
 	}
+}
+
+// TestRevocationAcrossReplicas: two API replicas on one namespace (the
+// chart's deployment with replicas: 2); a token revoked through either is
+// refused by both within a second, and the first replica refuses it as
+// soon as the revoke returns.
+func TestRevocationAcrossReplicas(t *testing.T) {
+	dir := t.TempDir() // one signing key and namespace for both
+	r1 := startServer(t, dir, serverOpt{backend: kubeBackend})
+	r2 := startServer(t, dir, serverOpt{backend: kubeBackend})
+	var worst time.Duration
+	for i, pair := range [][2]*testServer{{r1, r2}, {r2, r1}} {
+		via, other := pair[0], pair[1]
+		admin := via.client(via.token(auth.Admin, ""))
+		tr, err := admin.CreateToken(bg(), apitypes.TokenRequest{Role: "agent", Node: fmt.Sprintf("n%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []*testServer{via, other} {
+			if _, err := r.client(tr.Token).ListStrategies(bg()); err != nil {
+				t.Fatalf("fresh token refused: %v", err)
+			}
+		}
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: tr.ID}); err != nil {
+			t.Fatal(err)
+		}
+		revoked := time.Now()
+		if _, err := via.client(tr.Token).ListStrategies(bg()); !IsStatus(err, 401) {
+			t.Fatalf("the replica that revoked it still accepts it: %v", err)
+		}
+		// Ask the other replica until it refuses: this measures how long
+		// its watch takes, it does not wait for it.
+		for {
+			_, err := other.client(tr.Token).ListStrategies(bg())
+			if IsStatus(err, 401) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("other replica: %v", err)
+			}
+			if time.Since(revoked) > time.Second {
+				t.Fatalf("revoked through replica %d, still accepted by the other after %s", i+1, time.Since(revoked))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		worst = max(worst, time.Since(revoked))
+	}
+	t.Logf("the other replica refused a revoked token after at most %s", worst)
 }

@@ -57,7 +57,7 @@ func routes() []route {
 			in: apitypes.LoginRequest{}, out: apitypes.TokenResponse{}, handle: (*Server).login},
 		{method: "POST", path: "/api/v1/tokens", op: "createToken", summary: "Mint a token for a role (agent tokens are bound to a node)",
 			roles: adminOnly, in: apitypes.TokenRequest{}, out: apitypes.TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
-		{method: "POST", path: "/api/v1/tokens/revoke", op: "revokeToken", summary: "Put a token on the deny list (by id or the token itself) until it expires; it is refused from the next request on",
+		{method: "POST", path: "/api/v1/tokens/revoke", op: "revokeToken", summary: "Put a token on the deny list (by id or the token itself) until it expires; the list is in the store, so every API replica refuses the token from then on",
 			roles: adminOnly, in: apitypes.RevokeRequest{}, out: apitypes.Revoked{}, handle: (*Server).revokeToken},
 
 		{method: "GET", path: "/api/v1/strategies", op: "listStrategies", summary: "List strategies in precedence order (agents: those for their node)",

@@ -32,7 +32,8 @@ const DefaultMaxBody = 1 << 20
 
 // Options configure a Server.
 type Options struct {
-	Store   store.Store
+	Store store.Store
+	// Auth signs and checks tokens; New makes the store its deny list.
 	Auth    *auth.Authority
 	Log     *slog.Logger
 	Version string
@@ -100,6 +101,7 @@ func New(o Options) (*Server, error) {
 			*d.v = d.def
 		}
 	}
+	o.Auth.UseDenyList(o.Store)
 	s := &Server{o: o, gen1: map[string]*apitypes.Gen1Metrics{}}
 	s.hub.subs = map[chan struct{}]struct{}{}
 	// A store that others write too (Kubernetes: kubectl, other replicas)

@@ -538,60 +538,69 @@ func testSelectorsWithoutPodsWarn(t *testing.T, bk backend) {
 }
 
 // TestTokenRevocation: a revoked token is refused from the next request on,
-// revoked through the API (by id or by the token) or by another process
-// writing the deny list (`swiftlane token revoke --data-dir`), without a
-// restart; other tokens keep working.
+// revoked through the API (by id or by the token) or written into the store
+// by another process (`swiftlane token revoke --store`), without a
+// restart; other tokens keep working. The deny list is in the store: a
+// server restarted on it still refuses them.
 func TestTokenRevocation(t *testing.T) {
-	ts := startServer(t, t.TempDir(), serverOpt{})
-	admin := ts.client(ts.token(auth.Admin, ""))
-	mint := func(role auth.Role, node string) apitypes.TokenResponse {
-		t.Helper()
-		tr, err := admin.CreateToken(bg(), apitypes.TokenRequest{Role: string(role), Node: node})
-		if err != nil || tr.ID == "" {
-			t.Fatalf("mint: %+v %v", tr, err)
+	eachStore(t, func(t *testing.T, b backend) {
+		dir := t.TempDir()
+		ts := startServer(t, dir, serverOpt{backend: b})
+		admin := ts.client(ts.token(auth.Admin, ""))
+		mint := func(role auth.Role, node string) apitypes.TokenResponse {
+			t.Helper()
+			tr, err := admin.CreateToken(bg(), apitypes.TokenRequest{Role: string(role), Node: node})
+			if err != nil || tr.ID == "" {
+				t.Fatalf("mint: %+v %v", tr, err)
+			}
+			return tr
 		}
-		return tr
-	}
-	works := func(tok string) error {
-		_, err := ts.client(tok).ListStrategies(bg())
-		return err
-	}
-	byID, byToken, byFile, other := mint(auth.Viewer, ""), mint(auth.Agent, "n1"), mint(auth.Viewer, ""), mint(auth.Viewer, "")
-	for _, tr := range []apitypes.TokenResponse{byID, byToken, byFile, other} {
-		if err := works(tr.Token); err != nil {
-			t.Fatalf("fresh token refused: %v", err)
+		works := func(ts *testServer, tok string) error {
+			_, err := ts.client(tok).ListStrategies(bg())
+			return err
 		}
-	}
-	if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: byID.ID}); err != nil {
-		t.Fatal(err)
-	}
-	rv, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: byToken.Token})
-	if err != nil || rv.ID != byToken.ID || !rv.Until.Equal(byToken.ExpiresAt) {
-		t.Fatalf("revoke by token: %+v %v", rv, err)
-	}
-	// Another process with the data dir (the CLI) revokes through the file.
-	cli, err := auth.LoadSigner(ts.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, exp, err := cli.TokenID(byFile.Token)
-	if err != nil || id != byFile.ID {
-		t.Fatalf("token id: %s %v", id, err)
-	}
-	if err := cli.Revoke(id, exp); err != nil {
-		t.Fatal(err)
-	}
-	for _, tr := range []apitypes.TokenResponse{byID, byToken, byFile} {
-		err := works(tr.Token)
-		var e *apitypes.Error
-		if !errors.As(err, &e) || e.Status != 401 || !strings.Contains(e.Hint, "revoked") {
-			t.Errorf("revoked token %s: %v", tr.ID, err)
+		byID, byToken, byStore, other := mint(auth.Viewer, ""), mint(auth.Agent, "n1"), mint(auth.Viewer, ""), mint(auth.Viewer, "")
+		for _, tr := range []apitypes.TokenResponse{byID, byToken, byStore, other} {
+			if err := works(ts, tr.Token); err != nil {
+				t.Fatalf("fresh token refused: %v", err)
+			}
 		}
-	}
-	if err := works(other.Token); err != nil {
-		t.Errorf("a token that was not revoked is refused: %v", err)
-	}
-	if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 404) {
-		t.Errorf("revoking a token this server did not sign: %v", err)
-	}
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: byID.ID}); err != nil {
+			t.Fatal(err)
+		}
+		rv, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: byToken.Token})
+		if err != nil || rv.ID != byToken.ID || !rv.Until.Equal(byToken.ExpiresAt) {
+			t.Fatalf("revoke by token: %+v %v", rv, err)
+		}
+		// Revoking again is no error.
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: byID.ID}); err != nil {
+			t.Fatalf("revoke twice: %v", err)
+		}
+		// What the CLI does without --server: write the store.
+		if _, err := auth.Revoke(bg(), ts.store, byStore.ID, byStore.ExpiresAt, "cli", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		refused := func(ts *testServer) {
+			t.Helper()
+			for _, tr := range []apitypes.TokenResponse{byID, byToken, byStore} {
+				err := works(ts, tr.Token)
+				var e *apitypes.Error
+				if !errors.As(err, &e) || e.Status != 401 || !strings.Contains(e.Hint, "revoked") {
+					t.Errorf("revoked token %s: %v", tr.ID, err)
+				}
+			}
+			if err := works(ts, other.Token); err != nil {
+				t.Errorf("a token that was not revoked is refused: %v", err)
+			}
+		}
+		refused(ts)
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 404) {
+			t.Errorf("revoking a token this server did not sign: %v", err)
+		}
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: "no/such"}); !IsStatus(err, 400) {
+			t.Errorf("revoking a malformed id: %v", err)
+		}
+		ts.stop()
+		refused(startServer(t, dir, serverOpt{backend: b}))
+	})
 }

@@ -99,7 +99,7 @@ type Authority struct {
 	pub       ed25519.PublicKey
 	adminHash [sha256.Size]byte // of the bootstrap credential; zero when unknown
 	now       func() time.Time
-	deny      *denyList // nil: no revocations
+	deny      DenyList // nil: no revocations
 }
 
 // LoadOrCreate opens the authority kept in dir, creating the signing key and
@@ -145,9 +145,6 @@ func LoadOrCreateKey(dir, keyPath string) (a *Authority, bootstrap string, err e
 		return nil, "", fmt.Errorf("read %s: %w", credPath, err)
 	}
 	a.adminHash = sha256.Sum256([]byte(strings.TrimSpace(string(cred))))
-	if err := a.UseDenyList(filepath.Join(dir, DenyFile)); err != nil {
-		return nil, "", err
-	}
 	return a, bootstrap, nil
 }
 
@@ -161,11 +158,7 @@ func LoadSigner(dir string) (*Authority, error) {
 		}
 		return nil, err
 	}
-	a := New(priv)
-	if err := a.UseDenyList(filepath.Join(dir, DenyFile)); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return New(priv), nil
 }
 
 // New is an authority over a key (tests).
@@ -274,8 +267,8 @@ func (a *Authority) Verify(token string) (*Claims, error) {
 		return nil, fmt.Errorf("token claims: %w", err)
 	}
 	if a.deny != nil {
-		if revoked, err := a.deny.revoked(c.ID); err != nil {
-			return nil, err
+		if revoked, err := a.deny.TokenRevoked(c.ID); err != nil {
+			return nil, fmt.Errorf("deny list: %w", err)
 		} else if revoked {
 			return nil, fmt.Errorf("%w (id %s)", ErrRevoked, c.ID)
 		}

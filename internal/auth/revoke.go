@@ -3,162 +3,101 @@
 package auth
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
-	"syscall"
+	"regexp"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// DenyFile is the deny list of revoked token ids in the data directory.
-const DenyFile = "revoked.json"
-
 // ErrRevoked is returned by Verify for a token on the deny list.
 var ErrRevoked = errors.New("token revoked")
 
-// denyList is the set of revoked token ids, each kept until the token would
-// have expired anyway. It lives in a file so the server and `swiftlane token
-// revoke` on the same machine share it: Verify re-reads the file when it
-// changed, so a revocation takes effect at the next request, no restart.
-type denyList struct {
-	path string
-
-	mu    sync.Mutex
-	ids   map[string]time.Time // id -> the token's expiry
-	stamp fileStamp
+// DenyList keeps the ids of revoked tokens where every API replica reads
+// them: the control plane's store (a bolt record, or TokenRevocation
+// objects that every replica watches), not a file of one replica.
+type DenyList interface {
+	// RevokeToken puts id on the list until until (when the token expires
+	// anyway); by is who revoked it. Revoking an id twice is no error. It
+	// returns once this process refuses the token.
+	RevokeToken(ctx context.Context, id string, until time.Time, by string) error
+	// TokenRevoked reports whether id is on the list. Verify refuses the
+	// token on an error (fails closed).
+	TokenRevoked(id string) (bool, error)
 }
 
-type fileStamp struct {
-	mod  time.Time
-	size int64
-	ino  uint64
-}
+// TokenIDPattern is what a token id (jti) looks like: hex now, base64url
+// in tokens minted before that.
+const TokenIDPattern = `^[A-Za-z0-9_-]{1,64}$`
 
-func stampOf(fi os.FileInfo) fileStamp {
-	s := fileStamp{mod: fi.ModTime(), size: fi.Size()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino = st.Ino
-	}
-	return s
-}
+var tokenIDRE = regexp.MustCompile(TokenIDPattern)
 
-// UseDenyList makes the authority refuse tokens whose id is in the deny
-// list at path (created on the first revocation).
-func (a *Authority) UseDenyList(path string) error {
-	d := &denyList{path: path, ids: map[string]time.Time{}}
-	d.mu.Lock()
-	err := d.reloadLocked()
-	d.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	a.deny = d
-	return nil
-}
+// UseDenyList makes the authority refuse tokens on d.
+func (a *Authority) UseDenyList(d DenyList) { a.deny = d }
 
-// reloadLocked reads the file if it changed since the last read.
-func (d *denyList) reloadLocked() error {
-	fi, err := os.Stat(d.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		clear(d.ids)
-		d.stamp = fileStamp{}
-		return nil
+// Revoke puts a token id on d until exp (the token's expiry; zero: the
+// longest lifetime a token can have) and returns that time.
+func Revoke(ctx context.Context, d DenyList, id string, exp time.Time, by string, now time.Time) (time.Time, error) {
+	if !tokenIDRE.MatchString(id) {
+		return time.Time{}, fmt.Errorf("id: %q is not a token id: use the token's id (jti), printed by `swiftlane token create`, or the token itself", id)
 	}
-	if err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	st := stampOf(fi)
-	if st == d.stamp {
-		return nil
-	}
-	data, err := os.ReadFile(d.path)
-	if err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	ids := map[string]time.Time{}
-	if err := json.Unmarshal(data, &ids); err != nil {
-		return fmt.Errorf("deny list %s: %w: fix or delete the file (deleting it un-revokes every token)", d.path, err)
-	}
-	d.ids, d.stamp = ids, st
-	return nil
-}
-
-func (d *denyList) revoked(id string) (bool, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.reloadLocked(); err != nil {
-		return true, err // fail closed: an unreadable list revokes
-	}
-	_, ok := d.ids[id]
-	return ok, nil
-}
-
-// add revokes id, under an exclusive lock of the file so concurrent
-// revocations (server and CLI) do not lose each other, and drops entries
-// whose tokens have expired.
-func (d *denyList) add(id string, exp, now time.Time) error {
-	lock, err := os.OpenFile(d.path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("deny list: lock: %w", err)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.stamp = fileStamp{} // re-read under the lock
-	if err := d.reloadLocked(); err != nil {
-		return err
-	}
-	for k, e := range d.ids {
-		if e.Before(now) {
-			delete(d.ids, k)
-		}
-	}
-	d.ids[id] = exp.UTC()
-	data, err := json.MarshalIndent(d.ids, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(d.path), ".revoked-*")
-	if err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), d.path); err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	d.stamp = fileStamp{} // the next check reads what was written
-	return nil
-}
-
-// Revoke puts a token id on the deny list until exp (the token's expiry;
-// zero: the longest lifetime a token can have).
-func (a *Authority) Revoke(id string, exp time.Time) error {
-	if a.deny == nil {
-		return errors.New("no deny list: the authority was opened without one")
-	}
-	if id == "" {
-		return errors.New("id: empty: use the token's id (jti), printed by `swiftlane token create`")
-	}
-	now := a.now()
 	if exp.IsZero() {
 		exp = now.Add(MaxTTL)
 	}
-	return a.deny.add(id, exp, now)
+	exp = exp.UTC().Truncate(time.Second)
+	if err := d.RevokeToken(ctx, id, exp, by); err != nil {
+		return time.Time{}, fmt.Errorf("revoke token %s: %w", id, err)
+	}
+	return exp, nil
+}
+
+// Revoke puts a token id on the authority's deny list (see Revoke).
+func (a *Authority) Revoke(ctx context.Context, id string, exp time.Time, by string) (time.Time, error) {
+	if a.deny == nil {
+		return time.Time{}, errors.New("no deny list: the authority was opened without one")
+	}
+	return Revoke(ctx, a.deny, id, exp, by, a.now())
+}
+
+// DenyFile is where revocations were kept before the store kept them: a
+// JSON object of token id -> expiry in the data directory, which one
+// replica alone read and the chart's read-only data directory could not
+// hold.
+const DenyFile = "revoked.json"
+
+// ImportDenyFile copies the entries of dir's old deny file that have not
+// expired into d (again on every start while the file is there: a revoke
+// is idempotent). found is false when there is no file.
+func ImportDenyFile(ctx context.Context, dir string, d DenyList, now time.Time) (found bool, imported, expired int, err error) {
+	path := filepath.Join(dir, DenyFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, 0, 0, nil
+	}
+	if err != nil {
+		return true, 0, 0, fmt.Errorf("old deny list: %w", err)
+	}
+	ids := map[string]time.Time{}
+	if err := json.Unmarshal(data, &ids); err != nil {
+		return true, 0, 0, fmt.Errorf("old deny list %s: %w: fix it, or delete it if its tokens have expired", path, err)
+	}
+	for id, exp := range ids {
+		if exp.Before(now) {
+			expired++
+			continue
+		}
+		if _, err := Revoke(ctx, d, id, exp, "imported from "+DenyFile, now); err != nil {
+			return true, imported, expired, fmt.Errorf("old deny list %s: %w", path, err)
+		}
+		imported++
+	}
+	return true, imported, expired, nil
 }
 
 // TokenID reads a token's id and expiry after checking its signature (but

@@ -5,6 +5,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -27,6 +28,7 @@ var (
 	bChanges    = []byte("changes")
 	bNodes      = []byte("nodes")
 	bMeta       = []byte("meta")
+	bRevoked    = []byte("revoked") // token id -> revocation (JSON)
 	kRevision   = []byte("revision")
 	kCompacted  = []byte("compacted") // highest revision dropped from the log
 )
@@ -54,7 +56,7 @@ func OpenWithLogSize(dir string, logSize int) (*Bolt, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bStrategies, bChanges, bNodes, bMeta} {
+		for _, b := range [][]byte{bStrategies, bChanges, bNodes, bMeta, bRevoked} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -387,6 +389,49 @@ func (b *Bolt) DeleteNode(_ context.Context, name string) error {
 		}
 		return bk.Delete([]byte(name))
 	})
+}
+
+// revocation is a deny-list entry of the bolt store.
+type revocation struct {
+	Until time.Time `json:"until"`
+	By    string    `json:"by,omitempty"`
+}
+
+// RevokeToken records the revocation in the file, dropping entries whose
+// tokens have expired. The bolt store has one process (the file is
+// locked), so its next Verify sees it.
+func (b *Bolt) RevokeToken(_ context.Context, id string, until time.Time, by string) error {
+	now := time.Now()
+	return b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bRevoked)
+		if bk.Get([]byte(id)) != nil {
+			return nil // already revoked
+		}
+		cur := bk.Cursor()
+		for k, v := cur.First(); k != nil; k, v = cur.Next() {
+			var r revocation
+			if json.Unmarshal(v, &r) == nil && r.Until.Before(now) {
+				if err := cur.Delete(); err != nil {
+					return err
+				}
+			}
+		}
+		data, err := json.Marshal(revocation{Until: until.UTC(), By: by})
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(id), data)
+	})
+}
+
+// TokenRevoked reads the entry (a read transaction: microseconds).
+func (b *Bolt) TokenRevoked(id string) (bool, error) {
+	var found bool
+	err := b.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bRevoked).Get([]byte(id)) != nil
+		return nil
+	})
+	return found, err
 }
 
 var _ Store = (*Bolt)(nil)

@@ -96,5 +96,10 @@ type Store interface {
 	ListNodes(ctx context.Context) ([]apitypes.Node, error)
 	DeleteNode(ctx context.Context, name string) error
 
+	// RevokeToken and TokenRevoked keep the token deny list (auth.DenyList)
+	// that every API process on the store reads.
+	RevokeToken(ctx context.Context, id string, until time.Time, by string) error
+	TokenRevoked(id string) (bool, error)
+
 	Close() error
 }

@@ -100,12 +100,16 @@ func TestChartApply(t *testing.T) {
 			{apiSA, "update", "schedulingstrategies.swiftlane.io", "", testNamespace, true},
 			{apiSA, "delete", "schedulingstrategies.swiftlane.io", "", testNamespace, true},
 			{apiSA, "watch", "schedulingstrategies.swiftlane.io", "", testNamespace, true},
+			{apiSA, "create", "tokenrevocations.swiftlane.io", "", testNamespace, true},
+			{apiSA, "watch", "tokenrevocations.swiftlane.io", "", testNamespace, true},
 			{apiSA, "list", "schedulingnodes.swiftlane.io", "", "", true},
 			{apiSA, "delete", "schedulingnodes.swiftlane.io", "", "", true},
 			{apiSA, "update", "schedulingnodes.swiftlane.io", "status", "", true},
 			// ... and nothing else.
 			{apiSA, "get", "schedulingstrategies.swiftlane.io", "", "tenant-a", false},
 			{apiSA, "create", "schedulingstrategies.swiftlane.io", "", "tenant-a", false},
+			{apiSA, "create", "tokenrevocations.swiftlane.io", "", "tenant-a", false},
+			{apiSA, "update", "tokenrevocations.swiftlane.io", "", testNamespace, false},
 			{apiSA, "patch", "schedulingstrategies.swiftlane.io", "status", testNamespace, false},
 			{apiSA, "get", "secrets", "", testNamespace, false},
 			{apiSA, "list", "pods", "", testNamespace, false},
@@ -164,7 +168,8 @@ func TestChartApply(t *testing.T) {
 		}{
 			{agentSA, testNamespace, agentRules},
 			{agentSA, "tenant-a", agentRules},
-			{apiSA, testNamespace, append([]string{"swiftlane.io/schedulingstrategies create,delete,get,list,update,watch"}, apiNodeRules...)},
+			{apiSA, testNamespace, append([]string{"swiftlane.io/schedulingstrategies create,delete,get,list,update,watch",
+				"swiftlane.io/tokenrevocations create,delete,get,list,watch"}, apiNodeRules...)},
 			{apiSA, "tenant-a", apiNodeRules},
 			{cleanupSA, testNamespace, cleanupRules},
 		} {

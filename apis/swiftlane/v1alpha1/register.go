@@ -13,8 +13,9 @@ var GroupVersion = schema.GroupVersion{Group: "swiftlane.io", Version: "v1alpha1
 
 // Resource names as the API server knows them.
 var (
-	StrategiesResource = GroupVersion.WithResource("schedulingstrategies")
-	NodesResource      = GroupVersion.WithResource("schedulingnodes")
+	StrategiesResource  = GroupVersion.WithResource("schedulingstrategies")
+	NodesResource       = GroupVersion.WithResource("schedulingnodes")
+	RevocationsResource = GroupVersion.WithResource("tokenrevocations")
 )
 
 var (
@@ -27,6 +28,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&SchedulingStrategy{}, &SchedulingStrategyList{},
 		&SchedulingNode{}, &SchedulingNodeList{},
+		&TokenRevocation{}, &TokenRevocationList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

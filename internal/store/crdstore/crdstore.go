@@ -23,7 +23,8 @@
 // Precedence (CreatedRevision) is the AnnotationCreatedRevision annotation.
 // The generation-1 priority flag is stored as spec.class (true: critical) and
 // read back as the class. ReplaceStrategies documents its partial-failure
-// semantics; nodes.go how nodes are kept.
+// semantics; nodes.go how nodes are kept, revocations.go the token deny
+// list.
 //
 // Objects the API cannot represent (pod selectors with expressions, other
 // namespace selectors, invalid RE2, ...) are not shown; they are logged and
@@ -80,11 +81,13 @@ type Problem struct {
 
 // Store is the Kubernetes-backed store. It is safe for concurrent use.
 type Store struct {
-	o      Options
-	rc     *rest.RESTClient
-	pc     runtime.ParameterCodec
-	cancel context.CancelFunc
-	done   chan struct{}
+	o       Options
+	rc      *rest.RESTClient
+	pc      runtime.ParameterCodec
+	cancel  context.CancelFunc
+	done    chan struct{} // the strategies' watch ended
+	revDone chan struct{} // the revocations' informer ended
+	rev     *revocations  // the token deny list (revocations.go)
 
 	mu       sync.Mutex
 	objs     map[string]*entry // by name: every object in the namespace
@@ -110,8 +113,9 @@ type entry struct {
 // Kubernetes store (the kubeagent) know every pod's labels.
 func (s *Store) ResolvesPodLabels() bool { return true }
 
-// Open lists the namespace's strategies and starts watching them. It fails
-// if the CRDs are not installed or the credentials may not read them.
+// Open lists the namespace's strategies and token revocations and starts
+// watching them. It fails if the CRDs are not installed or the credentials
+// may not read them.
 func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Config == nil {
 		return nil, errors.New("crdstore: Options.Config is required")
@@ -155,6 +159,11 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, s.accessError(v1alpha1.StrategiesResource.Resource, err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
+	s.revDone = make(chan struct{})
+	if err := s.startRevocations(ctx, wctx, s.revDone); err != nil {
+		cancel()
+		return nil, err
+	}
 	s.cancel = cancel
 	go s.run(wctx)
 	return s, nil
@@ -179,6 +188,7 @@ func (s *Store) Close() error {
 	if s.cancel != nil {
 		s.cancel()
 		<-s.done
+		<-s.revDone
 		s.cancel = nil
 	}
 	return nil
