@@ -2,29 +2,49 @@
 # The 5G user-plane lab (docs/gtp.md). Included by the top Makefile; the VM
 # tests of automatic mode (test/vm/gtp_test.go) run with `make test-vm`.
 
+# gtp5g: free5GC's UPF module, built for each lab kernel that has a headers
+# package (lab/gtp5g.sh; exit 3 = none for that kernel, its VM tests skip
+# the gtp5g cases and say why). The VM tests load it from .cache/gtp5g.
+.PHONY: gtp5g
+gtp5g: deps ## Build free5GC's gtp5g module (shared/third_party + lab/gtp5g/compat.patch) for each lab kernel into .cache/gtp5g
+	@for k in $(KERNELS); do \
+	  bash lab/gtp5g.sh $$k >/dev/null || [ $$? = 3 ] || exit 1; \
+	done
+test-vm: gtp5g
+
 .PHONY: lab-gtp
-lab-gtp: deps vm-bins ## 5G user-plane lab in the VM: kernel gtp UPF, our gNB, UE pings traced by swiftlane
+lab-gtp: deps vm-bins gtp5g ## 5G user-plane lab in the VM: gtp and gtp5g UPFs, our gNB, UE pings traced by swiftlane
 	$(VM) --kernel $(KERNEL) -- env SWIFTLANE_BIN=$(BUILD)/swiftlane $(VMTEST) -test.v -test.run 'TestGTP' -test.timeout 10m
 
 # bench-gtp: GTP_BOOTS boots, each running every variant under the three
 # loads of issue 16 (CPU hogs at 10 per vCPU, a wakeup-heavy perf messaging
-# loop, both) with the variant order rotated per boot; each boot writes its
-# JSON, the merge takes medians and spread into gtp.json and the PNG.
-# ~15 min per boot. A failed boot does not stop the others; the target fails
-# at the end.
+# loop, both) with the variant order rotated per boot, once with the
+# kernel's gtp UPF and once with free5GC's gtp5g (issue 38; same boot, the
+# two runs' order alternating by boot); each run writes its JSON, the merge
+# takes medians and spread into gtp.json and gtp5g.json and the PNGs.
+# ~15 min per UPF and boot. A failed run does not stop the others; the
+# target fails at the end. GTP_UPFS=gtp runs the in-tree UPF alone.
 GTP_BOOTS       ?= 3
+GTP_UPFS        ?= gtp gtp5g
 BENCH_GTP_FLAGS ?=
 .PHONY: bench-gtp
-bench-gtp: deps vm-bins peers ## UE ping RTT through GTP-U, 6 variants x 3 loads + gNB restarts, GTP_BOOTS=3 boots -> bench/results/gtp.json + .png
+bench-gtp: deps vm-bins peers gtp5g ## UE ping RTT through GTP-U, 6 variants x 3 loads + gNB restarts, gtp and gtp5g UPFs, GTP_BOOTS=3 boots -> bench/results/gtp.json, gtp5g.json + .png
 	$(GO) build -o $(BUILD)/bench-gtp ./bench/gtp
 	@rm -rf bench/results/gtp-boots && mkdir -p bench/results/gtp-boots
-	@failed=0; \
+	@failed=0; upfs="$(GTP_UPFS)"; \
 	for b in $$(seq 1 $(GTP_BOOTS)); do \
-	  echo "== bench-gtp: boot $$b of $(GTP_BOOTS)"; \
-	  $(VM) --timeout 2400 --kernel $(KERNEL) -- $(BUILD)/bench-gtp -boot $$b -swiftlane $(BUILD)/swiftlane \
-	    -peers $(CACHE)/peers/bin -peer-errors $(CACHE)/peers/errors.json \
-	    -out bench/results/gtp-boots/boot-$$b.json $(BENCH_GTP_FLAGS) || { echo "== bench-gtp: boot $$b failed"; failed=1; }; \
+	  echo "== bench-gtp: boot $$b of $(GTP_BOOTS) ($$upfs)"; \
+	  runs=; for u in $$upfs; do \
+	    runs="$$runs $(BUILD)/bench-gtp -boot $$b -upf $$u -swiftlane $(BUILD)/swiftlane \
+	      -peers $(CACHE)/peers/bin -peer-errors $(CACHE)/peers/errors.json \
+	      -out bench/results/gtp-boots/$$u-boot-$$b.json $(BENCH_GTP_FLAGS) || st=1;"; \
+	  done; \
+	  $(VM) --timeout 5000 --kernel $(KERNEL) -- bash -c "st=0; $$runs exit \$$st" || { echo "== bench-gtp: boot $$b failed"; failed=1; }; \
+	  upfs=$$(echo $$upfs | awk '{for (i = NF; i > 0; i--) printf "%s ", $$i}'); \
 	done; \
-	$(BUILD)/bench-gtp -merge -out bench/results/gtp.json bench/results/gtp-boots/boot-*.json && \
-	$(GO) run ./bench/plot -in bench/results/gtp.json -out bench/results/gtp.png -unit ms -title 'bench-gtp: UE ping RTT through GTP-U' \
-	  -cdf-title 'UE RTT under 10 hogs per vCPU, all boots (CDF)' && exit $$failed
+	for u in $(GTP_UPFS); do \
+	  res=gtp; [ $$u = gtp ] || res=$$u; \
+	  $(BUILD)/bench-gtp -merge -out bench/results/$$res.json bench/results/gtp-boots/$$u-boot-*.json && \
+	  $(GO) run ./bench/plot -in bench/results/$$res.json -out bench/results/$$res.png -unit ms -title "bench-gtp: UE ping RTT through GTP-U ($$u UPF)" \
+	    -cdf-title 'UE RTT under 10 hogs per vCPU, all boots (CDF)' || failed=1; \
+	done; exit $$failed

@@ -124,6 +124,7 @@ type Restart struct {
 
 type Report struct {
 	Kernel   string              `json:"kernel"`
+	UPF      string              `json:"upf,omitempty"` // the UPF module: gtp (the kernel's) or gtp5g (free5GC's)
 	CPUs     int                 `json:"cpus"`
 	Date     string              `json:"date"`
 	Boot     int                 `json:"boot,omitempty"`
@@ -154,6 +155,7 @@ var (
 	logDir    = flag.String("logdir", "", "keep each scheduler's output in this directory")
 	groups    = flag.Int("messaging-groups", 2, "perf bench sched messaging groups (20 senders and 20 receivers each) in the messaging loads")
 	pps       = flag.Int("pps", 50, "background traffic: ICMP echo requests per second from each other UE through the gNB (0: none)")
+	upf       = flag.String("upf", gtplab.UPFGTP, `the UPF module: "gtp" (the kernel's) or "gtp5g" (free5GC's, from .cache/gtp5g: make gtp5g)`)
 )
 
 var all = []string{"eevdf-idle", "eevdf-loaded", "swiftlane-loaded", "swiftlane-auto-loaded", "scx_bpfland-loaded", "scx_rustland-loaded"}
@@ -209,9 +211,9 @@ func main() {
 	*swiftlane = bin
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	rep := Report{
-		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
+		Kernel: strings.TrimSpace(string(rel)), UPF: *upf, CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
 		Note: "QEMU TCG guest: absolute times are inflated 20-50x and noisy; compare variants within this run only. " +
-			"UE ICMP echo to the UPF's N6 address through our gNB (TUN <-> GTP-U) and the kernel gtp UPF.",
+			"UE ICMP echo to the UPF's N6 address through our gNB (TUN <-> GTP-U) and a " + *upf + " UPF.",
 		Order: names,
 		Loads: use,
 		Boot:  *boot,
@@ -340,7 +342,7 @@ func tail(s string) string {
 // labUp runs `swiftlane lab up` for the whole boot.
 func labUp() (func(), error) {
 	exec.Command(*swiftlane, "lab", "down").Run() // leftovers of an earlier run
-	p, err := start(*swiftlane, "lab", "up")
+	p, err := start(*swiftlane, "lab", "up", "--upf", *upf)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,7 @@ const referenceDegradation = 30
 // Merged is bench/results/gtp.json: the boots' medians and spread.
 type Merged struct {
 	Kernel     string     `json:"kernel"`
+	UPF        string     `json:"upf,omitempty"`
 	CPUs       int        `json:"cpus"`
 	Boots      int        `json:"boots"`
 	Dates      []string   `json:"dates"`
@@ -85,6 +86,11 @@ func mergeBoots(files []string, out string) error {
 	if err != nil {
 		return err
 	}
+	for i, b := range boots {
+		if b.UPF != boots[0].UPF {
+			return fmt.Errorf("-merge: %s is a %q UPF run and %s a %q one: merge each UPF's boots on their own", files[i], b.UPF, files[0], boots[0].UPF)
+		}
+	}
 	m := mergeReports(boots)
 	printMerged(m)
 	return benchlab.WriteJSON(out, m)
@@ -93,7 +99,7 @@ func mergeBoots(files []string, out string) error {
 func mergeReports(boots []Report) *Merged {
 	first := boots[0]
 	m := &Merged{
-		Kernel: first.Kernel, CPUs: first.CPUs, Boots: len(boots), Note: first.Note + " Medians over boots; spread is min-max.",
+		Kernel: first.Kernel, UPF: first.UPF, CPUs: first.CPUs, Boots: len(boots), Note: first.Note + " Medians over boots; spread is min-max.",
 		Order: all, Loads: first.Loads, Gnb: first.Gnb, Variants: map[string]map[string]any{},
 	}
 	for _, b := range boots {
