@@ -6,6 +6,7 @@ package vm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,24 +28,33 @@ import (
 	"github.com/swiftlane/swiftlane/internal/gtplab"
 )
 
-// The automatic mode end to end: the kernel gtp UPF, our gNB, the UE's
-// pings, the tracer and the operator inside `swiftlane run`.
-func TestGTPAutomatic(t *testing.T) {
-	startLab(t)
+// The automatic mode end to end: a UPF (the kernel's gtp, then free5GC's
+// gtp5g), our gNB, the UE's pings, the tracer and the operator inside
+// `swiftlane run`.
+func TestGTPAutomatic(t *testing.T) { forEachUPF(t, testGTPAutomatic) }
+
+func testGTPAutomatic(t *testing.T, upf string) {
+	startLabUPF(t, upf)
+	// The gNB also reads and writes the UE's tunnel (uesimtun0), which
+	// would make it a carrier by itself: with the tun driver untraced, it
+	// is prioritised for GTP-U work or not at all. The idle timeout leaves
+	// room for a loaded host between a ping and the checks that follow it
+	// (4 s was not enough with the host's two CPUs shared by other VMs).
 	p := startScheduler(t, `
 automatic:
   enabled: true
-  idle_timeout_ms: 1500
+  idle_timeout_ms: 10000
+  tun_devices: []
 `)
-	waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U.* sender_marks=true`), "the tracer to attach with its sender marks")
+	waitTracer(t, p, upf)
 
 	g := startGnb(t)
 	uePing(t, 5)
 	st, err := (&gtplab.Lab{T: gtplab.Default()}).Stats()
 	if err != nil || st.RxPackets < 5 || st.TxPackets < 5 {
-		t.Fatalf("gtp device counters %+v (%v): the pings did not go through GTP-U", st, err)
+		t.Fatalf("%s device counters %+v (%v): the pings did not go through GTP-U", upf, st, err)
 	}
-	lat := waitCarrier(t, p, g.Process.Pid)
+	lat := waitGTPCarrier(t, p, g.Process.Pid, upf)
 	t.Logf("gNB pid %d prioritised %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
 
 	// /metrics lists it with the packets it carried, counted in BPF: more
@@ -67,7 +79,7 @@ automatic:
 	// Restart: the new process is prioritised on its first packet.
 	g2 := startGnb(t)
 	uePing(t, 3)
-	lat = waitCarrier(t, p, g2.Process.Pid)
+	lat = waitGTPCarrier(t, p, g2.Process.Pid, upf)
 	if lat > 100 {
 		t.Errorf("restarted gNB prioritised after %.3f ms, want <= 100 ms", lat)
 	}
@@ -104,21 +116,23 @@ automatic:
 // The same automatic mode in the node agent, beside the agent's own
 // strategies. The agent's control plane is left unreachable: the agent keeps
 // scheduling without it, and it is not what this test is about.
-func TestGTPAutomaticAgent(t *testing.T) {
-	startLab(t)
+func TestGTPAutomaticAgent(t *testing.T) { forEachUPF(t, testGTPAutomaticAgent) }
+
+func testGTPAutomaticAgent(t *testing.T, upf string) {
+	startLabUPF(t, upf)
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
-	if err := os.WriteFile(cfg, []byte("automatic:\n  enabled: true\n  idle_timeout_ms: 1500\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("automatic:\n  enabled: true\n  idle_timeout_ms: 10000\n  tun_devices: []\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(swiftlaneBin(t), "agent", "--config", cfg, "--server", "https://127.0.0.1:1", "--node", "vm1",
 		"--state-file", "", "--metrics-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "SWIFTLANE_TOKEN=unused")
 	p := startProc(t, cmd, "scheduler attached; agent running", "swiftlane", userAttachTimeout)
-	waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U.* sender_marks=true`), "the tracer to attach with its sender marks")
+	waitTracer(t, p, upf)
 
 	g := startGnb(t)
 	uePing(t, 5)
-	lat := waitCarrier(t, p, g.Process.Pid)
+	lat := waitGTPCarrier(t, p, g.Process.Pid, upf)
 	t.Logf("gNB pid %d prioritised by the agent %.3f ms after its first GTP-U packet", g.Process.Pid, lat)
 	g.kill()
 	waitOutput(t, p.out, regexp.MustCompile(fmt.Sprintf(`GTP-U carrier exited" pid=%d`, g.Process.Pid)), "the exit to be handled")
@@ -249,10 +263,60 @@ func udpPacket(src, dst net.IP, payload []byte) []byte {
 	return p
 }
 
+// forEachUPF runs f as a subtest per UPF module: the kernel's gtp, and
+// free5GC's gtp5g where lab/gtp5g.sh could build it for the running kernel
+// (skipped with its reason where the kernel has no headers package).
+func forEachUPF(t *testing.T, f func(t *testing.T, upf string)) {
+	for _, upf := range []string{gtplab.UPFGTP, gtplab.UPFGTP5G} {
+		t.Run(upf, func(t *testing.T) {
+			if upf == gtplab.UPFGTP5G {
+				// Loaded before the scheduler starts: the tracer resolves
+				// the module's BTF once, at start.
+				if err := gtplab.LoadGTP5G(); errors.Is(err, gtplab.ErrGTP5GUnavailable) {
+					t.Skip(err)
+				} else if err != nil {
+					t.Fatal(err)
+				}
+			}
+			f(t, upf)
+		})
+	}
+}
+
+// upfFunctions are the tracer's functions for each UPF module: all must
+// attach in the lab kernels (none is absent or inlined there).
+var upfFunctions = map[string][]string{
+	gtplab.UPFGTP:   {"gtp_encap_recv", "gtp_rx", "gtp_dev_xmit", "gtp_push_header", "gtp_build_skb_outer_ip4"},
+	gtplab.UPFGTP5G: {"gtp5g_encap_recv", "gtp5g_handle_skb_ipv4", "gtp5g_xmit_skb_ipv4", "gtp5g_push_header", "pdr_find_by_gtp1u", "ip4_find_route"},
+}
+
+// waitTracer waits for automatic mode to trace GTP-U with its sender marks
+// and checks that every function of the UPF's module is attached; a
+// function the tracer passed over fails the test with the tracer's reason.
+func waitTracer(t *testing.T, p *schedProc, upf string) {
+	t.Helper()
+	line := waitOutput(t, p.out, regexp.MustCompile(`automatic mode: tracing GTP-U" functions="?\[([^]]*)\].* sender_marks=true`), "the tracer to attach with its sender marks")
+	traced := strings.Fields(line[1])
+	for _, fn := range upfFunctions[upf] {
+		if !slices.Contains(traced, fn) {
+			why := regexp.MustCompile(`GTP-U function not traced" function=` + fn + ` reason=.*`).FindString(p.out.String())
+			t.Errorf("%s function %s not traced (%s); traced: %v", upf, fn, why, traced)
+		}
+	}
+}
+
+// startLab runs `swiftlane lab up` with the kernel's gtp UPF.
 func startLab(t *testing.T) {
 	t.Helper()
+	startLabUPF(t, gtplab.UPFGTP)
+}
+
+// startLabUPF runs `swiftlane lab up` with the UPF module upf, and takes it
+// down when the test ends.
+func startLabUPF(t *testing.T, upf string) {
+	t.Helper()
 	exec.Command(swiftlaneBin(t), "lab", "down").Run() // leftovers of an earlier run
-	cmd := exec.Command(swiftlaneBin(t), "lab", "up")
+	cmd := exec.Command(swiftlaneBin(t), "lab", "up", "--upf", upf)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -322,6 +386,18 @@ func uePing(t *testing.T, n int) {
 }
 
 var carrierRE = `GTP-U carrier prioritised" pid=%d .*first_packet_to_map_ms=([0-9.]+)`
+
+// waitGTPCarrier is waitCarrier for a process that must be prioritised for
+// a function of the UPF module upf (the first one it was seen in).
+func waitGTPCarrier(t *testing.T, p *schedProc, pid int, upf string) float64 {
+	t.Helper()
+	lat := waitCarrier(t, p, pid)
+	m := regexp.MustCompile(fmt.Sprintf(`GTP-U carrier prioritised" pid=%d .*function=(\S+)`, pid)).FindStringSubmatch(p.out.String())
+	if m == nil || !slices.Contains(upfFunctions[upf], m[1]) {
+		t.Fatalf("pid %d prioritised for %v, want one of the %s functions %v", pid, m, upf, upfFunctions[upf])
+	}
+	return lat
+}
 
 // waitCarrier waits for the operator's entry for pid and returns the
 // first-packet → map latency it measured, in ms.
