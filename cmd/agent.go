@@ -99,11 +99,16 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			log := newLogger(cfg.Debug)
 			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
 				client := api.NewClient(server, token, tlsCfg)
+				src := func() (string, error) { return token, nil }
 				if tokenFile != "" {
 					// Re-read when it changes: a rotated token is used
 					// from the next request on, without a restart.
-					client = client.WithTokenSource(api.TokenFile(tokenFile))
+					src = api.TokenFile(tokenFile)
 				}
+				// Renewed before it expires, so short-lived tokens need
+				// no restart.
+				renewer := api.NewRenewer(client, src, tokenFile, log)
+				client = client.WithTokenSource(renewer.Token)
 				a, err := agent.New(agent.Options{
 					Client: client, Node: node, Labels: lbl, Version: version,
 					Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
@@ -113,7 +118,10 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 				if err != nil {
 					return nil, err
 				}
-				return a.Run, nil
+				return func(ctx context.Context) error {
+					go renewer.Run(ctx)
+					return a.Run(ctx)
+				}, nil
 			})
 		},
 	}
@@ -243,7 +251,7 @@ func agentToken(dataDir, tokenFile, node string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		tok, _, err := a.Issue("agent:"+node, auth.Agent, node, 365*24*time.Hour)
+		tok, _, err := a.Issue("agent:"+node, auth.Agent, node, auth.DefaultAgentTTL)
 		return tok, err
 	}
 	if t := os.Getenv("SWIFTLANE_TOKEN"); t != "" {

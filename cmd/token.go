@@ -37,7 +37,7 @@ an admin token (--token-file or SWIFTLANE_TOKEN) to mint through the API.
 			if ttl == 0 {
 				ttl = 12 * time.Hour
 				if auth.Role(role) == auth.Agent {
-					ttl = 365 * 24 * time.Hour
+					ttl = auth.DefaultAgentTTL
 				}
 			}
 			if subject == "" {
@@ -72,7 +72,7 @@ an admin token (--token-file or SWIFTLANE_TOKEN) to mint through the API.
 	f := create.Flags()
 	f.StringVar(&role, "role", "", "admin, viewer or agent")
 	f.StringVar(&node, "node", "", "node the agent token is bound to")
-	f.DurationVar(&ttl, "ttl", 0, "lifetime (default 12h; 8760h for agents)")
+	f.DurationVar(&ttl, "ttl", 0, "lifetime (default 12h; 24h for agents, which renew theirs)")
 	f.StringVar(&subject, "subject", "", "who the token is for (shows in logs)")
 	f.StringVar(&dataDir, "data-dir", defaultDataDir, "the server's data directory (holds the signing key)")
 	cf.add(create)

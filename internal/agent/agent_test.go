@@ -402,3 +402,46 @@ func TestAgentTokenRotation(t *testing.T) {
 	h.waitBeat(t)
 	h.waitBeat(t)
 }
+
+// TestAgentRenewsItsToken: an agent whose token is about to expire renews
+// it (api.Renewer, as `swiftlane agent` runs it) and keeps heartbeating past
+// the old token's expiry, without a restart.
+func TestAgentRenewsItsToken(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	signer, err := auth.LoadSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A one-minute token with 3 s left.
+	tok, exp, err := signer.WithClock(func() time.Time { return time.Now().Add(-57 * time.Second) }).Issue("agent:n1", auth.Agent, "n1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := api.NewRenewer(api.NewClient(url, "", nil), func() (string, error) { return tok, nil }, "", nil)
+	renewed := make(chan struct{}, 16)
+	r.OnRenew = func(apitypes.TokenResponse) { renewed <- struct{}{} }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
+	h := startAgentWith(t, url, "", proc, func(o *Options) { o.Client = o.Client.WithTokenSource(r.Token) })
+	select {
+	case <-renewed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the token was not renewed")
+	}
+	// Accepted heartbeats after the old token expired: only the renewed
+	// token can have sent them.
+	for deadline := time.After(30 * time.Second); ; {
+		select {
+		case <-h.beats:
+		case <-deadline:
+			t.Fatalf("no heartbeat accepted after the first token expired at %s", exp)
+		}
+		if time.Now().After(exp.Add(time.Second)) {
+			break
+		}
+	}
+}

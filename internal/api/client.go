@@ -208,6 +208,13 @@ func (c *Client) CreateToken(ctx context.Context, req apitypes.TokenRequest) (ap
 	return t, c.Do(ctx, "POST", "/api/v1/tokens", req, &t)
 }
 
+// RenewToken trades the client's token for a fresh one (same subject, role
+// and node).
+func (c *Client) RenewToken(ctx context.Context, req apitypes.RenewRequest) (apitypes.TokenResponse, error) {
+	var t apitypes.TokenResponse
+	return t, c.Do(ctx, "POST", "/api/v1/tokens/renew", req, &t)
+}
+
 // RevokeToken puts a token (by id, or the token itself) on the deny list.
 func (c *Client) RevokeToken(ctx context.Context, req apitypes.RevokeRequest) (apitypes.Revoked, error) {
 	var out apitypes.Revoked

@@ -103,6 +103,35 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	return s.issue(w, http.StatusCreated, subject, auth.Role(req.Role), req.Node, req.TTLSeconds, def)
 }
 
+// renewToken re-issues the caller's token; wrap has verified it (signature,
+// expiry, the deny list), so a revoked or expired token never gets here.
+func (s *Server) renewToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
+	var req apitypes.RenewRequest
+	if err := s.decode(r, &req); err != nil {
+		return err
+	}
+	most := s.o.TokenTTL
+	if c.Role == auth.Agent {
+		most = s.o.AgentTTL
+	}
+	ttl := most
+	if req.TTLSeconds != 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	if ttl > most { // well-formed, but more than this server grants: a policy refusal
+		return errorf(http.StatusForbidden, "ttl_seconds", fmt.Sprintf("ask for at most %d (an admin mints longer tokens with POST /api/v1/tokens)", int64(most/time.Second)),
+			"ttl_seconds: %d is longer than the server's lifetime for %s tokens (%s)", req.TTLSeconds, c.Role, most)
+	}
+	tok, exp, err := s.o.Auth.Renew(c, ttl)
+	if err != nil {
+		return fieldFromAuth(err)
+	}
+	id, _, _ := s.o.Auth.TokenID(tok)
+	s.o.Log.Info("token renewed", "subject", c.Subject, "role", c.Role, "node", c.Node, "old", c.ID, "new", id, "expires", exp.UTC())
+	writeJSON(w, http.StatusOK, apitypes.TokenResponse{Success: true, Token: tok, Role: string(c.Role), Node: c.Node, ExpiresAt: exp.UTC(), ID: id})
+	return nil
+}
+
 func (s *Server) issue(w http.ResponseWriter, status int, subject string, role auth.Role, node string, ttlSec int64, def time.Duration) error {
 	ttl := def
 	if ttlSec != 0 {
@@ -131,6 +160,13 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		if id, exp, err = s.o.Auth.TokenID(req.Token); err != nil {
 			// Well-formed, but no token of ours: there is nothing to revoke.
 			return errorf(http.StatusNotFound, "token", "send a token this server signed, or its id", "%v", err)
+		}
+		// A renewed token: its whole chain goes (whoever has this one
+		// may have renewed it again).
+		if fam, _ := s.o.Auth.TokenFamily(req.Token); fam != "" {
+			if _, err := s.o.Auth.Revoke(r.Context(), fam, time.Time{}, c.Subject); err != nil {
+				return errorf(http.StatusInternalServerError, "", "see the server log", "%v", err)
+			}
 		}
 	}
 	// The store keeps the deny list, so every replica on it refuses the

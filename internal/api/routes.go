@@ -57,6 +57,9 @@ func routes() []route {
 			in: apitypes.LoginRequest{}, out: apitypes.TokenResponse{}, handle: (*Server).login},
 		{method: "POST", path: "/api/v1/tokens", op: "createToken", summary: "Mint a token for a role (agent tokens are bound to a node)",
 			roles: adminOnly, in: apitypes.TokenRequest{}, out: apitypes.TokenResponse{}, status: http.StatusCreated, handle: (*Server).createToken},
+		{method: "POST", path: "/api/v1/tokens/renew", op: "renewToken",
+			summary: "A fresh token for the caller's own (same subject, role and node), valid for the role's default lifetime or ttl_seconds up to it; a revoked or expired token is refused (401). Revoking the first token of a chain revokes its renewals",
+			roles:   anyRole, in: apitypes.RenewRequest{}, out: apitypes.TokenResponse{}, handle: (*Server).renewToken},
 		{method: "POST", path: "/api/v1/tokens/revoke", op: "revokeToken", summary: "Put a token on the deny list (by id or the token itself) until it expires; the list is in the store, so every API replica refuses the token from then on",
 			roles: adminOnly, in: apitypes.RevokeRequest{}, out: apitypes.Revoked{}, handle: (*Server).revokeToken},
 

@@ -19,6 +19,7 @@ import (
 var validBodies = map[string]string{
 	"POST /api/v1/auth/token":             `{"username":"admin","password":"x"}`,
 	"POST /api/v1/tokens":                 `{"role":"viewer"}`,
+	"POST /api/v1/tokens/renew":           `{"ttl_seconds":600}`,
 	"POST /api/v1/tokens/revoke":          `{"id":"abc"}`,
 	"POST /api/v1/strategies":             `{"name":"a","class":"high","command_regex":"x"}`,
 	"PUT /api/v1/strategies/{name}":       `{"class":"high","command_regex":"x"}`,

@@ -45,7 +45,7 @@ type Options struct {
 	KeepAlive time.Duration
 	// LoginTTL, AgentTTL and TokenTTL are the default lifetimes of tokens
 	// from the login, of agent tokens and of other tokens minted through
-	// the API (12 h, 1 year, 12 h).
+	// the API (12 h, auth.DefaultAgentTTL, 12 h); renewals get the same.
 	LoginTTL, AgentTTL, TokenTTL time.Duration
 	// Timeouts of the HTTP server (zero fields: Go's defaults, except
 	// ReadHeader 10 s, Idle 2 min, Shutdown 5 s).
@@ -94,7 +94,7 @@ func New(o Options) (*Server, error) {
 		v   *time.Duration
 		def time.Duration
 	}{
-		{&o.LoginTTL, 12 * time.Hour}, {&o.AgentTTL, 365 * 24 * time.Hour}, {&o.TokenTTL, 12 * time.Hour},
+		{&o.LoginTTL, 12 * time.Hour}, {&o.AgentTTL, auth.DefaultAgentTTL}, {&o.TokenTTL, 12 * time.Hour},
 		{&o.Timeouts.ReadHeader, 10 * time.Second}, {&o.Timeouts.Idle, 2 * time.Minute}, {&o.Timeouts.Shutdown, 5 * time.Second},
 	} {
 		if *d.v <= 0 {

@@ -43,7 +43,8 @@ type TokenRequest struct {
 	Role string `json:"role"`
 	// Node binds an agent token to one node.
 	Node string `json:"node,omitempty"`
-	// TTLSeconds is the lifetime (default: 1 year for agents, 12 h otherwise).
+	// TTLSeconds is the lifetime (default: the server's tokens.agent_ttl,
+	// 24 h, for agents; tokens.ttl, 12 h, otherwise).
 	TTLSeconds int64  `json:"ttl_seconds,omitempty"`
 	Subject    string `json:"subject,omitempty"`
 }
@@ -75,6 +76,21 @@ type TokenResponse struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// ID is the token's id (jti): what POST /api/v1/tokens/revoke takes.
 	ID string `json:"id,omitempty"`
+}
+
+// RenewRequest asks for a fresh token for the caller's own token: same
+// subject, role and node.
+type RenewRequest struct {
+	// TTLSeconds is the new token's lifetime (default and most: the
+	// server's default for the role).
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// JSONRules are a renewal's constraints.
+func (RenewRequest) JSONRules() schema.Rules {
+	r := ttlRule
+	r.Doc = "seconds; 0: the server's lifetime for the role, which is also the most (a longer one is a 403)"
+	return schema.Rules{"ttl_seconds": r}
 }
 
 // RevokeRequest puts a token on the deny list: by its id, or the token

@@ -57,6 +57,9 @@ const (
 const (
 	MinTTL = time.Minute
 	MaxTTL = 5 * 365 * 24 * time.Hour
+	// DefaultAgentTTL is an agent token's default lifetime: short, since
+	// agents renew their tokens (POST /api/v1/tokens/renew) before expiry.
+	DefaultAgentTTL = 24 * time.Hour
 )
 
 // NodePattern is a node name (or "", for no node): what ValidNodeName
@@ -72,6 +75,9 @@ func ValidNodeName(name string) bool { return name != "" && nodeRE.MatchString(n
 type Claims struct {
 	Role Role   `json:"role"`
 	Node string `json:"node,omitempty"`
+	// Family is the id of the first token of a renewal chain (set on
+	// renewed tokens): revoking that id revokes every renewal of it.
+	Family string `json:"fam,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -224,6 +230,28 @@ func (a *Authority) CheckAdmin(user, secret string) bool {
 
 // Issue signs a token for role (and node, for agents) valid for ttl.
 func (a *Authority) Issue(subject string, role Role, node string, ttl time.Duration) (string, time.Time, error) {
+	return a.issue(subject, role, node, "", ttl)
+}
+
+// Renew signs a fresh token for the subject, role and node of c (verified
+// claims: Verify has refused it if expired or revoked), valid for ttl, in
+// c's renewal chain.
+func (a *Authority) Renew(c *Claims, ttl time.Duration) (string, time.Time, error) {
+	family := c.Family
+	if family == "" {
+		family = c.ID
+	}
+	return a.issue(c.Subject, c.Role, c.Node, family, ttl)
+}
+
+// WithClock is the authority with another clock (tests: expired tokens).
+func (a *Authority) WithClock(now func() time.Time) *Authority {
+	b := *a
+	b.now = now
+	return &b
+}
+
+func (a *Authority) issue(subject string, role Role, node, family string, ttl time.Duration) (string, time.Time, error) {
 	if err := CheckRole(role, node); err != nil {
 		return "", time.Time{}, err
 	}
@@ -236,7 +264,7 @@ func (a *Authority) Issue(subject string, role Role, node string, ttl time.Durat
 	if _, err := rand.Read(jti); err != nil {
 		return "", time.Time{}, err
 	}
-	c := Claims{Role: role, Node: node, RegisteredClaims: jwt.RegisteredClaims{
+	c := Claims{Role: role, Node: node, Family: family, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer:    issuer,
 		Subject:   subject,
 		IssuedAt:  jwt.NewNumericDate(now),
@@ -267,10 +295,15 @@ func (a *Authority) Verify(token string) (*Claims, error) {
 		return nil, fmt.Errorf("token claims: %w", err)
 	}
 	if a.deny != nil {
-		if revoked, err := a.deny.TokenRevoked(c.ID); err != nil {
-			return nil, fmt.Errorf("deny list: %w", err)
-		} else if revoked {
-			return nil, fmt.Errorf("%w (id %s)", ErrRevoked, c.ID)
+		for _, id := range []string{c.ID, c.Family} {
+			if id == "" {
+				continue
+			}
+			if revoked, err := a.deny.TokenRevoked(id); err != nil {
+				return nil, fmt.Errorf("deny list: %w", err)
+			} else if revoked {
+				return nil, fmt.Errorf("%w (id %s)", ErrRevoked, id)
+			}
 		}
 	}
 	return &c, nil

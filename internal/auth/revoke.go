@@ -103,18 +103,36 @@ func ImportDenyFile(ctx context.Context, dir string, d DenyList, now time.Time) 
 // TokenID reads a token's id and expiry after checking its signature (but
 // not its expiry: revoking an expired token is harmless).
 func (a *Authority) TokenID(token string) (string, time.Time, error) {
-	var c Claims
-	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return a.pub, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithoutClaimsValidation())
+	c, err := a.tokenClaims(token)
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("token: %w", err)
-	}
-	if c.ID == "" {
-		return "", time.Time{}, errors.New("token: it has no id (jti)")
+		return "", time.Time{}, err
 	}
 	var exp time.Time
 	if c.ExpiresAt != nil {
 		exp = c.ExpiresAt.Time
 	}
 	return c.ID, exp, nil
+}
+
+// TokenFamily is the id of the first token of token's renewal chain ("" for
+// a token that was not renewed), after checking its signature.
+func (a *Authority) TokenFamily(token string) (string, error) {
+	c, err := a.tokenClaims(token)
+	if err != nil {
+		return "", err
+	}
+	return c.Family, nil
+}
+
+func (a *Authority) tokenClaims(token string) (*Claims, error) {
+	var c Claims
+	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return a.pub, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithoutClaimsValidation())
+	if err != nil {
+		return nil, fmt.Errorf("token: %w", err)
+	}
+	if c.ID == "" {
+		return nil, errors.New("token: it has no id (jti)")
+	}
+	return &c, nil
 }

@@ -107,7 +107,7 @@ func DefaultAPIServer() APIServer {
 		DataDir:  "/var/lib/swiftlane",
 		Timeouts: Timeouts{ReadHeader: 10 * time.Second, Idle: 2 * time.Minute, Shutdown: 5 * time.Second, WatchKeepalive: 15 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
-		Tokens:   Tokens{LoginTTL: 12 * time.Hour, AgentTTL: 365 * 24 * time.Hour, TTL: 12 * time.Hour},
+		Tokens:   Tokens{LoginTTL: 12 * time.Hour, AgentTTL: 24 * time.Hour, TTL: 12 * time.Hour},
 		Store:    Store{Kind: "bolt"},
 	}
 }
@@ -160,7 +160,7 @@ func (c *APIServer) Validate() error {
 		{"timeouts.shutdown", c.Timeouts.Shutdown, 0, 10 * time.Minute, "5s"},
 		{"timeouts.watch_keepalive", c.Timeouts.WatchKeepalive, time.Second, 10 * time.Minute, "15s"},
 		{"tokens.login_ttl", c.Tokens.LoginTTL, minTokenTTL, maxTokenTTL, "12h"},
-		{"tokens.agent_ttl", c.Tokens.AgentTTL, minTokenTTL, maxTokenTTL, "8760h"},
+		{"tokens.agent_ttl", c.Tokens.AgentTTL, minTokenTTL, maxTokenTTL, "24h"},
 		{"tokens.ttl", c.Tokens.TTL, minTokenTTL, maxTokenTTL, "12h"},
 	} {
 		if d.v < d.min || d.v > d.max {
