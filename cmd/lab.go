@@ -38,6 +38,14 @@ func newLabCmd() *cobra.Command {
 			return nil
 		},
 	}
+	// Every lab command of one lab must be given the same --ues.
+	root.PersistentFlags().IntVar(&t.UEs, "ues", t.UEs, "UEs with a PDU session (1-200): addresses from "+t.UEAddr.String()+", TEIDs up from the first UE's")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if t.UEs < 1 || t.UEs > 200 {
+			return fmt.Errorf("--ues %d: give 1 to 200 (one address each after %s, and uplink TEIDs must stay below the downlink ones)", t.UEs, t.UEAddr)
+		}
+		return nil
+	}
 	up.Flags().StringVar(&t.UPF, "upf", gtplab.UPFGTP, `the UPF's module: "gtp" (the kernel's) or "gtp5g" (free5GC's; loaded from .cache/gtp5g when not installed, see lab/gtp5g.sh)`)
 	down := &cobra.Command{
 		Use:   "down",

@@ -48,3 +48,18 @@ bench-gtp: deps vm-bins peers gtp5g ## UE ping RTT through GTP-U, 6 variants x 3
 	  $(GO) run ./bench/plot -in bench/results/$$res.json -out bench/results/$$res.png -unit ms -title "bench-gtp: UE ping RTT through GTP-U ($$u UPF)" \
 	    -cdf-title 'UE RTT under 10 hogs per vCPU, all boots (CDF)' || failed=1; \
 	done; exit $$failed
+
+# bench-gtp-scale: what the tracer costs per packet at 1, 16 and 128 UEs
+# (issue 38): each UE count gets its own lab, the gNB and the other UEs'
+# traffic at GTP_SCALE_PPS echo requests/s each, and is measured in 3 rounds
+# with and without the tracer (alone: `swiftlane trace gtp`, EEVDF
+# schedules), the order alternating. UE 1's RTT from 300 pings a run; the
+# tracer's run time from the kernel's BPF statistics. ~15 min.
+GTP_SCALE_UES ?= 1,16,128
+GTP_SCALE_PPS ?= 10
+GTP_SCALE_UPF ?= gtp5g
+.PHONY: bench-gtp-scale
+bench-gtp-scale: deps vm-bins gtp5g ## Tracer CPU per packet and UE RTT with/without it at 1, 16, 128 UEs, 3 rounds -> bench/results/gtp-scale.json
+	$(GO) build -o $(BUILD)/bench-gtp ./bench/gtp
+	$(VM) --timeout 3600 --kernel $(KERNEL) -- $(BUILD)/bench-gtp -scale $(GTP_SCALE_UES) -scale-rounds 3 -samples 300 \
+	  -interval 100ms -pps $(GTP_SCALE_PPS) -upf $(GTP_SCALE_UPF) -swiftlane $(BUILD)/swiftlane -out bench/results/gtp-scale.json

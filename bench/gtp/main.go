@@ -155,6 +155,8 @@ var (
 	logDir    = flag.String("logdir", "", "keep each scheduler's output in this directory")
 	groups    = flag.Int("messaging-groups", 2, "perf bench sched messaging groups (20 senders and 20 receivers each) in the messaging loads")
 	pps       = flag.Int("pps", 50, "background traffic: ICMP echo requests per second from each other UE through the gNB (0: none)")
+	scale     = flag.String("scale", "", "tracer cost at scale instead: comma-separated UE counts (e.g. 1,16,128), each with and without the tracer alone, -scale-rounds rounds; -samples pings per run")
+	scaleRnds = flag.Int("scale-rounds", 3, "rounds per UE count in -scale (variant order alternating)")
 	upf       = flag.String("upf", gtplab.UPFGTP, `the UPF module: "gtp" (the kernel's) or "gtp5g" (free5GC's, from .cache/gtp5g: make gtp5g)`)
 )
 
@@ -184,6 +186,37 @@ func main() {
 	describeLoads()
 	if *merge {
 		if err := mergeBoots(flag.Args(), *out); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *scale != "" {
+		var counts []int
+		for _, f := range strings.Split(*scale, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 200 {
+				fail(fmt.Errorf("-scale %q: give UE counts from 1 to 200, comma-separated", *scale))
+			}
+			counts = append(counts, n)
+		}
+		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+			fail(err)
+		}
+		bin, err := filepath.Abs(*swiftlane)
+		if err != nil {
+			fail(err)
+		}
+		*swiftlane = bin
+		rep, err := runScale(counts, *scaleRnds)
+		if rep != nil {
+			for _, s := range rep.Summary {
+				fmt.Printf("bench-scale: %d UEs: %s\n", s.UEs, s.Finding)
+			}
+			if werr := benchlab.WriteJSON(*out, rep); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if err != nil {
 			fail(err)
 		}
 		return
