@@ -287,6 +287,8 @@ func scaleFinding(o *benchlab.Stat) string {
 	switch {
 	case o == nil:
 		return "no round measured both variants"
+	case len(o.Values) < 3:
+		return fmt.Sprintf("%d round(s) only, too few to judge against a spread: the tracer's average RTT %+.1f %% (%.1f to %.1f)", len(o.Values), o.Median, o.Min, o.Max)
 	case o.Min > 0:
 		return fmt.Sprintf("the tracer adds %.1f %% to the UE's average RTT (%.1f to %.1f, higher in every round); goal < 5 %%: %v",
 			o.Median, o.Min, o.Max, o.Median < 5)

@@ -41,10 +41,15 @@ func TestSummarise(t *testing.T) {
 		t.Errorf("a round 25 %% slower must not meet the goal: %q", s.Finding)
 	}
 
-	// A failed tracer round is left out, not counted as zero.
-	runs := scaleRuns([]float64{2, 3}, []float64{2.2, 3.3})
+	// A failed tracer round is left out, not counted as zero; fewer than
+	// three rounds judge nothing.
+	runs := scaleRuns([]float64{2, 3, 4, 5}, []float64{2.2, 3.3, 4.4, 5.5})
 	runs[3].Result = nil
-	if s := summarise(16, runs); s.AvgOverheadPct.Median != 10 || len(s.AvgOverheadPct.Values) != 1 {
-		t.Errorf("overhead %+v, want round 1's alone", s.AvgOverheadPct)
+	s = summarise(16, runs)
+	if s.AvgOverheadPct.Median != 10 || len(s.AvgOverheadPct.Values) != 3 || s.AvgOverheadPct.Boots[1] != 3 {
+		t.Errorf("overhead %+v, want rounds 1, 3 and 4", s.AvgOverheadPct)
+	}
+	if s := summarise(16, scaleRuns([]float64{2}, []float64{2.2})); !strings.Contains(s.Finding, "too few") {
+		t.Errorf("one round: finding %q", s.Finding)
 	}
 }
