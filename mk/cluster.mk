@@ -15,21 +15,25 @@ CLUSTER_KERNEL ?= newest
 PAUSE_IMAGE := localhost/swiftlane-pause:lab
 PAUSE_TAR   := $(BUILD)/pause-image.tar
 CLUSTER_RESULTS ?= $(BUILD)/cluster.json
+# The tests, sharing one node: TestCluster (kernel mode, install, upgrade,
+# uninstall), then TestClusterAutomatic and TestClusterUserspace (the chart's
+# other agent modes with their capabilities). A narrower regex runs fewer.
+CLUSTER_RUN ?= ^TestCluster
 
 .PHONY: cluster-bins
 cluster-bins: ## Build the node's binaries too (kubelet, kube-proxy, controllers, containerd v2) into .cache/k8s/bin (~3 min after k8s-bins, then < 1 s)
 	@bash lab/k8s.sh --cluster >/dev/null
 
 .PHONY: test-cluster
-test-cluster: deps cluster-bins image vm-bins ## One-node cluster in the VM lab: helm install, label a pod, strategy applied, upgrade, uninstall
+test-cluster: deps cluster-bins image vm-bins ## One-node cluster in the VM lab: helm install, label a pod, strategy applied, upgrade, uninstall; automatic (a gNB pod) and user-space mode
 	$(IMAGE_TOOL) build -out $(PAUSE_TAR) -name $(PAUSE_IMAGE) -args "lab pause" -version $(VERSION) \
 	  -source-date-epoch $(SOURCE_DATE_EPOCH) -binary linux/amd64=$(BUILD)/image/linux-amd64/swiftlane
 	$(GO) build -o $(BUILD)/kubetest-serve ./internal/kubetest/cmd/serve
 	@echo '{}' > $(CLUSTER_RESULTS)
-	K8S_CONTROLLERS=1 K8S_APPLY_CRDS=0 K8S_TEST_TIMEOUT=45m \
+	K8S_CONTROLLERS=1 K8S_APPLY_CRDS=0 K8S_TEST_TIMEOUT=60m \
 	K8S_APISERVER_ARGS="--advertise-address=10.0.2.2 --endpoint-reconciler-type=lease" \
-	K8S_VM_ARGS="--memory 3G --timeout 3300" \
+	K8S_VM_ARGS="--memory 3G --timeout 4000" \
 	K8S_GUEST_ENV="SWL_K8S_BIN=$(K8S_BIN) SWL_REQUIRE_CLUSTER=1 SWL_CLUSTER_IMAGES=$(IMAGE_TAR),$(PAUSE_TAR) \
 	  SWL_CLUSTER_IMAGE=$(IMAGE) SWL_CLUSTER_PAUSE=$(PAUSE_IMAGE) SWL_CLUSTER_LOGS=$(BUILD)/cluster-logs" \
-	  bash mk/k8s-vm.sh $(BUILD) $(K8S_BIN) $(CLUSTER_KERNEL) $(CLUSTER_RESULTS) '^TestCluster$$'
+	  bash mk/k8s-vm.sh $(BUILD) $(K8S_BIN) $(CLUSTER_KERNEL) $(CLUSTER_RESULTS) '$(CLUSTER_RUN)'
 	@cat $(CLUSTER_RESULTS)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,17 +58,11 @@ import (
 //     removed the SchedulingNode and the node's entry of the strategy's
 //     status, and then itself.
 func TestCluster(t *testing.T) {
-	env := clusterEnvFrom(t)
 	ctx := runCtx(t, 45*time.Minute)
+	n := clusterNode(t, ctx)
 	mark := logMark(t)
 	requireState(t, "disabled", "")
-
-	n := startNode(t, ctx, env)
-	core := n.core
-	crd, err := v1alpha1.NewRESTClient(n.config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	core, crd := n.core, n.crd
 
 	// helm install, with the chart's default image: `make image` built it
 	// under that name and the node imported it.
@@ -92,26 +87,11 @@ func TestCluster(t *testing.T) {
 	})
 
 	// The workloads: the same pod with and without the label.
-	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n.waitUntil(t, "the default ServiceAccount in "+ns, time.Minute, func() bool {
-		_, err := core.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil
-	})
+	n.namespace(t, ctx, ns)
 	critical := n.runPod(t, ctx, ns, "echo", map[string]string{"tier": "critical"})
 	plain := n.runPod(t, ctx, ns, "plain", map[string]string{"tier": "batch"})
 
-	strategy := `{"apiVersion":"swiftlane.io/v1alpha1","kind":"SchedulingStrategy","metadata":{"name":"critical","namespace":"` + ns + `"},` +
-		`"spec":{"podSelector":{"matchLabels":{"tier":"critical"}},"class":"critical"}}`
-	applyStrategy := func() {
-		t.Helper()
-		if err := crd.Patch(types.ApplyPatchType).Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").
-			Param("fieldManager", "vmtest").Body([]byte(strategy)).Do(ctx).Error(); err != nil {
-			t.Fatalf("apply strategy: %v", err)
-		}
-	}
-	applyStrategy()
+	n.applyCriticalStrategy(t, ctx, ns)
 	maps := n.schedulerMaps(t)
 	n.waitCovered(t, critical, maps, time.Minute)
 	n.waitUntil(t, "the strategy's status to count the pod and its processes on the node", time.Minute, func() bool {
@@ -157,7 +137,7 @@ func TestCluster(t *testing.T) {
 
 	// helm upgrade with a changed value rolls the agent (its config
 	// checksum changes): the old one detaches, the new one attaches.
-	applyStrategy()
+	n.applyCriticalStrategy(t, ctx, ns)
 	n.waitCovered(t, critical, maps, time.Minute)
 	watch := watchSchedState()
 	n.helm(t, "upgrade", release, "deploy/helm/swiftlane", "--namespace", sysNS, "--reuse-values",
@@ -240,8 +220,72 @@ type node struct {
 	name    string
 	config  *rest.Config
 	core    kubernetes.Interface
+	crd     *rest.RESTClient // swiftlane.io/v1alpha1
 	daemons []daemon
 	helmEnv []string
+	atExit  []func() // undone in reverse order when the test binary ends
+	// dump shows the logs once if the current test failed (cleanups that
+	// delete pods call it first).
+	dump func()
+}
+
+// The node is started by the first cluster test and kept for the others
+// (its start-up under TCG takes minutes); TestMain stops it.
+var shared struct {
+	once sync.Once
+	n    *node
+}
+
+// clusterNode returns the started node, starting it on the first call. A
+// failed test leaves the node's daemons' and the agent's logs.
+func clusterNode(t *testing.T, ctx context.Context) *node {
+	t.Helper()
+	env := clusterEnvFrom(t)
+	shared.once.Do(func() { shared.n = startNode(t, ctx, env) })
+	n := shared.n
+	if n == nil {
+		t.Fatal("the node did not start (see the first cluster test)")
+	}
+	n.dump = sync.OnceFunc(func() {
+		if t.Failed() {
+			n.dumpLogs(t)
+		}
+	})
+	t.Cleanup(n.dump)
+	return n
+}
+
+// stopClusterNode stops what startNode started, if a test started it.
+func stopClusterNode() {
+	if n := shared.n; n != nil {
+		for _, f := range slices.Backward(n.atExit) {
+			f()
+		}
+	}
+}
+
+// dumpLogs shows the pods' state, the system namespace's pod logs and the
+// node daemons' log tails. kubectl logs would need the API server to reach
+// this guest's kubelet, which slirp does not allow: the kubelet's files are
+// read instead.
+func (n *node) dumpLogs(t *testing.T) {
+	out, _ := n.command("kubectl", "get", "pods", "--all-namespaces", "-o", "wide").CombinedOutput()
+	t.Logf("=== pods\n%s", out)
+	// Whether the node was starved or short of memory, and which pod.
+	state, ops := readState()
+	t.Logf("=== sched_ext %s (%s)", state, ops)
+	events, _ := filepath.Glob("/sys/fs/cgroup/kubepods/*/pod*/memory.events")
+	for _, f := range append([]string{"/proc/pressure/cpu", "/proc/pressure/memory"}, events...) {
+		b, _ := os.ReadFile(f)
+		t.Logf("=== %s\n%s", f, b)
+	}
+	logs, _ := filepath.Glob("/var/log/pods/swiftlane-system_*/*/*.log")
+	for _, l := range logs {
+		t.Logf("=== %s (last 40 lines)\n%s", l, kubetest.Tail(l, 40))
+	}
+	for _, d := range n.daemons {
+		t.Logf("=== %s (last 30 lines of %s)\n%s", d.name, d.log, kubetest.Tail(d.log, 30))
+	}
 }
 
 const (
@@ -262,10 +306,17 @@ func startNode(t *testing.T, ctx context.Context, env clusterEnv) *node {
 	}
 	cfg.QPS = -1
 	n := &node{env: env, name: nodeName, config: cfg, core: kubernetes.NewForConfigOrDie(cfg)}
+	if n.crd, err = v1alpha1.NewRESTClient(cfg); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(env.logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
+	home, err := os.MkdirTemp("", "helm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.atExit = append(n.atExit, func() { os.RemoveAll(home) })
 	n.helmEnv = []string{"KUBECONFIG=" + env.kubeconfig, "HELM_CACHE_HOME=" + home + "/cache",
 		"HELM_CONFIG_HOME=" + home + "/config", "HELM_DATA_HOME=" + home + "/data"}
 
@@ -275,7 +326,7 @@ func startNode(t *testing.T, ctx context.Context, env clusterEnv) *node {
 		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755"); err != nil {
 			t.Fatalf("mount tmpfs on %s: %v", dir, err)
 		}
-		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+		n.atExit = append(n.atExit, func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	}
 	// What a node's provisioning loads: conntrack (kube-proxy sets its
 	// sysctls before anything else) and bridge netfilter, so that traffic
@@ -290,18 +341,6 @@ func startNode(t *testing.T, ctx context.Context, env clusterEnv) *node {
 			t.Fatal(err)
 		}
 	}
-	// The pods' logs (the kubelet writes them here; kubectl logs would need
-	// the API server to reach this guest's kubelet, which slirp does not
-	// allow): the agent's and the API's, on failure.
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		logs, _ := filepath.Glob("/var/log/pods/swiftlane-system_*/*/*.log")
-		for _, l := range logs {
-			t.Logf("=== %s (last 40 lines)\n%s", l, kubetest.Tail(l, 40))
-		}
-	})
 	for _, d := range []string{clusterDir + "/net.d", "/var/lib/kubelet"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -365,9 +404,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.devmapper", "io.containerd.sna
 		return err == nil
 	})
 	for _, img := range env.images {
-		n.run(t, filepath.Join(env.bin, "ctr"), "--address", criSocket, "--namespace", "k8s.io", "images", "import", img)
+		n.run(t, "ctr", "--address", criSocket, "--namespace", "k8s.io", "images", "import", img)
 	}
-	listed := n.run(t, filepath.Join(env.bin, "ctr"), "--address", criSocket, "--namespace", "k8s.io", "images", "list", "--quiet")
+	listed := n.run(t, "ctr", "--address", criSocket, "--namespace", "k8s.io", "images", "list", "--quiet")
 	for _, want := range []string{env.image, env.pause} {
 		if !slices.Contains(strings.Fields(listed), want) {
 			t.Fatalf("containerd has no image %s after the import; it lists:\n%s", want, listed)
@@ -427,8 +466,8 @@ serializeImagePulls: false
 	return n
 }
 
-// startDaemon runs a node process with its output in env.logs (stopped,
-// and on failure its log's tail shown, when the test ends).
+// startDaemon runs a node process with its output in env.logs (stopped
+// with the node).
 func (n *node) startDaemon(t *testing.T, name string, env []string, bin string, args ...string) {
 	t.Helper()
 	log := filepath.Join(n.env.logs, name+".log")
@@ -437,12 +476,7 @@ func (n *node) startDaemon(t *testing.T, name string, env []string, bin string, 
 		t.Fatal(err)
 	}
 	n.daemons = append(n.daemons, daemon{name, log, p})
-	t.Cleanup(func() {
-		p.Stop(stateTimeout) // an early exit has failed the test already
-		if t.Failed() {
-			t.Logf("=== %s (last 30 lines of %s)\n%s", name, log, kubetest.Tail(log, 30))
-		}
-	})
+	n.atExit = append(n.atExit, func() { p.Stop(stateTimeout) }) // an early exit has failed a test already
 }
 
 type daemon struct {
@@ -470,21 +504,36 @@ func (n *node) waitUntil(t *testing.T, what string, timeout time.Duration, cond 
 	}
 }
 
-func (n *node) run(t *testing.T, bin string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
+// command is one of the cluster's tools (helm, kubectl) as the admin.
+func (n *node) command(tool string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(n.env.bin, tool), args...)
 	cmd.Env = append(os.Environ(), n.helmEnv...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return cmd
 }
+
+// run runs a tool, again while the API server cannot be reached: under
+// TCG on a busy host its TLS handshake sometimes takes longer than the
+// tools wait (10 s), and they fail before they send anything.
+func (n *node) run(t *testing.T, tool string, args ...string) string {
+	t.Helper()
+	for try := 1; ; try++ {
+		out, err := n.command(tool, args...).CombinedOutput()
+		if err == nil {
+			return string(out)
+		}
+		if try == 3 || !unreachable.Match(out) {
+			t.Fatalf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
+		}
+		t.Logf("%s %s: %v, trying again:\n%s", tool, args[0], err, out)
+	}
+}
+
+var unreachable = regexp.MustCompile(`TLS handshake timeout|Kubernetes cluster unreachable`)
 
 func (n *node) helm(t *testing.T, args ...string) {
 	t.Helper()
 	start := time.Now()
-	out := n.run(t, filepath.Join(n.env.bin, "helm"), args...)
+	out := n.run(t, "helm", args...)
 	t.Logf("helm %s (%v):\n%s", args[0], time.Since(start).Round(time.Second), lastBytes([]byte(out), 2000))
 }
 
@@ -492,7 +541,32 @@ func (n *node) helm(t *testing.T, args ...string) {
 // node runs an updated pod that is Ready (the agent: attached).
 func (n *node) rolloutStatus(t *testing.T, ns, ds string) {
 	t.Helper()
-	n.run(t, filepath.Join(n.env.bin, "kubectl"), "--namespace", ns, "rollout", "status", "daemonset/"+ds, "--timeout", "10m")
+	n.run(t, "kubectl", "--namespace", ns, "rollout", "status", "daemonset/"+ds, "--timeout", "10m")
+}
+
+// namespace creates a namespace for workloads and waits for its default
+// ServiceAccount (pods cannot be created before it).
+func (n *node) namespace(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	if _, err := n.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitUntil(t, "the default ServiceAccount in "+ns, time.Minute, func() bool {
+		_, err := n.core.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+}
+
+// applyCriticalStrategy applies the strategy "critical" in ns: class
+// critical for the pods labelled tier=critical.
+func (n *node) applyCriticalStrategy(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	strategy := `{"apiVersion":"swiftlane.io/v1alpha1","kind":"SchedulingStrategy","metadata":{"name":"critical","namespace":"` + ns + `"},` +
+		`"spec":{"podSelector":{"matchLabels":{"tier":"critical"}},"class":"critical"}}`
+	if err := n.crd.Patch(types.ApplyPatchType).Namespace(ns).Resource(v1alpha1.StrategiesResource.Resource).Name("critical").
+		Param("fieldManager", "vmtest").Body([]byte(strategy)).Do(ctx).Error(); err != nil {
+		t.Fatalf("apply strategy: %v", err)
+	}
 }
 
 // agentPod is the release's one agent pod (there is one node).
@@ -793,13 +867,12 @@ func watchSchedState() func() []string {
 func (n *node) requireNothingLeft(t *testing.T, ctx context.Context, ns, release string) {
 	t.Helper()
 	sel := "app.kubernetes.io/instance=" + release
-	kubectl := filepath.Join(n.env.bin, "kubectl")
 	n.waitUntil(t, "the release's pods to be gone", 5*time.Minute, func() bool {
 		pods, err := n.core.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
 	kinds := "deployments,daemonsets,replicasets,jobs,services,endpointslices,configmaps,secrets,serviceaccounts,roles,rolebindings,resourcequotas"
-	if out := n.run(t, kubectl, "get", kinds, "--namespace", ns, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+	if out := n.run(t, "kubectl", "get", kinds, "--namespace", ns, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		var left []string
 		for _, o := range strings.Fields(out) {
 			// The controller-manager's, in every namespace.
@@ -812,10 +885,10 @@ func (n *node) requireNothingLeft(t *testing.T, ctx context.Context, ns, release
 		}
 	}
 	cluster := "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings,priorityclasses"
-	if out := n.run(t, kubectl, "get", cluster, "-l", sel, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
+	if out := n.run(t, "kubectl", "get", cluster, "-l", sel, "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("left cluster-wide after helm uninstall: %s", out)
 	}
-	if out := n.run(t, kubectl, "get", "crd", "-o", "name"); !strings.Contains(out, "schedulingstrategies.swiftlane.io") {
+	if out := n.run(t, "kubectl", "get", "crd", "-o", "name"); !strings.Contains(out, "schedulingstrategies.swiftlane.io") {
 		t.Errorf("the CRDs are gone after helm uninstall (Helm keeps them): %s", out)
 	}
 }

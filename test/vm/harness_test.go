@@ -44,7 +44,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "vm tests need a sched_ext kernel: run them with `make test-vm`")
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopClusterNode() // the cluster tests share one node
+	os.Exit(code)
 }
 
 func swiftlaneBin(t testing.TB) string {
