@@ -202,11 +202,11 @@ func TestChartAgentModes(t *testing.T) {
 		!slices.Equal(a.Functions, []string{"gtp_encap_recv"}) || !slices.Equal(a.Companions, []string{"nr-ue"}) || cfg.Scheduler.Mode != config.ModeKernel {
 		t.Errorf("automatic mode: rendered %+v, scheduler %+v", a, cfg.Scheduler)
 	}
-	if want := with("SYS_ADMIN"); !slices.Equal(add, want) {
+	if want := with("SYS_ADMIN", "SYSLOG"); !slices.Equal(add, want) {
 		t.Errorf("automatic mode: capabilities %v, want %v", add, want)
 	}
 
-	if add, _ = agentCapabilities(t, "--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.automatic.enabled=true"); !slices.Equal(add, with("IPC_LOCK", "SYS_ADMIN")) {
+	if add, _ = agentCapabilities(t, "--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.automatic.enabled=true"); !slices.Equal(add, with("IPC_LOCK", "SYS_ADMIN", "SYSLOG")) {
 		t.Errorf("both: capabilities %v", add)
 	}
 }
