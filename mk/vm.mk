@@ -9,9 +9,11 @@ KERNEL  ?= newest
 VMTEST  := $(BUILD)/vmtest.test
 VM      := bash lab/vm.sh
 
-.PHONY: vm-bins
-vm-bins: build
+.PHONY: vm-bins bench-sched-bin
+vm-bins: build bench-sched-bin
 	$(GO) test -c -tags vmtest -o $(VMTEST) ./test/vm
+
+bench-sched-bin:
 	$(GO) build -o $(BUILD)/bench-sched ./bench/sched
 
 .PHONY: test-vm
@@ -80,5 +82,6 @@ bench-torture: deps vm-bins ## TestTorture TORTURE_RUNS=20 times per kernel, a b
 	  --vmtest $(VMTEST) --swiftlane $(BUILD)/swiftlane --tally $(BUILD)/bench-sched $(TORTURE_KERNELS)
 
 .PHONY: demo
-demo: deps vm-bins ## Build, boot the lab, attach swiftlane, show saturated vs critical latency, detach
-	$(VM) --kernel $(KERNEL) -- bash lab/demo.sh
+demo: deps build bench-sched-bin ## Build, boot the lab, attach swiftlane, detach; probe latency idle and saturated in 5 rotated rounds, the host's load, a verdict
+	$(BUILD)/bench-sched -demo-host -in $(BUILD)/demo-rounds.json -out bench/results/demo.json -- \
+	  $(VM) --kernel $(KERNEL) -- bash lab/demo.sh $(BUILD)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command sched is the scheduler's benchmark suite behind `make bench-sched`
-// (and the probe table of `make demo`). It has three modes:
+// (and `make demo`). It has these modes:
 //
 //   - by default it runs as root inside the VM lab, one boot: every variant
 //     (the kernel's default scheduler, swiftlane without and with critical
@@ -11,13 +11,16 @@
 //   - -merge BOOT.json... computes per-variant medians and spread over the
 //     boots into bench/results/sched.json (merge.go);
 //   - -torture-logs DIR tallies the `make bench-torture` runs into
-//     bench/results/torture.json (torture.go).
+//     bench/results/torture.json (torture.go);
+//   - -demo N (in the VM) and -demo-host (on the host, around the VM) are
+//     `make demo`'s rounds and their verdicts (demo.go).
 package main
 
 import (
 	"cmp"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -53,7 +56,14 @@ var (
 	merge      = flag.Bool("merge", false, "merge the boot reports given as arguments into -out")
 	tortureIn  = flag.String("torture", "bench/results/torture.json", "with -merge: the torture tally to copy into the report")
 	tortureDir = flag.String("torture-logs", "", "tally the bench-torture logs in this directory into -out")
+	demoRounds = flag.Int("demo", 0, "`make demo` in the VM: this many rounds of the probe (idle, saturated) under -variants, the order rotated each round, into -out (default build/demo-rounds.json)")
+	demoHost   = flag.Bool("demo-host", false, "`make demo` on the host: run the command after the flags (the VM running lab/demo.sh) while sampling the host's load, then print -in's rounds with medians, ranges and verdicts and write them to -out (default bench/results/demo.json)")
+	demoIn     = flag.String("in", "build/demo-rounds.json", "with -demo-host: the rounds the guest's -demo wrote")
 )
+
+// progress receives which workload each variant is on (the demo's rounds
+// print their own).
+var progress io.Writer = os.Stderr
 
 // variants in their canonical order; a boot rotates it.
 var variants = []variant{
@@ -134,6 +144,10 @@ func main() {
 	switch {
 	case *merge:
 		err = mergeBoots(flag.Args(), *tortureIn, cmp.Or(*out, "bench/results/sched.json"))
+	case *demoHost:
+		err = runDemoHost(flag.Args(), *demoIn, cmp.Or(*out, "bench/results/demo.json"))
+	case *demoRounds > 0:
+		err = runDemo(*demoRounds, cmp.Or(*out, "build/demo-rounds.json"))
 	case *tortureDir != "":
 		err = tallyTorture(*tortureDir, cmp.Or(*out, "bench/results/torture.json"))
 	default:
@@ -164,19 +178,9 @@ func applyQuick() {
 }
 
 func runBoot(out string) error {
-	all := variants
-	if *only != "" {
-		all = slices.Concat(variants, optional)
-	}
-	order := rotate(all, *boot-1)
-	if *only != "" {
-		want := strings.Split(*only, ",")
-		for _, w := range want {
-			if !slices.ContainsFunc(order, func(v variant) bool { return v.name == w }) {
-				return fmt.Errorf("unknown variant %q", w)
-			}
-		}
-		order = slices.DeleteFunc(order, func(v variant) bool { return !slices.Contains(want, v.name) })
+	order, err := pick(rotate(selectable(), *boot-1), *only)
+	if err != nil {
+		return err
 	}
 	work, err := selectWorkloads(*onlyWork)
 	if err != nil {
@@ -201,6 +205,14 @@ func runBoot(out string) error {
 	}
 	printBoot(os.Stdout, rep)
 	return benchlab.WriteJSON(out, rep)
+}
+
+// selectable is what -variants may name: the optional variants too.
+func selectable() []variant {
+	if *only == "" {
+		return variants
+	}
+	return slices.Concat(variants, optional)
 }
 
 // rotate returns vs starting at index n (mod len): boot b runs the variants
@@ -249,7 +261,7 @@ func runVariant(v variant, work []workload) *VariantRun {
 		r.Ops = s.ops
 	}
 	for _, w := range work {
-		fmt.Fprintf(os.Stderr, "bench:   %s: %s\n", v.name, w.name)
+		fmt.Fprintf(progress, "bench:   %s: %s\n", v.name, w.name)
 		m, err := w.run(r)
 		if err != nil {
 			r.Errors[w.name] = err.Error()
