@@ -445,3 +445,34 @@ func TestAgentRenewsItsToken(t *testing.T) {
 		}
 	}
 }
+
+// The REST agent has no pod source: a selectors strategy pushed to it
+// (the embedded store accepts one with a warning) is reported as matching
+// nothing here, which its node's /metrics exports.
+func TestAgentReportsSelectorsUnmatchable(t *testing.T) {
+	dir := t.TempDir()
+	srv := serve(t, dir, "")
+	url := "http://" + srv.addr
+	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
+	proc := fakeProc(t, map[int]string{100: "nr-gnb -c gnb.yaml"})
+	var app *strategy.Applier
+	h := startAgentWith(t, url, token(t, dir, auth.Agent, "n1"), proc, func(o *Options) { app = o.Applier })
+	h.waitApplied(t, 0)
+	pods := crit("pods", "")
+	pods.Selectors = []strategy.Selector{{Key: "app", Value: "ueransim"}}
+	s, err := admin.CreateStrategy(context.Background(), pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, s.Revision)
+	if got := app.Unmatchable(); len(got) != 1 || got[0].Strategy != "pods" || got[0].Reason != strategy.ReasonNoPodSource {
+		t.Fatalf("unmatchable: %+v", got)
+	}
+	if _, err := admin.DeleteStrategy(context.Background(), "pods"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, s.Revision+1)
+	if got := app.Unmatchable(); len(got) != 0 {
+		t.Fatalf("after the delete: %+v", got)
+	}
+}

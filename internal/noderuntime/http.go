@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // collectorSlot lets the metrics endpoint outlive scheduler reloads: it
@@ -47,6 +49,20 @@ type endpoint struct {
 	slot  collectorSlot
 	auto  collectorSlot // automatic mode's carriers, from its start on
 	ready atomic.Bool
+	// applier: the node's, once made (observe mode and between scheduler
+	// loads too), for what no scheduler's counters say.
+	applier atomic.Pointer[strategy.Applier]
+}
+
+// Describe: unchecked, like collectorSlot.
+func (e *endpoint) Describe(chan<- *prometheus.Desc) {}
+
+// Collect exports the strategies that match nothing here, so a strategy
+// that silently protects nothing shows in swiftlane stats and alerts.
+func (e *endpoint) Collect(ch chan<- prometheus.Metric) {
+	if a := e.applier.Load(); a != nil {
+		collectUnmatchable(ch, a)
+	}
 }
 
 // serve serves the endpoint's /metrics, /healthz (the process answers) and
@@ -54,7 +70,7 @@ type endpoint struct {
 // server's Addr (useful with port 0).
 func (e *endpoint) serve(addr string, out io.Writer) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&e.slot, &e.auto)
+	reg.MustRegister(&e.slot, &e.auto, e)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w (pick another address, or pass --metrics-addr='' to turn it off)", addr, err)

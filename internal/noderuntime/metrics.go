@@ -26,6 +26,8 @@ var (
 	descDropped   = prometheus.NewDesc("swiftlane_events_dropped_total", "Process events lost because the ring buffer was full.", nil, nil)
 	descWaitMax   = prometheus.NewDesc("swiftlane_runqueue_wait_max_seconds", "Longest time any task waited from runnable to running since the scheduler attached.", nil, nil)
 	descProcesses = prometheus.NewDesc("swiftlane_strategy_processes", "Processes a strategy currently applies to, by class.", []string{"class"}, nil)
+	descUnmatch   = prometheus.NewDesc("swiftlane_strategies_unmatchable", "1 for each strategy that can match no process on this node, with the reason "+
+		"(selectors_without_pod_source, cgroup_not_found).", []string{"strategy", "reason"}, nil)
 
 	// Kernel mode only.
 	descEnqueued = prometheus.NewDesc("swiftlane_enqueued_total", "Tasks queued, by scheduling class.", []string{"class"}, nil)
@@ -113,6 +115,13 @@ func collectProcesses(ch chan<- prometheus.Metric, a *strategy.Applier) {
 	}
 	for i := range sched.NrClasses {
 		gauge(ch, descProcesses, float64(per[i]), strategy.Class(i).String())
+	}
+}
+
+// collectUnmatchable exports the strategies that match nothing here.
+func collectUnmatchable(ch chan<- prometheus.Metric, a *strategy.Applier) {
+	for _, u := range a.Unmatchable() {
+		gauge(ch, descUnmatch, 1, u.Strategy, u.Reason)
 	}
 }
 

@@ -106,6 +106,11 @@ func Run(ctx context.Context, o Options, build Build) error {
 		if set, err = strategy.Compile(o.Strategies); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+		// Said before the scheduler loads, so even a start that fails
+		// shows it; the Applier logs it and /metrics exports it as well.
+		for _, u := range set.Unmatchable() {
+			fmt.Fprintf(o.Out, "swiftlane: strategy %s matches no process here (%s): %s\n", u.Strategy, u.Reason, u.Fix)
+		}
 	}
 	ep := &endpoint{}
 	if o.MetricsAddr != "" {
@@ -136,6 +141,7 @@ func observe(ctx context.Context, o Options, set *strategy.Set, ep *endpoint, bu
 		Mode: Observe, Reason: ue.Error(), SchedulerState: schedulerState,
 		Applier: strategy.NewApplier(strategy.NewRecorder(), "/proc", cgroupV2Root(), o.Log),
 	}
+	ep.applier.Store(n.Applier)
 	if o.Config.Automatic.Enabled {
 		o.Log.Warn("automatic mode needs the scheduler: off in observe mode")
 	}
@@ -317,6 +323,7 @@ func (r *runner[S, T]) fill(s S) error {
 		return nil
 	}
 	r.node.Applier = strategy.NewApplier(s, "/proc", cgroupV2Root(), r.o.Log)
+	r.ep.applier.Store(r.node.Applier)
 	if r.set != nil {
 		if err := r.node.Applier.SetStrategies(r.set); err != nil {
 			r.o.Log.Warn("some strategies could not be applied", "err", err)

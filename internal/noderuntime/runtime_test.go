@@ -165,3 +165,60 @@ func TestObserveBuildError(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A strategy that can match nothing here (pod selectors without a pod
+// source) is said at start, before the scheduler loads (swiftlane run's
+// strategies), logged, and exported on /metrics as
+// swiftlane_strategies_unmatchable, which swiftlane stats lists.
+func TestUnmatchableStrategyReported(t *testing.T) {
+	needsNoSchedExt(t)
+	high := strategy.High
+	strategies := []strategy.Strategy{
+		{Name: "gnb", Class: &high, CommandRegex: "nr-gnb"},
+		{Name: "pods", Class: &high, Selectors: []strategy.Selector{{Key: "app", Value: "ueransim"}}},
+	}
+	const line = "swiftlane: strategy pods matches no process here (selectors_without_pod_source): pod selectors need the Kubernetes agent"
+
+	// swiftlane run: no sched_ext here, so Run ends, but it said so first.
+	var out bytes.Buffer
+	if err := Run(context.Background(), Options{Config: config.Default(), Strategies: strategies, Out: &out}, nil); err == nil {
+		t.Fatal("Run attached without sched_ext")
+	}
+	if !strings.Contains(out.String(), line) || strings.Contains(out.String(), "strategy gnb") {
+		t.Errorf("start lines:\n%s", out.String())
+	}
+
+	// An agent's node (observe mode here): logged and on /metrics.
+	out.Reset()
+	var logs bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		done <- Run(ctx, Options{Config: config.Default(), Strategies: strategies, MetricsAddr: "127.0.0.1:0", Degrade: true,
+			Log: slog.New(slog.NewTextHandler(&logs, nil)), Out: &out}, func(*Node) (Agent, error) {
+			return func(ctx context.Context) error { close(started); <-ctx.Done(); return nil }, nil
+		})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not start")
+	}
+	if !strings.Contains(logs.String(), `msg="strategy matches no process here" strategy=pods reason=selectors_without_pod_source`) {
+		t.Errorf("not logged:\n%s", logs.String())
+	}
+	addr := regexp.MustCompile(`metrics on http://([^/]+)/metrics`).FindStringSubmatch(out.String())
+	if addr == nil {
+		t.Fatalf("no metrics line:\n%s", out.String())
+	}
+	_, body := get(t, addr[1], "/metrics")
+	if !strings.Contains(body, `swiftlane_strategies_unmatchable{reason="selectors_without_pod_source",strategy="pods"} 1`) || strings.Contains(body, `strategy="gnb"`) {
+		t.Errorf("/metrics:\n%s", body)
+	}
+	cancel()
+	<-done
+}

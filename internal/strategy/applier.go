@@ -79,6 +79,8 @@ type Applier struct {
 	// strategy change matches in memory instead of re-reading procfs.
 	index    map[uint32]Process
 	tracking bool
+	// unmatchable: strategies of set that match nothing here.
+	unmatchable []Unmatchable
 }
 
 type dynamicEntry struct {
@@ -197,6 +199,7 @@ func (a *Applier) applyLocked(set *Set) (map[uint32]bool, error) {
 	var errs []error
 	// Cgroups: resolved to ids here, matched against ancestors in BPF.
 	want := map[uint64]int{}
+	unmatchable := set.Unmatchable()
 	for i := 0; i < set.Len(); i++ {
 		cg := set.At(i).CgroupPath
 		if cg == "" || set.At(i).CgroupV1 || set.At(i).CommandRegex != "" || set.At(i).PID != 0 || len(set.At(i).Selectors) > 0 {
@@ -204,13 +207,14 @@ func (a *Applier) applyLocked(set *Set) (map[uint32]bool, error) {
 		}
 		id, err := a.cgroupID(filepath.Join(a.cgroupRoot, cg))
 		if err != nil {
-			a.log.Warn("cgroup strategy not applied", "strategy", strategyName(set, i), "cgroup_path", cg, "err", err)
+			unmatchable = append(unmatchable, cgroupMissing(set, i, err))
 			continue
 		}
 		if _, dup := want[id]; !dup {
 			want[id] = i
 		}
 	}
+	a.reportUnmatchable(unmatchable)
 	for id := range a.cgroups {
 		if _, ok := want[id]; !ok {
 			errs = append(errs, a.target.DeleteCgroup(id))
