@@ -24,7 +24,7 @@ SCHEMATHESIS_VENV    := $(CACHE)/schemathesis-$(SCHEMATHESIS_VERSION)
 SCHEMATHESIS_FLAGS   ?= --max-examples 50 --seed 1 --max-time 180 --workers 1 --request-timeout 3 --no-shrink
 
 .PHONY: test-api-schema
-test-api-schema: ## Control plane: schemathesis (all checks) against a real `swiftlane api`, ~3 min (installs schemathesis into .cache)
+test-api-schema: ## Control plane: schemathesis (all checks) against a real `swiftlane api`, two phases (revoke apart), ~3.5 min (installs schemathesis into .cache)
 	bash mk/schemathesis-deps.sh $(SCHEMATHESIS_VENV) $(SCHEMATHESIS_VERSION)
 	@mkdir -p $(BUILD)
 	$(GO) build -o $(BUILD)/swiftlane-schema-test .
