@@ -52,7 +52,11 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 (from 'swiftlane token create --role agent --node NAME') and --ca-file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cfgPath)
+			cmdKind := config.Agent
+			if source == "kubernetes" {
+				cmdKind = config.KubeAgent
+			}
+			cfg, err := loadConfig(cfgPath, cmdKind)
 			if err != nil {
 				return err
 			}

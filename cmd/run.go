@@ -34,7 +34,7 @@ loop and applies its decisions; critical strategies are still served in BPF.
 or fifo. Both override the config's scheduler.mode and scheduler.policy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cfgPath)
+			cfg, err := loadConfig(cfgPath, config.Run)
 			if err != nil {
 				return err
 			}
@@ -80,12 +80,18 @@ func runFlags(f *pflag.FlagSet, s *config.Scheduler) error {
 	return nil
 }
 
-// loadConfig reads --config, or gives the defaults without one.
-func loadConfig(path string) (config.Config, error) {
+// loadConfig reads --config for cmd, or gives the defaults without one.
+func loadConfig(path string, cmd config.Command) (config.Config, error) {
 	if path == "" {
 		return config.Default(), nil
 	}
-	return config.Load(path)
+	cfg, err := config.Load(path)
+	if err == nil {
+		if err = cfg.CheckAPIEnabled(cmd); err != nil {
+			err = fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	return cfg, err
 }
 
 // nodeExit gives the node runtime's end its exit status, for run and

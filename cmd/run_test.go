@@ -4,8 +4,12 @@ package cmd
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/config"
@@ -74,6 +78,36 @@ func TestNodeModesAreTheAgents(t *testing.T) {
 	} {
 		if p[0] != p[1] {
 			t.Errorf("the runtime's mode %q is the agents' %q", p[0], p[1])
+		}
+	}
+}
+
+// swiftlane run and swiftlane agent refuse a file whose api.enabled
+// contradicts them, before anything starts, naming the file, key and fix.
+func TestAPIEnabledRefusedByTheCommand(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, enabled string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("api:\n  enabled: "+enabled+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	on, off := write("on.yaml", "true"), write("off.yaml", "false")
+	for _, tc := range []struct {
+		cmd  *cobra.Command
+		args []string
+		want string
+	}{
+		{newRunCmd(), []string{"--config", on}, "config " + on + ": api.enabled (line 2): true, but swiftlane run never connects"},
+		{newAgentCmd(), []string{"--config", off}, "config " + off + ": api.enabled (line 2): false, but swiftlane agent always connects"},
+		{newAgentCmd(), []string{"--config", on, "--source", "kubernetes"}, "config " + on + ": api.enabled (line 2): true, but swiftlane agent --source kubernetes"},
+	} {
+		tc.cmd.SetArgs(tc.args)
+		tc.cmd.SetOut(io.Discard)
+		tc.cmd.SetErr(io.Discard)
+		if err := tc.cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: got %v, want %q", tc.cmd.Name(), tc.args, err, tc.want)
 		}
 	}
 }

@@ -80,10 +80,50 @@ type Scheduler struct {
 
 // API is the control-plane connection (used by the node agent).
 type API struct {
-	Enabled bool   `yaml:"enabled"`
+	// Enabled is the generation-1 switch. The command decides whether a
+	// node connects (swiftlane agent does, run does not), so the key only
+	// has to agree with it: CheckAPIEnabled refuses a file that says
+	// otherwise instead of ignoring it. nil: not in the file.
+	Enabled *bool  `yaml:"enabled"`
 	URL     string `yaml:"url"`
 	// Interval is the heartbeat period in seconds.
 	Interval int `yaml:"interval"`
+	// enabledLine is api.enabled's line in the file (0: not from a file).
+	enabledLine int
+}
+
+// Node commands, which api.enabled must agree with.
+type Command int
+
+const (
+	Run       Command = iota // swiftlane run: no control plane
+	Agent                    // swiftlane agent --source api: connects to api.url
+	KubeAgent                // swiftlane agent --source kubernetes: Kubernetes objects, not api.url
+)
+
+// CheckAPIEnabled refuses an api.enabled that contradicts what cmd does,
+// naming the key, its line and the fix. Reference files (api.enabled: true)
+// load unchanged in swiftlane agent.
+func (c *Config) CheckAPIEnabled(cmd Command) error {
+	if c.API.Enabled == nil {
+		return nil
+	}
+	on := *c.API.Enabled
+	var msg string
+	switch {
+	case cmd == Run && on:
+		msg = "true, but swiftlane run never connects to a control plane: run `swiftlane agent --config FILE` to take strategies from api.url, " +
+			"or delete api.enabled to schedule with this file's strategies"
+	case cmd == Agent && !on:
+		msg = "false, but swiftlane agent always connects to api.url for its strategies: run `swiftlane run --config FILE` to schedule without a control plane, " +
+			"or delete api.enabled"
+	case cmd == KubeAgent && on:
+		msg = "true, but swiftlane agent --source kubernetes takes strategies from SchedulingStrategy objects and never connects to api.url: " +
+			"delete api.enabled, or use --source api"
+	default:
+		return nil
+	}
+	return &strategy.FieldError{Field: "api.enabled", Line: c.API.enabledLine, Msg: msg}
 }
 
 // Scheduler modes (scheduler.mode).
@@ -127,6 +167,12 @@ func Parse(data []byte) (Config, error) {
 	if err := decodeFile(data, &cfg, cfg.Validate); err != nil {
 		return Config{}, err
 	}
+	if cfg.API.Enabled != nil {
+		var root yaml.Node
+		if yaml.Unmarshal(data, &root) == nil && len(root.Content) > 0 {
+			cfg.API.enabledLine = keyLine(root.Content[0], "api.enabled")
+		}
+	}
 	return cfg, nil
 }
 
@@ -145,7 +191,7 @@ func (c *Config) Validate() error {
 	if c.API.Interval < 1 || c.API.Interval > 3600 {
 		return &strategy.FieldError{Field: "api.interval", Msg: fmt.Sprintf("%d is out of range: use 1..3600 seconds", c.API.Interval)}
 	}
-	if c.API.Enabled || c.API.URL != "" {
+	if c.API.URL != "" {
 		u, err := url.Parse(c.API.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return &strategy.FieldError{Field: "api.url", Msg: fmt.Sprintf("%q is not an http(s) URL: use e.g. https://127.0.0.1:8443", c.API.URL)}

@@ -67,7 +67,7 @@ strategies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Debug || !cfg.EarlyProcessing || !cfg.BuiltinIdle || !cfg.API.Enabled {
+	if !cfg.Debug || !cfg.EarlyProcessing || !cfg.BuiltinIdle || cfg.API.Enabled == nil || !*cfg.API.Enabled {
 		t.Fatalf("booleans not read: %+v", cfg)
 	}
 	if cfg.API.URL != "http://127.0.0.1:8080" {
@@ -124,5 +124,38 @@ func TestSchedulerModeKeys(t *testing.T) {
 	}
 	if cfg.Scheduler.Mode != ModeUserspace || cfg.Scheduler.Policy != "fifo" || cfg.Scheduler.SliceNsDefault != 2_000_000 {
 		t.Fatalf("scheduler: %+v", cfg.Scheduler)
+	}
+}
+
+// api.enabled must agree with the command that reads the file: a file
+// that says otherwise is refused with the key, its line and the fix, not
+// ignored. Left out, it is never an error.
+func TestAPIEnabledAgreesWithTheCommand(t *testing.T) {
+	for _, tc := range []struct {
+		enabled string // "": the key left out
+		cmd     Command
+		want    string // "": accepted
+	}{
+		{"", Run, ""}, {"", Agent, ""}, {"", KubeAgent, ""},
+		{"true", Agent, ""}, {"false", Run, ""}, {"false", KubeAgent, ""},
+		{"true", Run, "api.enabled (line 3): true, but swiftlane run never connects to a control plane: run `swiftlane agent --config FILE`"},
+		{"false", Agent, "api.enabled (line 3): false, but swiftlane agent always connects to api.url for its strategies: run `swiftlane run --config FILE`"},
+		{"true", KubeAgent, "api.enabled (line 3): true, but swiftlane agent --source kubernetes takes strategies from SchedulingStrategy objects"},
+	} {
+		file := "debug: false\napi:\n  interval: 5\n"
+		if tc.enabled != "" {
+			file = "debug: false\napi:\n  enabled: " + tc.enabled + "\n  interval: 5\n"
+		}
+		cfg, err := Parse([]byte(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cfg.CheckAPIEnabled(tc.cmd)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("enabled %q, command %d: %v", tc.enabled, tc.cmd, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("enabled %q, command %d: got %v, want %q", tc.enabled, tc.cmd, err, tc.want)
+		}
 	}
 }
