@@ -156,6 +156,22 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	})
 	waitSynced("other/upf via the system namespace's strategy", func() bool { return rec.Cgroups() == 3 })
 
+	// A cgroupPath this node lacks matches nothing here: reported by the
+	// Applier (logged, and swiftlane_strategies_unmatchable on /metrics),
+	// and no longer once the strategy goes.
+	create(t, ctx, crd, &v1alpha1.SchedulingStrategy{
+		ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: "swiftlane-system"},
+		Spec:       v1alpha1.SchedulingStrategySpec{CgroupPath: "/batch.slice", Class: v1alpha1.ClassBackground},
+	})
+	waitSynced("swiftlane-system/batch reported as matching nothing", func() bool {
+		u := a.o.Applier.Unmatchable()
+		return len(u) == 1 && u[0].Reason == strategy.ReasonCgroupMissing
+	})
+	if err := crd.Delete().Namespace("swiftlane-system").Resource(v1alpha1.StrategiesResource.Resource).Name("batch").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitSynced("swiftlane-system/batch's report to go", func() bool { return len(a.o.Applier.Unmatchable()) == 0 })
+
 	// Pod deleted: its entry goes.
 	if err := core.CoreV1().Pods("team").Delete(ctx, "upf", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
