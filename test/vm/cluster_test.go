@@ -6,6 +6,7 @@ package vm
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -286,6 +287,43 @@ func (n *node) dumpLogs(t *testing.T) {
 	for _, d := range n.daemons {
 		t.Logf("=== %s (last 30 lines of %s)\n%s", d.name, d.log, kubetest.Tail(d.log, 30))
 	}
+	// What is runnable or blocked now: a pod that never starts under a
+	// scheduler shows which task waits (runc, the shim, the pause process).
+	ps, _ := exec.Command("ps", "-eLo", "pid,tid,stat,wchan:28,etime,comm").CombinedOutput()
+	var stuck []string
+	for _, l := range strings.Split(string(ps), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && (strings.HasPrefix(f[2], "R") || strings.HasPrefix(f[2], "D")) && f[len(f)-1] != "ps" {
+			stuck = append(stuck, l)
+		}
+	}
+	t.Logf("=== runnable (R) and blocked (D) threads\n%s", strings.Join(stuck, "\n"))
+	// The agent's scheduler counters (both modes): dispatch paths, user
+	// space's round trips, rescues.
+	ips, _ := n.command("kubectl", "get", "pods", "-n", "swiftlane-system", "-o", "jsonpath={.items[*].status.podIP}").Output()
+	for _, ip := range strings.Fields(string(ips)) {
+		if m, err := httpGetText("http://" + ip + ":9461/metrics"); err == nil {
+			var lines []string
+			for _, l := range strings.Split(m, "\n") {
+				if strings.HasPrefix(l, "swiftlane_") {
+					lines = append(lines, l)
+				}
+			}
+			t.Logf("=== agent %s metrics\n%s", ip, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// httpGetText is a short GET for diagnostics.
+func httpGetText(url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, err = io.Copy(&b, resp.Body)
+	return b.String(), err
 }
 
 const (
