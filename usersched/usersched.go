@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/userringbuf"
@@ -41,7 +42,7 @@ const (
 // Strategy is what a process or cgroup is given: Class, SliceNs (0: the
 // scheduler's), Inherit (children forked later get it too) and ID (for
 // reporting).
-type Strategy = strategy.Entry
+type Strategy = applier.Entry
 
 // ExitInfo is why the kernel disabled the scheduler: Kind, ExitCode,
 // Reason and Message from the kernel's scx_exit_info. Its IsError says the
@@ -317,8 +318,8 @@ func (s *Scheduler) ReadProcessEvent() (ProcessEvent, error) { return s.links.Re
 func (s *Scheduler) CloseEvents() error { return s.links.CloseEvents() }
 
 // Strategies: the same maps, with the same layout, as the in-kernel
-// scheduler's, so a strategy.Applier drives either (Scheduler is a
-// strategy.Target). Changes apply to tasks after Commit.
+// scheduler's, so an applier.Applier drives either (Scheduler is a
+// applier.Target). Changes apply to tasks after Commit.
 
 // SetProcess gives every thread of process tgid a strategy.
 func (s *Scheduler) SetProcess(tgid uint32, e Strategy) error {
@@ -338,7 +339,7 @@ func (s *Scheduler) DeleteCgroup(id uint64) error { return s.strategies.DeleteCg
 // Commit makes every task look its strategy up again on its next enqueue.
 func (s *Scheduler) Commit() error { return s.strategies.Commit() }
 
-var _ strategy.Target = (*Scheduler)(nil)
+var _ applier.Target = (*Scheduler)(nil)
 
 // Stats are the BPF side's counters summed over CPUs, and the Go loop's.
 type Stats struct {

@@ -43,6 +43,7 @@ import (
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -196,7 +197,7 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 	res := &result{
 		Generated: time.Now().UTC().Format(time.RFC3339), Kernel: unix.ByteSliceToString(uts.Release[:]), CPUs: runtime.NumCPU(),
 		Transport: "HTTPS (TLS 1.3) on loopback, server in its own process, SSE watch streams",
-		Note: "propagation: PUT until a real agent applied it (strategy.Applier matching every process of this host from its process index, " +
+		Note: "propagation: PUT until a real agent applied it (applier.Applier matching every process of this host from its process index, " +
 			"as in schedule mode; recording target: no sched_ext here, so map_write times a map in memory, not a BPF map update); " +
 			"propagation_breakdown*: the same path timed per stage, with the index and with a /proc rescan per change; " +
 			"fan-out: simulated agents = watch stream + heartbeat each, in the benchmark process",
@@ -206,7 +207,7 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 	defer func() { res.LoadAvgEnd = loadavg() }()
 
 	// Propagation through one real agent.
-	pids, _ := strategy.ListPIDs("/proc")
+	pids, _ := applier.ListPIDs("/proc")
 	res.ProcsScanned = len(pids)
 	lat, put, err := propagation(ctx, url, tlsCfg, mint(auth.Agent, "bench-agent"), admin, changes)
 	if err != nil {
@@ -247,13 +248,13 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 	// As in schedule mode: the process index, not a /proc rescan per change
 	// (no scheduler here to send exec/exit events, so nothing updates it
 	// during the run; the strategies match no process anyway).
-	applier := strategy.NewApplier(strategy.NewRecorder(), "/proc", "/sys/fs/cgroup", nil)
-	if err := applier.TrackProcesses(); err != nil {
+	app := applier.New(applier.NewRecorder(), "/proc", "/sys/fs/cgroup", nil)
+	if err := app.TrackProcesses(); err != nil {
 		return nil, nil, err
 	}
 	a, err := agent.New(agent.Options{
 		Client: api.NewClient(url, tok, tlsCfg), Node: "bench-agent", Version: "bench", Interval: time.Minute,
-		Applier: applier, Mode: agent.ModeObserve,
+		Applier: app, Mode: agent.ModeObserve,
 		OnApplied: func(rev uint64) {
 			select {
 			case applied <- rev:
@@ -328,7 +329,7 @@ type breakdown struct {
 
 // timedTarget sums the time spent in the wrapped target's writes.
 type timedTarget struct {
-	strategy.Target
+	applier.Target
 	mu sync.Mutex
 	d  time.Duration
 }
@@ -350,13 +351,13 @@ func (t *timedTarget) take() time.Duration {
 	return d
 }
 
-func (t *timedTarget) SetProcess(tgid uint32, e strategy.Entry) error {
+func (t *timedTarget) SetProcess(tgid uint32, e applier.Entry) error {
 	return t.time(func() error { return t.Target.SetProcess(tgid, e) })
 }
 func (t *timedTarget) DeleteProcess(tgid uint32) error {
 	return t.time(func() error { return t.Target.DeleteProcess(tgid) })
 }
-func (t *timedTarget) SetCgroup(id uint64, e strategy.Entry) error {
+func (t *timedTarget) SetCgroup(id uint64, e applier.Entry) error {
 	return t.time(func() error { return t.Target.SetCgroup(id, e) })
 }
 func (t *timedTarget) DeleteCgroup(id uint64) error {
@@ -366,11 +367,11 @@ func (t *timedTarget) Commit() error { return t.time(t.Target.Commit) }
 
 // stages runs n changes through one real agent and times each stage.
 func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, adminTok string, n int, track bool) (*breakdown, error) {
-	target := &timedTarget{Target: strategy.NewRecorder()}
-	applier := strategy.NewApplier(target, "/proc", "/sys/fs/cgroup", nil)
+	target := &timedTarget{Target: applier.NewRecorder()}
+	app := applier.New(target, "/proc", "/sys/fs/cgroup", nil)
 	b := &breakdown{Mode: "rescan: every change re-reads each process in /proc (observe mode)", ProcfsReadsPer: "4 files per process"}
 	if track {
-		if err := applier.TrackProcesses(); err != nil {
+		if err := app.TrackProcesses(); err != nil {
 			return nil, err
 		}
 		b.Mode = "process index: exec/fork/exit events keep it, a change matches in memory (schedule mode)"
@@ -385,7 +386,7 @@ func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, admin
 	applied := make(chan uint64, 16)
 	a, err := agent.New(agent.Options{
 		Client: api.NewClient(url, agentTok, tlsCfg), Node: "bench-stages", Version: "bench", Interval: time.Hour,
-		Applier: applier, Mode: agent.ModeObserve,
+		Applier: app, Mode: agent.ModeObserve,
 		OnReceived: func(rev uint64) {
 			target.take() // writes before this event are not its own
 			mu.Lock()
@@ -461,7 +462,7 @@ func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, admin
 		write = append(write, ms(m.write))
 		match = append(match, max(ms(m.applied.Sub(m.recv)-m.write), 0))
 	}
-	pids, _ := strategy.ListPIDs("/proc")
+	pids, _ := applier.ListPIDs("/proc")
 	b.Changes, b.ProcsInIndex = n, len(pids)
 	b.TotalP50Ms, b.TotalP99Ms = pct(total, 50), pct(total, 99)
 	b.StoreP50Ms, b.StoreP99Ms = pct(storeD, 50), pct(storeD, 99)

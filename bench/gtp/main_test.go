@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/operator"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/trace"
@@ -17,8 +18,8 @@ import (
 
 type nopSink struct{}
 
-func (nopSink) SetDynamic(uint32, strategy.Entry, string) error { return nil }
-func (nopSink) ClearDynamic(uint32, string) error               { return nil }
+func (nopSink) SetDynamic(uint32, applier.Entry, string) error { return nil }
+func (nopSink) ClearDynamic(uint32, string) error              { return nil }
 
 // The restart timing is read from the operator's own log line, as
 // `swiftlane run` prints it (slog text): keep the two in step.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -46,8 +47,8 @@ type Options struct {
 	// Interval is the heartbeat period (default 5 s).
 	Interval time.Duration
 	// Applier applies strategies: to the scheduler's maps, or to a
-	// strategy.Recorder in observe mode.
-	Applier *strategy.Applier
+	// applier.Recorder in observe mode.
+	Applier *applier.Applier
 	// Mode is ModeSchedule or ModeObserve; Reason says why observe.
 	Mode, Reason string
 	// Stats reads the scheduler's counters (nil: none, e.g. observe mode).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -93,7 +94,7 @@ func fakeProc(t *testing.T, cmds map[int]string) string {
 
 type harness struct {
 	agent   *Agent
-	target  *strategy.Recorder
+	target  *applier.Recorder
 	applied chan uint64
 	beats   chan struct{}
 	cancel  context.CancelFunc
@@ -106,8 +107,8 @@ func startAgent(t *testing.T, url, tok, procRoot, stateFile string, mode string)
 
 // startAgentWith starts an agent in observe mode; opt adjusts its options.
 func startAgentWith(t *testing.T, url, tok, procRoot string, opt func(*Options)) *harness {
-	h := &harness{target: strategy.NewRecorder(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
-	app := strategy.NewApplier(h.target, procRoot, t.TempDir(), nil)
+	h := &harness{target: applier.NewRecorder(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
+	app := applier.New(h.target, procRoot, t.TempDir(), nil)
 	o := Options{
 		Client: api.NewClient(url, tok, nil), Node: "n1", Labels: map[string]string{"zone": "a"},
 		Version: "test", Kernel: "k", Interval: time.Second, Applier: app, Mode: ModeObserve, Reason: "no sched_ext",
@@ -261,8 +262,8 @@ func TestAgentStartsFromStateWhenServerIsDown(t *testing.T) {
 	srv.stop()
 
 	// A new agent process, no server: strategies come from the state file.
-	target := strategy.NewRecorder()
-	a, err := New(Options{Client: api.NewClient(url, "x", nil), Node: "n1", Applier: strategy.NewApplier(target, proc, t.TempDir(), nil), StateFile: state})
+	target := applier.NewRecorder()
+	a, err := New(Options{Client: api.NewClient(url, "x", nil), Node: "n1", Applier: applier.New(target, proc, t.TempDir(), nil), StateFile: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +456,7 @@ func TestAgentReportsSelectorsUnmatchable(t *testing.T) {
 	url := "http://" + srv.addr
 	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
 	proc := fakeProc(t, map[int]string{100: "nr-gnb -c gnb.yaml"})
-	var app *strategy.Applier
+	var app *applier.Applier
 	h := startAgentWith(t, url, token(t, dir, auth.Agent, "n1"), proc, func(o *Options) { app = o.Applier })
 	h.waitApplied(t, 0)
 	pods := crit("pods", "")

@@ -38,8 +38,8 @@ import (
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
-	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // Modes, as in the REST agent.
@@ -71,7 +71,7 @@ type Options struct {
 	// SystemNamespace is where strategies may reach beyond their own
 	// namespace (namespaceSelector) and match without a pod selector.
 	SystemNamespace string
-	Applier         *strategy.Applier
+	Applier         *applier.Applier
 	Cgroups         PodCgroups
 	// Mode is ModeSchedule or ModeObserve; Reason says why observe.
 	Mode, Reason    string

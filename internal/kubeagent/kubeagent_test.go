@@ -24,6 +24,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/kubetest"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -63,7 +64,7 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := strategy.NewRecorder()
+	rec := applier.NewRecorder()
 	synced := make(chan struct{}, 1)
 	var fromEvents atomic.Int32
 	a, err := New(Options{
@@ -348,8 +349,8 @@ func inode(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
 // fakeTreeApplier resolves cgroup ids in the test's cgroup tree, a temporary
 // directory that podcgroup.CgroupID refuses (not cgroup2), by inode as
 // cgroup2 numbers them.
-func fakeTreeApplier(rec *strategy.Recorder, root string) *strategy.Applier {
-	a := strategy.NewApplier(rec, "/proc", root, nil)
+func fakeTreeApplier(rec *applier.Recorder, root string) *applier.Applier {
+	a := applier.New(rec, "/proc", root, nil)
 	a.SetCgroupIDFunc(func(dir string) (uint64, error) {
 		fi, err := os.Stat(dir)
 		if err != nil {
@@ -448,7 +449,7 @@ func TestMapsDoNotWaitForStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := strategy.NewRecorder()
+	rec := applier.NewRecorder()
 	a, err := New(Options{Config: acfg, Node: "n1", Cgroups: Resolver{res}, Applier: fakeTreeApplier(rec, root)})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/swiftlane/swiftlane/internal/strategy"
+	"github.com/swiftlane/swiftlane/internal/applier"
 )
 
 // collectorSlot lets the metrics endpoint outlive scheduler reloads: it
@@ -51,7 +51,7 @@ type endpoint struct {
 	ready atomic.Bool
 	// applier: the node's, once made (observe mode and between scheduler
 	// loads too), for what no scheduler's counters say.
-	applier atomic.Pointer[strategy.Applier]
+	applier atomic.Pointer[applier.Applier]
 }
 
 // Describe: unchecked, like collectorSlot.

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/usersched"
@@ -103,7 +104,7 @@ func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ..
 }
 
 // collectProcesses exports how many processes the strategies hold per class.
-func collectProcesses(ch chan<- prometheus.Metric, a *strategy.Applier) {
+func collectProcesses(ch chan<- prometheus.Metric, a *applier.Applier) {
 	if a == nil {
 		return
 	}
@@ -119,7 +120,7 @@ func collectProcesses(ch chan<- prometheus.Metric, a *strategy.Applier) {
 }
 
 // collectUnmatchable exports the strategies that match nothing here.
-func collectUnmatchable(ch chan<- prometheus.Metric, a *strategy.Applier) {
+func collectUnmatchable(ch chan<- prometheus.Metric, a *applier.Applier) {
 	for _, u := range a.Unmatchable() {
 		gauge(ch, descUnmatch, 1, u.Strategy, u.Reason)
 	}
@@ -131,7 +132,7 @@ func collectUnmatchable(ch chan<- prometheus.Metric, a *strategy.Applier) {
 type statsCollector[T any] struct {
 	read   func() (T, error)
 	export func(chan<- prometheus.Metric, T)
-	a      *strategy.Applier // may be nil
+	a      *applier.Applier // may be nil
 }
 
 func (statsCollector[T]) Describe(chan<- *prometheus.Desc) {}

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/usersched"
@@ -58,25 +59,25 @@ func gather(t *testing.T, c prometheus.Collector) (map[string]float64, map[strin
 
 // matchedApplier is an Applier whose one critical strategy matches this
 // test's own process.
-func matchedApplier(t *testing.T) *strategy.Applier {
+func matchedApplier(t *testing.T) *applier.Applier {
 	t.Helper()
 	critical := strategy.Critical
 	set, err := strategy.Compile([]strategy.Strategy{{Name: "me", Class: &critical, PID: os.Getpid()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := strategy.NewApplier(strategy.NewRecorder(), "/proc", "/sys/fs/cgroup", nil)
+	a := applier.New(applier.NewRecorder(), "/proc", "/sys/fs/cgroup", nil)
 	if err := a.SetStrategies(set); err != nil {
 		t.Fatal(err)
 	}
 	return a
 }
 
-func kernelStats(st sched.Stats, err error, a *strategy.Applier) prometheus.Collector {
+func kernelStats(st sched.Stats, err error, a *applier.Applier) prometheus.Collector {
 	return statsCollector[sched.Stats]{read: func() (sched.Stats, error) { return st, err }, export: exportKernel, a: a}
 }
 
-func userStats(st usersched.Stats, err error, a *strategy.Applier) prometheus.Collector {
+func userStats(st usersched.Stats, err error, a *applier.Applier) prometheus.Collector {
 	return statsCollector[usersched.Stats]{read: func() (usersched.Stats, error) { return st, err }, export: exportUser, a: a}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/sched"
 	"github.com/swiftlane/swiftlane/internal/schedext"
@@ -24,7 +25,7 @@ import (
 // scheduler is what both modes' schedulers (sched.Scheduler,
 // usersched.Scheduler) offer: strategy maps, attach, detach, exit record.
 type scheduler interface {
-	strategy.Target
+	applier.Target
 	Attach() error
 	Detach() error
 	Exit() (*schedext.ExitInfo, error)
@@ -42,11 +43,11 @@ type mode[S scheduler, T any] struct {
 	counters func(T) *apitypes.Counters
 	// serve runs while attached: until ctx ends (it returns ctx's error)
 	// or the kernel disables the scheduler (it returns the exit record).
-	serve func(ctx context.Context, s S, a *strategy.Applier) (*schedext.ExitInfo, error)
+	serve func(ctx context.Context, s S, a *applier.Applier) (*schedext.ExitInfo, error)
 }
 
 // collector is /metrics for scheduler s.
-func (m mode[S, T]) collector(s S, a *strategy.Applier) prometheus.Collector {
+func (m mode[S, T]) collector(s S, a *applier.Applier) prometheus.Collector {
 	return statsCollector[T]{read: func() (T, error) { return m.stats(s) }, export: m.export, a: a}
 }
 
@@ -89,7 +90,7 @@ func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler, sche
 		stats:    (*sched.Scheduler).ReadStats,
 		export:   exportKernel,
 		counters: kernelCounters,
-		serve: func(ctx context.Context, s *sched.Scheduler, a *strategy.Applier) (*schedext.ExitInfo, error) {
+		serve: func(ctx context.Context, s *sched.Scheduler, a *applier.Applier) (*schedext.ExitInfo, error) {
 			return s.RunEvents(ctx, a)
 		},
 	}
@@ -119,7 +120,7 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler, us
 		stats:    (*usersched.Scheduler).Stats,
 		export:   exportUser,
 		counters: userCounters,
-		serve: func(ctx context.Context, s *usersched.Scheduler, a *strategy.Applier) (*schedext.ExitInfo, error) {
+		serve: func(ctx context.Context, s *usersched.Scheduler, a *applier.Applier) (*schedext.ExitInfo, error) {
 			// Process events feed the applier on their own goroutine; the
 			// dispatch loop runs on this one, and reports the exit itself.
 			events := make(chan struct{})

@@ -4,7 +4,7 @@
 // run` and for the node agents (`swiftlane agent`, with the API server or
 // Kubernetes as control plane). It loads and attaches the scheduler in
 // kernel or user-space mode (scheduler.mode), applies strategies through one
-// strategy.Applier, runs automatic mode (GTP-U carriers made critical),
+// applier.Applier, runs automatic mode (GTP-U carriers made critical),
 // loads the scheduler again when the kernel asks for it, and serves
 // /metrics, /healthz and /readyz. Where the kernel cannot run the scheduler,
 // an agent observes instead: it resolves and reports strategies, and
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/operator"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
@@ -66,7 +67,7 @@ type Options struct {
 type Node struct {
 	// Applier drives the scheduler's strategy maps (in observe mode, a
 	// recorder's).
-	Applier *strategy.Applier
+	Applier *applier.Applier
 	// Mode is Schedule or Observe; Reason says why observe.
 	Mode, Reason string
 	// Stats reads the attached scheduler's counters (nil in observe mode).
@@ -139,7 +140,7 @@ func observe(ctx context.Context, o Options, set *strategy.Set, ep *endpoint, bu
 	fmt.Fprintln(o.Out, "swiftlane: observe mode (strategies are resolved and reported, nothing is scheduled):", ue)
 	n := &Node{
 		Mode: Observe, Reason: ue.Error(), SchedulerState: schedulerState,
-		Applier: strategy.NewApplier(strategy.NewRecorder(), "/proc", cgroupV2Root(), o.Log),
+		Applier: applier.New(applier.NewRecorder(), "/proc", cgroupV2Root(), o.Log),
 	}
 	ep.applier.Store(n.Applier)
 	if o.Config.Automatic.Enabled {
@@ -302,7 +303,7 @@ func (r *runner[S, T]) once(ctx context.Context) (*schedext.ExitInfo, error) {
 		return nil, nil
 	}
 	// The maps go with s: changes until the next load wait in a recorder.
-	if rerr := a.Retarget(strategy.NewRecorder()); rerr != nil {
+	if rerr := a.Retarget(applier.NewRecorder()); rerr != nil {
 		r.o.Log.Debug("strategies between loads", "err", rerr)
 	}
 	if err != nil {
@@ -322,7 +323,7 @@ func (r *runner[S, T]) fill(s S) error {
 		}
 		return nil
 	}
-	r.node.Applier = strategy.NewApplier(s, "/proc", cgroupV2Root(), r.o.Log)
+	r.node.Applier = applier.New(s, "/proc", cgroupV2Root(), r.o.Log)
 	r.ep.applier.Store(r.node.Applier)
 	if r.set != nil {
 		if err := r.node.Applier.SetStrategies(r.set); err != nil {

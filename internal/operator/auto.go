@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/trace"
@@ -158,11 +159,11 @@ func Companions(cfg config.Automatic) []strategy.Strategy {
 	return out
 }
 
-// StartAutomatic loads the tracer and runs the operator over applier until
+// StartAutomatic loads the tracer and runs the operator over app until
 // Stop. While GTP-U traffic is carried, the companions are matched after
-// the applier's strategies, whatever those are then (the config's or an
+// app's strategies, whatever those are then (the config's or an
 // agent's).
-func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.Logger) (*Automatic, error) {
+func StartAutomatic(cfg config.Automatic, app *applier.Applier, log *slog.Logger) (*Automatic, error) {
 	companions, err := strategy.Compile(Companions(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("automatic.companions: %w", err)
@@ -172,7 +173,7 @@ func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("automatic.enabled: %w (or set automatic.enabled: false)", err)
 	}
-	op := New(applier, Options{
+	op := New(app, Options{
 		Class: cfg.Class, SliceNs: cfg.SliceNs, IdleTimeout: idle, TUNDevices: cfg.TUNDevices, Log: log,
 		OnActive: func(active bool) {
 			if companions.Len() == 0 {
@@ -182,13 +183,13 @@ func StartAutomatic(cfg config.Automatic, applier *strategy.Applier, log *slog.L
 			if active {
 				extra = companions
 			}
-			if err := applier.SetExtra(extra); err != nil {
+			if err := app.SetExtra(extra); err != nil {
 				log.Warn("companion strategies", "active", active, "err", err)
 			}
 		},
 	})
 	a := &Automatic{Tracer: tr, Operator: op}
-	applier.OnExit(a.handleExit)
+	app.OnExit(a.handleExit)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	a.wg.Add(2)

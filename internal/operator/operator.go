@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/trace"
 )
@@ -31,7 +32,7 @@ const Source = "gtp-auto"
 // Sink receives the operator's decisions: the strategy Applier (which writes
 // the scheduler's map), or a recorder in tests.
 type Sink interface {
-	SetDynamic(tgid uint32, e strategy.Entry, source string) error
+	SetDynamic(tgid uint32, e applier.Entry, source string) error
 	ClearDynamic(tgid uint32, source string) error
 }
 
@@ -87,7 +88,7 @@ type Operator struct {
 	mu        sync.Mutex
 	sink      Sink
 	opts      Options
-	entry     strategy.Entry
+	entry     applier.Entry
 	carriers  map[uint32]*Carrier
 	cpus      map[uint32]*CPUReport
 	latencies []time.Duration
@@ -116,7 +117,7 @@ func New(sink Sink, opts Options) *Operator {
 	}
 	return &Operator{
 		sink: sink, opts: opts,
-		entry:     strategy.Entry{Class: opts.Class, SliceNs: opts.SliceNs},
+		entry:     applier.Entry{Class: opts.Class, SliceNs: opts.SliceNs},
 		carriers:  map[uint32]*Carrier{},
 		cpus:      map[uint32]*CPUReport{},
 		wake:      make(chan struct{}, 1),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/trace"
@@ -17,8 +18,8 @@ import (
 
 // fixture: an operator over a real Applier over the recorder, with fake clocks.
 type fixture struct {
-	rec     *strategy.Recorder
-	applier *strategy.Applier
+	rec     *applier.Recorder
+	applier *applier.Applier
 	op      *Operator
 	now     time.Time
 	mono    uint64
@@ -28,8 +29,8 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{rec: strategy.NewRecorder(), now: time.Unix(1000, 0), mono: 5e9, dead: map[uint32]bool{}}
-	f.applier = strategy.NewApplier(f.rec, t.TempDir(), t.TempDir(), nil)
+	f := &fixture{rec: applier.NewRecorder(), now: time.Unix(1000, 0), mono: 5e9, dead: map[uint32]bool{}}
+	f.applier = applier.New(f.rec, t.TempDir(), t.TempDir(), nil)
 	f.op = New(f.applier, Options{
 		Class: strategy.Critical, SliceNs: 200_000, IdleTimeout: 2 * time.Second,
 		TUNDevices: []string{"uesimtun*"},

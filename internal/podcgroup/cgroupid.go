@@ -10,7 +10,7 @@ import (
 
 // CgroupID returns the id BPF sees for a cgroup v2 directory (what
 // bpf_get_current_cgroup_id and cgroup->kn->id give): on 64-bit kernels
-// the directory's inode number in the cgroup2 filesystem. strategy.Applier
+// the directory's inode number in the cgroup2 filesystem. applier.Applier
 // resolves cgroup_path strategies with it.
 //
 // It refuses directories outside cgroup2: a v1 hierarchy numbers its own

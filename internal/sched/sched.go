@@ -19,8 +19,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/schedext"
-	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // Options are the scheduler's tunables, in the units the BPF side uses.
@@ -38,7 +38,7 @@ type Scheduler struct {
 	objs  swiftlaneObjects
 	log   *slog.Logger
 	links schedext.Links // process events, struct_ops
-	// The strategy.Target: strategies go straight into BPF maps.
+	// The applier.Target: strategies go straight into BPF maps.
 	*schedext.StrategyMaps
 }
 
@@ -129,7 +129,7 @@ func (s *Scheduler) ReadEvent() (schedext.Event, error) { return s.links.ReadEve
 
 // RunEvents feeds process events to the applier until the scheduler exits
 // (it returns the kernel's exit record) or ctx ends (it returns ctx's error).
-func (s *Scheduler) RunEvents(ctx context.Context, a *strategy.Applier) (*schedext.ExitInfo, error) {
+func (s *Scheduler) RunEvents(ctx context.Context, a *applier.Applier) (*schedext.ExitInfo, error) {
 	stop := context.AfterFunc(ctx, func() { s.links.CloseEvents() })
 	defer stop()
 	// From here on exec/fork/exit events keep the applier's process index,

@@ -15,7 +15,7 @@
 //     constants and loads it.
 //   - Links: the process-event programs and their ring (Event,
 //     ApplyEvent), and the struct_ops that Attach and Detach.
-//   - StrategyMaps: strategies into the strategy maps (a strategy.Target).
+//   - StrategyMaps: strategies into the strategy maps (an applier.Target).
 //   - ExitInfo, ReadExit: why the kernel stopped a scheduler.
 //
 // The BPF side of that interface is in bpf/, the include directory of

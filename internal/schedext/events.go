@@ -3,7 +3,7 @@
 package schedext
 
 import (
-	"github.com/swiftlane/swiftlane/internal/strategy"
+	"github.com/swiftlane/swiftlane/internal/applier"
 )
 
 // Event is a process lifecycle event from the kernel.
@@ -26,7 +26,7 @@ const (
 
 // ApplyEvent hands an exec, fork or exit event to the Applier; both modes'
 // event loops use it. Other events are the caller's.
-func ApplyEvent(a *strategy.Applier, ev Event) error {
+func ApplyEvent(a *applier.Applier, ev Event) error {
 	switch ev.Type {
 	case EventExec:
 		return a.HandleExec(ev.TGID)

@@ -8,10 +8,10 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/swiftlane/swiftlane/internal/strategy"
+	"github.com/swiftlane/swiftlane/internal/applier"
 )
 
-// StrategyMaps is the strategy.Target over the strategy maps of
+// StrategyMaps is the applier.Target over the strategy maps of
 // bpf/schedext.h: tgid_strategy, cgroup_strategy, nr_cgroup_strategies and
 // strategy_gen. Both BPF schedulers (internal/sched's and usersched's)
 // include them, so both write their strategies through it.
@@ -30,7 +30,7 @@ func NewStrategyMaps(tgid, cgroup *ebpf.Map, nrCgroups, gen *ebpf.Variable) *Str
 }
 
 // toBPF gives an entry the maps' value type, struct swl_strategy.
-func toBPF(e strategy.Entry) intfSwlStrategy {
+func toBPF(e applier.Entry) intfSwlStrategy {
 	v := intfSwlStrategy{Class: uint32(e.Class), SliceNs: e.SliceNs, Id: e.ID}
 	if e.Inherit {
 		v.Flags |= 1 // SWL_STRAT_INHERIT
@@ -39,7 +39,7 @@ func toBPF(e strategy.Entry) intfSwlStrategy {
 }
 
 // SetProcess gives every thread of process tgid a strategy.
-func (m *StrategyMaps) SetProcess(tgid uint32, e strategy.Entry) error {
+func (m *StrategyMaps) SetProcess(tgid uint32, e applier.Entry) error {
 	v := toBPF(e)
 	return m.tgid.Put(tgid, &v)
 }
@@ -54,7 +54,7 @@ func (m *StrategyMaps) DeleteProcess(tgid uint32) error {
 
 // SetCgroup gives every process in cgroup id (its directory's inode number)
 // and below a strategy.
-func (m *StrategyMaps) SetCgroup(id uint64, e strategy.Entry) error {
+func (m *StrategyMaps) SetCgroup(id uint64, e applier.Entry) error {
 	v := toBPF(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -91,4 +91,4 @@ func (m *StrategyMaps) Commit() error {
 	return m.genVar.Set(m.gen)
 }
 
-var _ strategy.Target = (*StrategyMaps)(nil)
+var _ applier.Target = (*StrategyMaps)(nil)

@@ -9,6 +9,18 @@ import (
 	"strings"
 )
 
+// Process is what matching needs to know about a process (internal/applier
+// reads it from procfs).
+type Process struct {
+	PID     int    // thread-group id
+	Cmdline string // argv joined by spaces; empty for kernel threads
+	Exe     string // resolved executable path; empty if unreadable
+	Comm    string // kernel thread name (15 chars at most)
+	Cgroup  string // cgroup v2 path, e.g. /system.slice/foo.service
+	// CgroupV1 is the path in the v1 cpu hierarchy, on hosts where it exists.
+	CgroupV1 string
+}
+
 // Set is a validated, compiled list of strategies. The first strategy that
 // matches a process wins, so order expresses precedence.
 type Set struct {
@@ -63,6 +75,18 @@ func (s *Set) Append(more *Set) *Set {
 // At returns strategy i.
 func (s *Set) At(i int) Strategy { return s.items[i].s }
 
+// Label names strategy i in logs and status: its name, or strategies[i]
+// for one without (names may be empty); "" when i is out of range.
+func (s *Set) Label(i int) string {
+	if i < 0 || i >= s.Len() {
+		return ""
+	}
+	if n := s.items[i].s.Name; n != "" {
+		return n
+	}
+	return fmt.Sprintf("strategies[%d]", i)
+}
+
 // Match returns the index of the first strategy matching p. Strategies with
 // pod selectors never match here: pods are resolved by the agent.
 func (s *Set) Match(p Process) (int, bool) {
@@ -84,10 +108,11 @@ func (s *Set) MatchFrom(p Process, from int) (int, bool) {
 	return -1, false
 }
 
-// samePrefix is how many leading strategies two sets share.
-func samePrefix(a, b *Set) int {
+// SamePrefix is how many leading strategies s and other share: what they
+// matched, they still match, so only the rest needs matching again.
+func (s *Set) SamePrefix(other *Set) int {
 	n := 0
-	for n < len(a.items) && n < len(b.items) && reflect.DeepEqual(a.items[n].s, b.items[n].s) {
+	for n < len(s.items) && n < len(other.items) && reflect.DeepEqual(s.items[n].s, other.items[n].s) {
 		n++
 	}
 	return n

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package strategy says which processes get which scheduling class: the
-// Strategy type shared by the config file, the API and the agent, the
-// matching of processes against strategies, and the Applier that keeps the
-// scheduler's maps in step with the processes on this machine.
+// Strategy type shared by the config file, the API, the store and the
+// agents, its validation, and the matching of a process against a compiled
+// Set. It reads nothing from the machine: internal/applier does that on a
+// node, so the API server links none of it.
 package strategy
 
 import (

@@ -2,11 +2,6 @@
 
 package strategy
 
-import (
-	"fmt"
-	"slices"
-)
-
 // Reasons a strategy matches nothing where it is applied.
 const (
 	// ReasonNoPodSource: pod selectors, and nothing here resolves pods
@@ -27,43 +22,16 @@ type Unmatchable struct {
 }
 
 // Unmatchable lists the strategies that can never match here because of
-// what they ask for (what the machine has is the Applier's to check).
+// what they ask for (what the machine has is internal/applier's to check).
 // Validation has compiled every command_regex with the RE2 the matcher
 // uses, so no regex is invalid here.
 func (s *Set) Unmatchable() []Unmatchable {
 	var out []Unmatchable
 	for i := range s.items {
 		if len(s.items[i].s.Selectors) > 0 {
-			out = append(out, Unmatchable{Index: i, Strategy: strategyName(s, i), Reason: ReasonNoPodSource,
+			out = append(out, Unmatchable{Index: i, Strategy: s.Label(i), Reason: ReasonNoPodSource,
 				Fix: "pod selectors need the Kubernetes agent (swiftlane api --store kubernetes); here match with command_regex, pid or cgroup_path instead"})
 		}
 	}
 	return out
-}
-
-func cgroupMissing(s *Set, i int, err error) Unmatchable {
-	return Unmatchable{Index: i, Strategy: strategyName(s, i), Reason: ReasonCgroupMissing,
-		Fix: fmt.Sprintf("cgroup_path %s: %v: check the path (relative to the cgroup v2 root); it is resolved again at the next strategy change", s.At(i).CgroupPath, err)}
-}
-
-// reportUnmatchable logs the strategies that became unmatchable with this
-// change (not those already reported) and keeps the list for Unmatchable.
-func (a *Applier) reportUnmatchable(now []Unmatchable) {
-	known := func(u Unmatchable) bool {
-		return slices.ContainsFunc(a.unmatchable, func(o Unmatchable) bool { return o.Strategy == u.Strategy && o.Reason == u.Reason })
-	}
-	for _, u := range now {
-		if !known(u) {
-			a.log.Warn("strategy matches no process here", "strategy", u.Strategy, "reason", u.Reason, "fix", u.Fix)
-		}
-	}
-	a.unmatchable = now
-}
-
-// Unmatchable lists the strategies the Applier holds that match nothing
-// here, as of the last change, for metrics and status.
-func (a *Applier) Unmatchable() []Unmatchable {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return slices.Clone(a.unmatchable)
 }

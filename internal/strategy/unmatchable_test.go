@@ -3,68 +3,29 @@
 package strategy
 
 import (
-	"bytes"
-	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 )
 
-// A selectors strategy can never match on a plain host, and a cgroup_path
-// strategy whose directory is missing matches nothing: both are listed with
-// the reason, logged once when they appear, and dropped when they go.
+// A selectors strategy can never match on a plain host: it is listed with
+// the reason and the fix, under its name or, without one, its index.
 func TestUnmatchable(t *testing.T) {
 	high := High
 	gnb := Strategy{Name: "gnb", Class: &high, CommandRegex: "nr-gnb"}
 	pods := Strategy{Name: "pods", Class: &high, Selectors: []Selector{{Key: "app", Value: "ueransim"}}}
-	upf := Strategy{Name: "upf", Class: &high, CgroupPath: "/upf.slice"}
 	both := Strategy{Name: "both", Class: &high, CommandRegex: "x", Selectors: []Selector{{Key: "app"}}}
+	unnamed := Strategy{Class: &high, Selectors: []Selector{{Key: "app"}}}
 
-	set, err := Compile([]Strategy{gnb, pods, both})
+	set, err := Compile([]Strategy{gnb, pods, both, unnamed})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := set.Unmatchable()
-	if len(got) != 2 || got[0].Strategy != "pods" || got[0].Index != 1 || got[1].Strategy != "both" ||
+	if len(got) != 3 || got[0].Strategy != "pods" || got[0].Index != 1 || got[1].Strategy != "both" || got[2].Strategy != "strategies[3]" ||
 		got[0].Reason != ReasonNoPodSource || !strings.Contains(got[0].Fix, "command_regex, pid or cgroup_path") {
 		t.Fatalf("Set.Unmatchable: %+v", got)
 	}
-
-	var logs bytes.Buffer
-	a := NewApplier(NewRecorder(), "/proc", "/sys/fs/cgroup", slog.New(slog.NewTextHandler(&logs, nil)))
-	a.SetCgroupIDFunc(func(dir string) (uint64, error) {
-		if strings.HasSuffix(dir, "/upf.slice") {
-			return 0, errors.New("no such file or directory")
-		}
-		return 7, nil
-	})
-	s1, _ := Compile([]Strategy{gnb, pods, upf})
-	if err := a.SetStrategies(s1); err != nil {
-		t.Fatal(err)
-	}
-	got = a.Unmatchable()
-	if len(got) != 2 || got[0].Strategy != "pods" || got[1].Strategy != "upf" || got[1].Reason != ReasonCgroupMissing {
-		t.Fatalf("Applier.Unmatchable: %+v", got)
-	}
-	for _, want := range []string{"strategy=pods reason=selectors_without_pod_source", "strategy=upf reason=cgroup_not_found"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs.String())
-		}
-	}
-	// The same problems again are not logged again.
-	n := strings.Count(logs.String(), "matches no process here")
-	if err := a.SetStrategies(s1); err != nil {
-		t.Fatal(err)
-	}
-	if m := strings.Count(logs.String(), "matches no process here"); m != n {
-		t.Errorf("logged again: %d lines, then %d", n, m)
-	}
-	// Fixed: nothing unmatchable is left.
-	s2, _ := Compile([]Strategy{gnb})
-	if err := a.SetStrategies(s2); err != nil {
-		t.Fatal(err)
-	}
-	if got := a.Unmatchable(); len(got) != 0 {
-		t.Errorf("after the fix: %+v", got)
+	if l := set.Label(4); l != "" {
+		t.Errorf("Label out of range = %q, want empty", l)
 	}
 }

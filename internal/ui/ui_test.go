@@ -17,9 +17,9 @@ import (
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
-	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/ui"
 )
 
@@ -81,7 +81,7 @@ func TestUIInChromium(t *testing.T) {
 	var tick atomic.Uint64
 	ag, err := agent.New(agent.Options{
 		Client: api.NewClient(url, tok, nil), Node: "n1", Version: "ui-test", Kernel: "6.18.15", Interval: time.Second,
-		Applier: strategy.NewApplier(strategy.NewRecorder(), proc, t.TempDir(), nil),
+		Applier: applier.New(applier.NewRecorder(), proc, t.TempDir(), nil),
 		Mode:    agent.ModeSchedule, SchedulerState: func() string { return "enabled (swiftlane)" },
 		Stats: func() (*apitypes.Counters, error) { return syntheticCounters(tick.Add(1)), nil },
 		// What automatic mode would report (the VM tests trace real GTP-U).

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package strategy
+// Package applier is the node side of strategies: it reads the processes
+// of this machine from procfs, resolves cgroup_path strategies to cgroup
+// ids, matches both against a strategy.Set and keeps the scheduler's maps
+// (a Target) in step, one process event at a time. Only node packages
+// import it; the API server stops at internal/strategy.
+package applier
 
 import (
 	"errors"
@@ -11,11 +16,12 @@ import (
 	"sync"
 
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // Entry is what the scheduler keeps for a matched process or cgroup.
 type Entry struct {
-	Class   Class
+	Class   strategy.Class
 	SliceNs uint64
 	Inherit bool
 	ID      uint32 // index of the strategy
@@ -37,7 +43,7 @@ type Applied struct {
 	// Index is the strategy's position in the Set (names may repeat or be empty).
 	Index     int
 	Strategy  string
-	Class     Class
+	Class     strategy.Class
 	Inherited bool
 	Cmdline   string
 }
@@ -67,7 +73,7 @@ type Applier struct {
 	log      *slog.Logger
 	// set is what the target holds: base (SetStrategies) followed by
 	// extra (SetExtra).
-	set, base, extra *Set
+	set, base, extra *strategy.Set
 	procs            map[uint32]procState
 	cgroups          map[uint64]int
 	// dynamic entries come from a second source (the GTP-U operator); a
@@ -77,10 +83,10 @@ type Applier struct {
 	// index holds what matching reads of each process, once tracking:
 	// exec and fork events re-read a process, exit drops it, so a
 	// strategy change matches in memory instead of re-reading procfs.
-	index    map[uint32]Process
+	index    map[uint32]strategy.Process
 	tracking bool
 	// unmatchable: strategies of set that match nothing here.
-	unmatchable []Unmatchable
+	unmatchable []strategy.Unmatchable
 }
 
 type dynamicEntry struct {
@@ -88,8 +94,8 @@ type dynamicEntry struct {
 	source string
 }
 
-// NewApplier returns an Applier over procfs and the cgroup v2 mount.
-func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *Applier {
+// New returns an Applier over procfs and the cgroup v2 mount.
+func New(target Target, procRoot, cgroupRoot string, log *slog.Logger) *Applier {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -100,36 +106,26 @@ func NewApplier(target Target, procRoot, cgroupRoot string, log *slog.Logger) *A
 		cgroupID:   podcgroup.CgroupID,
 		target:     target,
 		log:        log,
-		set:        &Set{},
-		base:       &Set{},
+		set:        &strategy.Set{},
+		base:       &strategy.Set{},
 		procs:      map[uint32]procState{},
 		cgroups:    map[uint64]int{},
 		dynamic:    map[uint32]dynamicEntry{},
 	}
 }
 
-func entryOf(s *Set, idx int) Entry {
+func entryOf(s *strategy.Set, idx int) Entry {
 	st := s.At(idx)
 	return Entry{Class: st.EffectiveClass(), SliceNs: st.ExecutionTime, Inherit: st.Inherit, ID: uint32(idx)}
 }
 
-func strategyName(s *Set, idx int) string {
-	if idx < 0 || idx >= s.Len() {
-		return ""
-	}
-	if n := s.At(idx).Name; n != "" {
-		return n
-	}
-	return fmt.Sprintf("strategies[%d]", idx)
-}
-
 // SetStrategies replaces the strategies and re-matches every process once.
 // Strategies given to SetExtra stay, after them.
-func (a *Applier) SetStrategies(set *Set) error {
+func (a *Applier) SetStrategies(set *strategy.Set) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if set == nil {
-		set = &Set{}
+		set = &strategy.Set{}
 	}
 	a.base = set
 	_, err := a.applyLocked(set.Append(a.extra))
@@ -140,7 +136,7 @@ func (a *Applier) SetStrategies(set *Set) error {
 // whatever those become (automatic mode's companions, while GTP-U traffic
 // flows, behind the agent's or the config's strategies); nil removes them.
 // Applied indexes them after the SetStrategies ones.
-func (a *Applier) SetExtra(set *Set) error {
+func (a *Applier) SetExtra(set *strategy.Set) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.extra = set
@@ -189,11 +185,11 @@ func (a *Applier) Retarget(t Target) error {
 
 // applyLocked makes set the strategies, matches what a change from the
 // current ones can affect and commits. It returns the processes it listed.
-func (a *Applier) applyLocked(set *Set) (map[uint32]bool, error) {
+func (a *Applier) applyLocked(set *strategy.Set) (map[uint32]bool, error) {
 	// Strategies before the first that changed still match what they
 	// matched and nothing else: only the rest is matched again (a new
 	// strategy, the newest, is tried on the unmatched processes only).
-	keep := samePrefix(a.set, set)
+	keep := a.set.SamePrefix(set)
 	a.set = set
 
 	var errs []error
@@ -276,7 +272,7 @@ func (a *Applier) TrackProcesses() error {
 	if err != nil {
 		return fmt.Errorf("list processes: %w", err)
 	}
-	a.index = make(map[uint32]Process, len(pids))
+	a.index = make(map[uint32]strategy.Process, len(pids))
 	var errs []error
 	for _, pid := range pids {
 		if p, err := a.readProcess(pid); err == nil {
@@ -294,7 +290,7 @@ func (a *Applier) TrackProcesses() error {
 
 // readProcess reads a process, its cgroup path in the node's hierarchy
 // (cgroup_path strategies and pod cgroups are absolute).
-func (a *Applier) readProcess(pid int) (Process, error) {
+func (a *Applier) readProcess(pid int) (strategy.Process, error) {
 	p, err := ReadProcess(a.procRoot, pid)
 	p.Cgroup = podcgroup.Absolute(a.nsRoot, p.Cgroup)
 	return p, err
@@ -318,11 +314,13 @@ func (a *Applier) rematchLocked(tgid uint32) error {
 
 // matchLocked matches a process as read and updates the target (without
 // Commit).
-func (a *Applier) matchLocked(tgid uint32, p Process) error { return a.matchFromLocked(tgid, p, 0) }
+func (a *Applier) matchLocked(tgid uint32, p strategy.Process) error {
+	return a.matchFromLocked(tgid, p, 0)
+}
 
 // matchFromLocked is matchLocked for a process that none of the first from
 // strategies matches (they are unchanged and did not match it before).
-func (a *Applier) matchFromLocked(tgid uint32, p Process, from int) error {
+func (a *Applier) matchFromLocked(tgid uint32, p strategy.Process, from int) error {
 	old, had := a.procs[tgid]
 	idx, ok := a.set.MatchFrom(p, from)
 	switch {
@@ -333,7 +331,7 @@ func (a *Applier) matchFromLocked(tgid uint32, p Process, from int) error {
 		if had && !old.inherited && old.entry == e {
 			return nil
 		}
-		a.log.Debug("strategy applied", "pid", tgid, "strategy", strategyName(a.set, idx), "cmdline", p.Cmdline)
+		a.log.Debug("strategy applied", "pid", tgid, "strategy", a.set.Label(idx), "cmdline", p.Cmdline)
 		return a.target.SetProcess(tgid, e)
 	case had && old.inherited && old.idx < a.set.Len():
 		return nil
@@ -478,7 +476,7 @@ func (a *Applier) Applied() []Applied {
 	out := make([]Applied, 0, len(a.procs))
 	for tgid, ps := range a.procs {
 		out = append(out, Applied{
-			PID: int(tgid), Index: ps.idx, Strategy: strategyName(a.set, ps.idx), Class: entryOf(a.set, ps.idx).Class,
+			PID: int(tgid), Index: ps.idx, Strategy: a.set.Label(ps.idx), Class: entryOf(a.set, ps.idx).Class,
 			Inherited: ps.inherited, Cmdline: ps.cmdline,
 		})
 	}

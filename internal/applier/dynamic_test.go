@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package strategy
+package applier
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
 
 // Dynamic entries survive re-matching, yield to a configured strategy while
 // it matches, and are forgotten (with the hooks told) on exit.
@@ -10,19 +14,19 @@ func TestApplierDynamicEntries(t *testing.T) {
 	proc, marker := startMarked(t, "")
 	pid := uint32(proc.Process.Pid)
 
-	rec := newRecorder()
-	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
+	rec := NewRecorder()
+	a := New(rec, "/proc", "/sys/fs/cgroup", nil)
 	var exited []uint32
 	a.OnExit(func(tgid uint32) { exited = append(exited, tgid) })
 
-	dyn := Entry{Class: Critical, SliceNs: 200000}
+	dyn := Entry{Class: strategy.Critical, SliceNs: 200000}
 	if err := a.SetDynamic(pid, dyn, "auto"); err != nil {
 		t.Fatal(err)
 	}
 	if e, ok := rec.Process(pid); !ok || e != dyn {
 		t.Fatalf("after SetDynamic: %+v %v", e, ok)
 	}
-	empty, _ := Compile(nil)
+	empty, _ := strategy.Compile(nil)
 	if err := a.SetStrategies(empty); err != nil {
 		t.Fatal(err)
 	}
@@ -31,14 +35,14 @@ func TestApplierDynamicEntries(t *testing.T) {
 	}
 
 	// A configured strategy wins while it matches; the dynamic one comes back after.
-	set, err := Compile([]Strategy{{Name: "bg", Class: class(Background), CommandRegex: marker}})
+	set, err := strategy.Compile([]strategy.Strategy{{Name: "bg", Class: class(strategy.Background), CommandRegex: marker}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := a.SetStrategies(set); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := rec.Process(pid); e.Class != Background {
+	if e, _ := rec.Process(pid); e.Class != strategy.Background {
 		t.Fatalf("configured strategy should win, got %+v", e)
 	}
 	if err := a.SetStrategies(empty); err != nil {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package strategy
+package applier
 
 import (
 	"bytes"
@@ -9,24 +9,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-)
 
-// Process is what matching needs to know about a process.
-type Process struct {
-	PID     int    // thread-group id
-	Cmdline string // argv joined by spaces; empty for kernel threads
-	Exe     string // resolved executable path; empty if unreadable
-	Comm    string // kernel thread name (15 chars at most)
-	Cgroup  string // cgroup v2 path, e.g. /system.slice/foo.service
-	// CgroupV1 is the path in the v1 cpu hierarchy, on hosts where it exists.
-	CgroupV1 string
-}
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
 
 // ReadProcess reads a process's identity from procfs (root is usually /proc).
 // It returns an error if the process is gone.
-func ReadProcess(root string, pid int) (Process, error) {
+func ReadProcess(root string, pid int) (strategy.Process, error) {
 	dir := filepath.Join(root, strconv.Itoa(pid))
-	p := Process{PID: pid}
+	p := strategy.Process{PID: pid}
 	cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 	if err != nil {
 		return p, err

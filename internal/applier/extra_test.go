@@ -1,24 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package strategy
+package applier
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/swiftlane/swiftlane/internal/strategy"
+)
 
 // Extra strategies match after the SetStrategies ones, stay when those
 // change, and lose to them where both match.
 func TestApplierExtraStrategies(t *testing.T) {
 	proc, marker := startMarked(t, "")
 	pid := pidOf(proc)
-	rec := newRecorder()
-	a := NewApplier(rec, "/proc", "/sys/fs/cgroup", nil)
-	if err := a.SetExtra(mustCompile(t, Strategy{Name: "companion", Class: class(High), CommandRegex: marker})); err != nil {
+	rec := NewRecorder()
+	a := New(rec, "/proc", "/sys/fs/cgroup", nil)
+	if err := a.SetExtra(mustCompile(t, strategy.Strategy{Name: "companion", Class: class(strategy.High), CommandRegex: marker})); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := rec.Process(pid); !ok || e.Class != High {
+	if e, ok := rec.Process(pid); !ok || e.Class != strategy.High {
 		t.Fatalf("extra strategy alone: %+v %v", e, ok)
 	}
 	// New strategies in front: the extra one stays behind them.
-	if err := a.SetStrategies(mustCompile(t, Strategy{Name: "other", Class: class(Background), CommandRegex: "swiftlane-matches-nothing"})); err != nil {
+	if err := a.SetStrategies(mustCompile(t, strategy.Strategy{Name: "other", Class: class(strategy.Background), CommandRegex: "swiftlane-matches-nothing"})); err != nil {
 		t.Fatal(err)
 	}
 	got := a.Applied()
@@ -26,16 +30,16 @@ func TestApplierExtraStrategies(t *testing.T) {
 		t.Fatalf("after SetStrategies: Applied %+v, Strategies %d; want the companion at index 1 behind 1 strategy", got, a.Strategies())
 	}
 	// A strategy that matches too wins.
-	if err := a.SetStrategies(mustCompile(t, Strategy{Name: "own", Class: class(Critical), CommandRegex: marker})); err != nil {
+	if err := a.SetStrategies(mustCompile(t, strategy.Strategy{Name: "own", Class: class(strategy.Critical), CommandRegex: marker})); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := rec.Process(pid); e.Class != Critical {
+	if e, _ := rec.Process(pid); e.Class != strategy.Critical {
 		t.Fatalf("SetStrategies should win over the extra strategy: %+v", e)
 	}
 	if err := a.SetStrategies(nil); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := rec.Process(pid); e.Class != High {
+	if e, _ := rec.Process(pid); e.Class != strategy.High {
 		t.Fatalf("extra strategy not back: %+v", e)
 	}
 	if err := a.SetExtra(nil); err != nil {
@@ -56,12 +60,12 @@ func TestApplierRetarget(t *testing.T) {
 	x, _ := startMarked(t, "-dead")
 	matched, heir, dyn, dead := pidOf(m), pidOf(h), pidOf(d), pidOf(x)
 
-	old := newRecorder()
-	a := NewApplier(old, "/proc", "/sys/fs/cgroup", nil)
+	old := NewRecorder()
+	a := New(old, "/proc", "/sys/fs/cgroup", nil)
 	a.SetCgroupIDFunc(func(string) (uint64, error) { return 42, nil })
 	set := mustCompile(t,
-		Strategy{Name: "m", Class: class(High), CommandRegex: marker, Inherit: true},
-		Strategy{Name: "cg", Class: class(Background), CgroupPath: "/batch.slice"})
+		strategy.Strategy{Name: "m", Class: class(strategy.High), CommandRegex: marker, Inherit: true},
+		strategy.Strategy{Name: "cg", Class: class(strategy.Background), CgroupPath: "/batch.slice"})
 	if err := a.SetStrategies(set); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +73,7 @@ func TestApplierRetarget(t *testing.T) {
 	if err := a.HandleFork(heir, matched); err != nil {
 		t.Fatal(err)
 	}
-	auto := Entry{Class: Critical, SliceNs: 100000}
+	auto := Entry{Class: strategy.Critical, SliceNs: 100000}
 	for _, pid := range []uint32{dyn, dead} {
 		if err := a.SetDynamic(pid, auto, "auto"); err != nil {
 			t.Fatal(err)
@@ -79,20 +83,20 @@ func TestApplierRetarget(t *testing.T) {
 	x.Process.Kill()
 	x.Wait()
 
-	fresh := newRecorder()
+	fresh := NewRecorder()
 	if err := a.Retarget(fresh); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name  string
 		pid   uint32
-		class Class
-	}{{"matched", matched, High}, {"inherited", heir, High}, {"dynamic", dyn, Critical}} {
+		class strategy.Class
+	}{{"matched", matched, strategy.High}, {"inherited", heir, strategy.High}, {"dynamic", dyn, strategy.Critical}} {
 		if e, ok := fresh.Process(tc.pid); !ok || e.Class != tc.class {
 			t.Errorf("%s process %d in the new target: %+v %v, want %s", tc.name, tc.pid, e, ok, tc.class)
 		}
 	}
-	if e, ok := fresh.Cgroup(42); !ok || e.Class != Background {
+	if e, ok := fresh.Cgroup(42); !ok || e.Class != strategy.Background {
 		t.Errorf("cgroup in the new target: %+v %v", e, ok)
 	}
 	if _, ok := fresh.Process(dead); ok {
