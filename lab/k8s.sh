@@ -11,7 +11,12 @@
 # Debian's containerd 1.6 is older than kubelet 1.36 supports). runc and the
 # CNI plugins come from Debian (make deps).
 #
-# Usage: lab/k8s.sh [--cluster] [--force]
+# --e2e adds the upstream conformance suite at the cluster's release (make
+# test-conformance): e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and
+# agnhost (k8s.io/kubernetes/test/images/agnhost), the binary of the image
+# its tests run.
+#
+# Usage: lab/k8s.sh [--cluster] [--e2e] [--force]
 #
 # Binaries land in ${SWIFTLANE_CACHE:-.cache}/k8s/bin, each with a stamp of the
 # module version it was built from; a rerun with every stamp current only
@@ -29,13 +34,14 @@ CONTAINERD_VERSION=${SWIFTLANE_CONTAINERD_VERSION:-v2.4.2}
 K8S_CACHE=$CACHE/k8s
 BIN=$K8S_CACHE/bin
 
-force=0 cluster=0
+force=0 cluster=0 e2e=0
 for arg; do
 	case $arg in
 	--force) force=1 ;;
 	--cluster) cluster=1 ;;
+	--e2e) e2e=1 ;;
 	-h | --help) sed -n 's/^# \{0,1\}Usage: /Usage: /p' "$0" >&2; exit 0 ;;
-	*) die "unknown argument '$arg' (usage: lab/k8s.sh [--cluster] [--force])" ;;
+	*) die "unknown argument '$arg' (usage: lab/k8s.sh [--cluster] [--e2e] [--force])" ;;
 	esac
 done
 
@@ -59,6 +65,10 @@ if [[ $cluster = 1 ]]; then
 	for c in containerd containerd-shim-runc-v2 ctr; do
 		targets+=("$c github.com/containerd/containerd/v2 $CONTAINERD_VERSION github.com/containerd/containerd/v2/cmd/$c")
 	done
+fi
+if [[ $e2e = 1 ]]; then
+	targets+=("e2e.test k8s.io/kubernetes $K8S_VERSION k8s.io/kubernetes/test/e2e"
+		"agnhost k8s.io/kubernetes $K8S_VERSION k8s.io/kubernetes/test/images/agnhost")
 fi
 
 stamp_of() { echo "$2@$3 $4"; } # name module version package -> stamp text
@@ -135,7 +145,7 @@ prepare() {
 ldflags_for() { # name version
 	local v=$2 kv=()
 	case $1 in
-	kube-* | kubectl | kubelet)
+	kube-* | kubectl | kubelet | e2e.test | agnhost)
 		# What kubernetes' own build stamps, so `kubectl version` and the
 		# apiserver's /version report the release instead of v0.0.0-master.
 		for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -172,10 +182,13 @@ for t in "${todo[@]}"; do
 	log "building $name from $module@$version (minutes if the Go build cache is cold; log: $src/$name.log)"
 	child_cpu
 	start=$(date +%s) cpu0=$cpu
+	# e2e.test is a package's test binary: its test-only imports are needed too.
+	get=(go get) build=(go build)
+	[[ $name = e2e.test ]] && get=(go get -t) build=(go test -c)
 	if ! (
 		cd "$src"
-		go get "$pkg@$version" &&
-			go build -trimpath -ldflags="$(ldflags_for "$name" "$version")" -o "$BIN/.$name.tmp" "$pkg"
+		"${get[@]}" "$pkg@$version" &&
+			"${build[@]}" -trimpath -ldflags="$(ldflags_for "$name" "$version")" -o "$BIN/.$name.tmp" "$pkg"
 	) >"$src/$name.log" 2>&1; then
 		tail -n 30 "$src/$name.log" >&2
 		die "building $name from $module@$version failed (full log: $src/$name.log; 'requires go >= ...' means this Go $(go env GOVERSION) is too old)"

@@ -8,7 +8,7 @@
 # Usage: lab/vm.sh [--kernel newest|older|VERSION] [--cpus N] [--memory SIZE]
 #                  [--topology SOCKETS,CORES,THREADS] [--rwdir DIR]...
 #                  [--timeout SECS] [--append KARGS]... [--net] [--verbose]
-#                  -- COMMAND...
+#                  [--hostfwd HOSTPORT:GUESTPORT]... -- COMMAND...
 #        lab/vm.sh [--kernel ...] [--cpus N] [--memory SIZE] shell
 #
 # --topology gives the guest that many sockets (each its own last-level
@@ -19,6 +19,9 @@
 # address 10.0.2.15/24 and no default route: the guest reaches services that
 # listen on the host's loopback at 10.0.2.2 (e.g. a kube-apiserver from
 # internal/kubetest) and nothing else. Off by default; command mode only.
+# --hostfwd (implies --net) forwards the host's 127.0.0.1:HOSTPORT to the
+# guest's GUESTPORT (TCP), the one way in: e.g. the cluster lab's egress
+# proxy, through which the host's kube-apiserver reaches the kubelet.
 #
 # Exit status: the command's; 124 if --timeout hit; 125 if the VM failed to
 # boot or the command never ran.
@@ -31,7 +34,7 @@ usage() {
 	exit "${1:-125}"
 }
 
-kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 net=0 rwdirs=() kargs=() mode= topology=
+kernel=newest cpus=2 memory=2G timeout=1800 verbose=0 net=0 rwdirs=() kargs=() mode= topology= hostfwd=
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--kernel) kernel=${2:?--kernel needs a value}; shift 2 ;;
@@ -42,6 +45,9 @@ while [[ $# -gt 0 ]]; do
 	--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
 	--append) kargs+=(--append "${2:?--append needs kernel arguments}"); shift 2 ;;
 	--net) net=1; shift ;;
+	--hostfwd)
+		[[ ${2:-} =~ ^[0-9]+:[0-9]+$ ]] || die "--hostfwd needs HOSTPORT:GUESTPORT, e.g. 18131:8131"
+		hostfwd+=",hostfwd=tcp:127.0.0.1:${2%%:*}-:${2##*:}" net=1; shift 2 ;;
 	--verbose | -v) verbose=1; shift ;;
 	--) shift; mode=run; break ;;
 	shell) shift; mode=shell; break ;;
@@ -87,7 +93,12 @@ done
 vng+=("${kargs[@]}")
 # virtme-ng's own DHCP would wait forever for virtio_net, which nothing loads
 # without udev; the guest side of --net is set up before the command instead.
-[[ $net = 0 ]] || vng+=(--network user --no-dhcp)
+# With forwards, the same NIC is declared here: virtme-ng's has no options.
+if [[ -n $hostfwd ]]; then
+	vng+=(--qemu-opts="-device virtio-net-pci,netdev=n0 -netdev user,id=n0$hostfwd")
+elif [[ $net = 1 ]]; then
+	vng+=(--network user --no-dhcp)
+fi
 [[ $verbose = 0 ]] || vng+=(--verbose)
 
 if [[ $mode = shell ]]; then

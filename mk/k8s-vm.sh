@@ -14,9 +14,10 @@
 #   K8S_VM_ARGS=...        extra lab/vm.sh options (space-separated)
 #   K8S_GUEST_ENV=...      extra VAR=value words for the guest's environment
 #   K8S_TEST_TIMEOUT=30m   the guest's go test -test.timeout
+#   K8S_SERVE_ARGS=...     extra kubetest serve flags (space-separated)
 set -euo pipefail
 build=${1:?build dir} k8sbin=${2:?k8s bin dir} kernel=${3:?kernel} results=${4:?results file} run=${5:?test regex}
-read -r -a serve_args <<<"${K8S_CONTROLLERS:+-controllers}"
+read -r -a serve_args <<<"${K8S_CONTROLLERS:+-controllers} ${K8S_SERVE_ARGS:-}"
 read -r -a vm_args <<<"${K8S_VM_ARGS:-}"
 read -r -a guest_env <<<"${K8S_GUEST_ENV:-}"
 cd "$(dirname "$0")/.."

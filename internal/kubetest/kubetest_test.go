@@ -55,6 +55,15 @@ func TestControlPlane(t *testing.T) {
 	if u := who(env.RESTConfig()); u.Username != "kubetest-admin" || !slices.Contains(u.Groups, "system:masters") {
 		t.Fatalf("admin token authenticates as %+v", u)
 	}
+	// The certificate the apiserver shows kubelets (exec, logs) is one that
+	// a kubelet trusting the cluster's CA takes for an admin; the
+	// apiserver checks client certificates against the same CA.
+	kc := rest.AnonymousClientConfig(env.RESTConfig())
+	kc.CertFile = filepath.Join(env.Dir, "pki", "apiserver-kubelet-client.crt")
+	kc.KeyFile = filepath.Join(env.Dir, "pki", "apiserver-kubelet-client.key")
+	if u := who(kc); u.Username != "kube-apiserver-kubelet-client" || !slices.Contains(u.Groups, "system:masters") {
+		t.Fatalf("the kubelet client certificate authenticates as %+v", u)
+	}
 	if _, err := cs.CoreV1().ServiceAccounts("kubetest-self").Create(t.Context(),
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

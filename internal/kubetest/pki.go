@@ -24,6 +24,10 @@ type pki struct {
 	caPEM []byte // also in the kubeconfigs, so clients verify the server
 
 	caCert, serverCert, serverKey, saPub, saKey string // paths
+	// The apiserver's client certificate for kubelets (exec, logs,
+	// port-forward), in group system:masters: a kubelet that trusts the CA
+	// (x509.clientCAFile) and authorizes by webhook lets it in.
+	kubeletClientCert, kubeletClientKey string
 }
 
 // Throwaway certificates: valid from an hour back (a VM guest's clock may lag)
@@ -40,6 +44,9 @@ func newPKI(dir string, serviceCIDR netip.Prefix, extraIPs []net.IP) (*pki, erro
 		serverKey:  filepath.Join(dir, "apiserver.key"),
 		saPub:      filepath.Join(dir, "sa.pub"),
 		saKey:      filepath.Join(dir, "sa.key"),
+
+		kubeletClientCert: filepath.Join(dir, "apiserver-kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "apiserver-kubelet-client.key"),
 	}
 	now := time.Now()
 
@@ -83,6 +90,21 @@ func newPKI(dir string, serviceCIDR netip.Prefix, extraIPs []net.IP) (*pki, erro
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 
+	kcKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	kcDER, _, err := sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.Add(certLifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, &kcKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet client certificate: %w", err)
+	}
+
 	// Service-account tokens (TokenRequest) are signed with this pair.
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -103,6 +125,8 @@ func newPKI(dir string, serviceCIDR netip.Prefix, extraIPs []net.IP) (*pki, erro
 		{path: p.serverKey, key: srvKey},
 		{path: p.saPub, typ: "PUBLIC KEY", der: saPubDER},
 		{path: p.saKey, key: saKey},
+		{path: p.kubeletClientCert, typ: "CERTIFICATE", der: kcDER},
+		{path: p.kubeletClientKey, key: kcKey},
 	} {
 		if f.key != nil {
 			if f.der, err = x509.MarshalPKCS8PrivateKey(f.key); err != nil {

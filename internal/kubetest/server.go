@@ -194,6 +194,7 @@ func Run(ctx context.Context, dir string, opts Options) (_ *Server, err error) {
 			"--cert-dir=" + filepath.Join(dir, "pki"), // never the default /var/run/kubernetes
 			"--tls-cert-file=" + pki.serverCert, "--tls-private-key-file=" + pki.serverKey,
 			"--client-ca-file=" + pki.caCert,
+			"--kubelet-client-certificate=" + pki.kubeletClientCert, "--kubelet-client-key=" + pki.kubeletClientKey,
 			"--token-auth-file=" + tokens,
 			"--authorization-mode=Node,RBAC",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

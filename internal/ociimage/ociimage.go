@@ -13,11 +13,15 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"debug/elf"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +65,23 @@ type Options struct {
 	// (the chart passes the subcommand). The lab cluster's pod sandbox
 	// image is the same binary with "lab", "pause".
 	Args []string
+
+	// The lab's test images (the conformance suite's agnhost) are other
+	// programs laid out as their upstream images are: these say how.
+
+	// Path is where the binary goes and what the entrypoint runs:
+	// BinaryPath when empty.
+	Path string
+	// Cmd is the default command after the entrypoint (none when empty).
+	Cmd []string
+	// Root makes root the image's user instead of nonroot.
+	Root bool
+	// Title is the org.opencontainers.image.title label: "swiftlane" when empty.
+	Title string
+	// Rootfs is a directory laid under the binary's layer as a layer of its
+	// own: the tools a test image's commands run (a shell, curl, nc).
+	// Modes and symbolic links are kept; owners are root, times Created.
+	Rootfs string
 }
 
 // Artifact is a built or read image: a v1.Image for one platform, or a
@@ -105,17 +126,33 @@ func buildOne(b Binary, o Options) (v1.Image, error) {
 		return nil, err
 	}
 	created := o.Created.UTC().Truncate(time.Second)
-	data, err := layerTar(bin, created)
+	path, user, title := cmp.Or(o.Path, BinaryPath), User, cmp.Or(o.Title, "swiftlane")
+	if o.Root {
+		user = "0:0"
+	}
+	if !strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/") {
+		return nil, fmt.Errorf("binary path %q: want an absolute file path like /agnhost", path)
+	}
+	data, err := layerTar(bin, path, created)
 	if err != nil {
 		return nil, err
 	}
-	// Best compression: built once, pulled by every node. Compressed once
-	// (cached) for both the digest and the blob.
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithCompressedCaching)
+	layer, err := newLayer(data)
 	if err != nil {
 		return nil, err
+	}
+	var base []mutate.Addendum
+	if o.Rootfs != "" {
+		data, err := dirTar(o.Rootfs, created)
+		if err != nil {
+			return nil, err
+		}
+		l, err := newLayer(data)
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, mutate.Addendum{Layer: l, MediaType: types.OCILayer,
+			History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "swiftlane ociimage: the tools of " + filepath.Base(o.Rootfs)}})
 	}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
@@ -125,12 +162,13 @@ func buildOne(b Binary, o Options) (v1.Image, error) {
 		Architecture: b.Platform.Architecture,
 		Variant:      b.Platform.Variant,
 		Config: v1.Config{
-			Entrypoint: append([]string{BinaryPath}, o.Args...),
-			User:       User,
+			Entrypoint: append([]string{path}, o.Args...),
+			Cmd:        o.Cmd,
+			User:       user,
 			WorkingDir: "/",
 			Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 			Labels: map[string]string{
-				"org.opencontainers.image.title":    "swiftlane",
+				"org.opencontainers.image.title":    title,
 				"org.opencontainers.image.source":   "https://github.com/swiftlane/swiftlane",
 				"org.opencontainers.image.version":  o.Version,
 				"org.opencontainers.image.licenses": "Apache-2.0",
@@ -141,11 +179,20 @@ func buildOne(b Binary, o Options) (v1.Image, error) {
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return nil, err
 	}
-	return mutate.Append(img, mutate.Addendum{
+	return mutate.Append(img, append(base, mutate.Addendum{
 		Layer:     layer,
 		MediaType: types.OCILayer,
-		History:   v1.History{Created: v1.Time{Time: created}, CreatedBy: "swiftlane ociimage: " + BinaryPath + " and /etc/passwd, /etc/group"},
-	})
+		History:   v1.History{Created: v1.Time{Time: created}, CreatedBy: "swiftlane ociimage: " + path + " and /etc/passwd, /etc/group"},
+	})...)
+}
+
+// newLayer makes a layer of an uncompressed tar. Best compression: built
+// once, pulled by every node. Compressed once (cached) for both the digest
+// and the blob.
+func newLayer(data []byte) (v1.Layer, error) {
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithCompressedCaching)
 }
 
 // ELF machine of each architecture we build for (both little-endian, like
@@ -192,15 +239,18 @@ const (
 	group  = "root:x:0:\nnonroot:x:65532:\n"
 )
 
-// layerTar returns the layer's uncompressed tar: parents before children,
-// every header fully fixed.
-func layerTar(bin []byte, mtime time.Time) ([]byte, error) {
-	type entry struct {
-		name     string
-		mode     int64
-		uid, gid int
-		data     []byte // nil for a directory
-	}
+// entry is one file of a layer.
+type entry struct {
+	name     string
+	mode     int64
+	uid, gid int
+	data     []byte // nil for a directory or a symbolic link
+	link     string // a symbolic link's target
+}
+
+// layerTar returns the binary's layer as an uncompressed tar: parents
+// before children, every header fully fixed.
+func layerTar(bin []byte, path string, mtime time.Time) ([]byte, error) {
 	entries := []entry{
 		{name: "etc/", mode: 0o755},
 		{name: "etc/group", mode: 0o644, data: []byte(group)},
@@ -212,8 +262,62 @@ func layerTar(bin []byte, mtime time.Time) ([]byte, error) {
 		{name: "usr/", mode: 0o755},
 		{name: "usr/local/", mode: 0o755},
 		{name: "usr/local/bin/", mode: 0o755},
-		{name: strings.TrimPrefix(BinaryPath, "/"), mode: 0o755, data: bin},
 	}
+	// The binary's directories, where they are not among those above.
+	name := strings.TrimPrefix(path, "/")
+	for i := range len(name) {
+		if dir := name[:i+1]; name[i] == '/' && !slices.ContainsFunc(entries, func(e entry) bool { return e.name == dir }) {
+			entries = append(entries, entry{name: dir, mode: 0o755})
+		}
+	}
+	return writeTar(append(entries, entry{name: name, mode: 0o755, data: bin}), mtime)
+}
+
+// dirTar returns the tree under dir as an uncompressed tar, in lexical
+// order (parents first), owned by root, with the files' own modes.
+func dirTar(dir string, mtime time.Time) ([]byte, error) {
+	var entries []entry
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		e := entry{name: filepath.ToSlash(rel), mode: int64(info.Mode().Perm())}
+		switch {
+		case d.IsDir():
+			e.name += "/"
+		case d.Type()&fs.ModeSymlink != 0:
+			e.mode = 0o777
+			if e.link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case d.Type().IsRegular():
+			if e.data, err = os.ReadFile(p); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: only directories, files and symbolic links go in an image layer", p)
+		}
+		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rootfs: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("rootfs %s is empty", dir)
+	}
+	return writeTar(entries, mtime)
+}
+
+func writeTar(entries []entry, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
@@ -221,7 +325,10 @@ func layerTar(bin []byte, mtime time.Time) ([]byte, error) {
 			Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid,
 			ModTime: mtime, Typeflag: tar.TypeDir, Format: tar.FormatUSTAR,
 		}
-		if e.data != nil {
+		switch {
+		case e.link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, e.link
+		case e.data != nil:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.data))
 		}
 		if err := tw.WriteHeader(h); err != nil {

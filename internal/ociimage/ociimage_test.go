@@ -359,3 +359,81 @@ func TestPush(t *testing.T) {
 		t.Fatalf("pulling the layer: %v", err)
 	}
 }
+
+// TestOtherProgram: the lab's test images (agnhost) are another binary at
+// its upstream path, run as root with a default command, over a layer of
+// tools taken from a directory with its symbolic links and modes.
+func TestOtherProgram(t *testing.T) {
+	bin := staticBinary(t, "amd64")
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), []byte("a shell"), 0o751); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", "sh")); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := build(t, Options{Binaries: []Binary{{amd64, bin}}, Created: epoch, Path: "/opt/e2e/agnhost",
+		Cmd: []string{"pause"}, Root: true, Title: "agnhost", Rootfs: rootfs})
+	img := a.(v1.Image)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/e2e/agnhost"}) || !slices.Equal(cf.Config.Cmd, []string{"pause"}) ||
+		cf.Config.User != "0:0" || cf.Config.Labels["org.opencontainers.image.title"] != "agnhost" {
+		t.Fatalf("config %+v", cf.Config)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 2 {
+		t.Fatalf("layers %d, %v; want the tools' and the binary's", len(layers), err)
+	}
+	tools, binary := layerFiles(t, layers[0]), layerFiles(t, layers[1])
+	if h := tools["bin/busybox"]; h == nil || h.Typeflag != tar.TypeReg || h.Mode != 0o751 || h.Uid != 0 || !h.ModTime.Equal(epoch) {
+		t.Fatalf("bin/busybox: %+v", h)
+	}
+	if h := tools["bin/sh"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "busybox" {
+		t.Fatalf("bin/sh: %+v, want a link to busybox", h)
+	}
+	for _, dir := range []string{"opt/", "opt/e2e/"} {
+		if h := binary[dir]; h == nil || h.Typeflag != tar.TypeDir {
+			t.Fatalf("%s: %+v, want the binary's directory", dir, h)
+		}
+	}
+	if h := binary["opt/e2e/agnhost"]; h == nil || h.Mode != 0o755 {
+		t.Fatalf("opt/e2e/agnhost: %+v", h)
+	}
+
+	for _, bad := range []string{"agnhost", "/opt/"} {
+		if _, err := Build(Options{Binaries: []Binary{{amd64, bin}}, Path: bad}); err == nil || !strings.Contains(err.Error(), "absolute file path") {
+			t.Errorf("path %q: %v, want it refused", bad, err)
+		}
+	}
+	if _, err := Build(Options{Binaries: []Binary{{amd64, bin}}, Rootfs: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("an empty rootfs: %v, want it refused", err)
+	}
+}
+
+// layerFiles is the layer's headers by name.
+func layerFiles(t *testing.T, l v1.Layer) map[string]*tar.Header {
+	t.Helper()
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string]*tar.Header{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = h
+	}
+}

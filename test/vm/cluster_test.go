@@ -451,6 +451,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.devmapper", "io.containerd.sna
 		}
 	}
 
+	// The cluster's CA: the API server's client certificate for kubelets
+	// (exec, logs) is signed by it.
+	ca := cfg.TLSClientConfig.CAData
+	if len(ca) == 0 {
+		if ca, err = os.ReadFile(cfg.TLSClientConfig.CAFile); err != nil {
+			t.Fatalf("the kubeconfig's CA: %v", err)
+		}
+	}
+	caFile := write("ca.crt", string(ca))
 	kubeletCfg := write("kubelet.yaml", fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://%s
@@ -461,6 +470,8 @@ authentication:
     enabled: false
   webhook:
     enabled: true
+  x509:
+    clientCAFile: %s
 authorization:
   mode: Webhook
 clusterDomain: cluster.local
@@ -476,7 +487,7 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, criSocket))
+`, criSocket, caFile))
 	n.startDaemon(t, "kube-proxy", nil, filepath.Join(env.bin, "kube-proxy"),
 		"--kubeconfig", env.kubeconfig, "--hostname-override", nodeName, "--proxy-mode", "iptables",
 		"--cluster-cidr", podCIDR, "--conntrack-max-per-core", "0",

@@ -19,6 +19,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -49,18 +50,19 @@ func main() {
 		kc       = flag.String("kubeconfig", "", "also write the admin kubeconfig here")
 		guestKC  = flag.String("guest-kubeconfig", "", "write a kubeconfig for a lab/vm.sh --net guest (server "+kubetest.GuestHost+") here")
 		apiArgs  = flag.String("apiserver-args", "", "extra kube-apiserver flags, space-separated")
+		egress   = flag.String("egress-forward", "", "HOST:PORT of an HTTP CONNECT proxy inside the cluster's network (a lab VM's, through QEMU's port forward): the apiserver reaches kubelets, pods and Services through it, for exec, logs and proxy")
 	)
 	flag.StringVar(&opts.BinDir, "bin", "", "directory with etcd, kube-apiserver, kubectl (default $"+kubetest.EnvBinDir+")")
 	flag.Var(&extraIPs, "extra-ip", "extra IP SAN for the serving certificate (repeatable)")
 	flag.BoolVar(&opts.Controllers, "controllers", false, "also run kube-controller-manager and kube-scheduler, for kubelets that join")
 	flag.Parse()
-	if err := run(opts, extraIPs, *dir, *kc, *guestKC, strings.Fields(*apiArgs)); err != nil {
+	if err := run(opts, extraIPs, *dir, *kc, *guestKC, *egress, strings.Fields(*apiArgs)); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(1)
 	}
 }
 
-func run(opts kubetest.Options, extraIPs []net.IP, dir, kc, guestKC string, apiArgs []string) error {
+func run(opts kubetest.Options, extraIPs []net.IP, dir, kc, guestKC, egress string, apiArgs []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -77,6 +79,13 @@ func run(opts kubetest.Options, extraIPs []net.IP, dir, kc, guestKC string, apiA
 	opts.ExtraIPs = extraIPs
 	if guestKC != "" {
 		opts.ExtraIPs = append(opts.ExtraIPs, net.ParseIP(kubetest.GuestHost))
+	}
+	if egress != "" {
+		arg, err := forwardEgress(ctx, dir, egress)
+		if err != nil {
+			return err
+		}
+		apiArgs = append(apiArgs, arg)
 	}
 	opts.APIServerArgs = apiArgs
 
@@ -115,4 +124,56 @@ func abs(p string) string {
 		return a
 	}
 	return p
+}
+
+// forwardEgress relays the apiserver's "cluster" egress (kube-apiserver
+// --egress-selector-config-file) to the proxy at addr and returns the flag.
+// The apiserver speaks HTTP CONNECT over TCP only with TLS client
+// certificates, or over a unix socket without: this relays the socket.
+func forwardEgress(ctx context.Context, dir, addr string) (string, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("-egress-forward %q: want HOST:PORT: %w", addr, err)
+	}
+	sock := filepath.Join(dir, "egress.sock")
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return "", err
+	}
+	context.AfterFunc(ctx, func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "serve: egress: %v\n", err)
+					return
+				}
+				defer up.Close()
+				// Once the proxy's side ends, closing both ends the other copy.
+				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	cfg := filepath.Join(dir, "egress-selector.yaml")
+	yaml := fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: %s
+`, sock)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		return "", err
+	}
+	return "--egress-selector-config-file=" + cfg, nil
 }

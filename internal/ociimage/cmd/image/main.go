@@ -77,11 +77,18 @@ func build(args []string) error {
 	version := fs.String("version", "", "org.opencontainers.image.version label")
 	epoch := fs.Int64("source-date-epoch", envEpoch(), "every timestamp in the image, seconds since 1970")
 	entryArgs := fs.String("args", "", "space-separated arguments after the binary in the entrypoint (e.g. \"lab pause\" for the lab cluster's sandbox image)")
+	// Another program's image, as the conformance suite's agnhost.
+	path := fs.String("path", ociimage.BinaryPath, "where the binary goes in the image (the entrypoint)")
+	cmd := fs.String("cmd", "", "space-separated default command after the entrypoint")
+	root := fs.Bool("root", false, "run as root instead of the nonroot user")
+	title := fs.String("title", "swiftlane", "org.opencontainers.image.title label")
+	rootfs := fs.String("rootfs", "", "directory whose tree is a layer under the binary's (tools the image's users run)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	created := time.Unix(*epoch, 0).UTC()
-	a, err := ociimage.Build(ociimage.Options{Binaries: bins, Created: created, Version: *version, Args: strings.Fields(*entryArgs)})
+	a, err := ociimage.Build(ociimage.Options{Binaries: bins, Created: created, Version: *version, Args: strings.Fields(*entryArgs),
+		Path: *path, Cmd: strings.Fields(*cmd), Root: *root, Title: *title, Rootfs: *rootfs})
 	if err != nil {
 		return err
 	}

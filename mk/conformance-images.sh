@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The images the upstream sig-network conformance tests run, built here
+# (no registry is reachable), as OCI layout tarballs that containerd imports
+# under the names e2e.test asks for. Names and versions are read from the
+# e2e framework's image table (test/utils/image/manifest.go) of the release
+# lab/k8s.sh --e2e built e2e.test from.
+#
+#   agnhost  k8s.io/kubernetes/test/images/agnhost built from source (lab/k8s.sh)
+#            at /agnhost, as upstream, over the tools the tests run in it:
+#            busybox (sh, wget, ...), curl and OpenBSD nc (-v -u -w), with
+#            their libraries, from this host's Debian packages;
+#   busybox  Debian's static busybox, entrypoint /bin/busybox.
+#
+# The e2e pause image is the lab's pause (mk/conformance.mk: it needs the
+# swiftlane binary). Other images of the suite are not built; the tests
+# that use them are named in docs/lb.md.
+#
+# Usage: mk/conformance-images.sh K8S_BIN_DIR OUT_DIR
+# Writes OUT_DIR/{agnhost,busybox}.tar and OUT_DIR/images.env (shell
+# assignments: AGNHOST_IMAGE, BUSYBOX_IMAGE, PAUSE_IMAGE, K8S_RELEASE). Each
+# tarball is rebuilt only when its stamp (release, image version, the Debian
+# packages' versions) changes.
+set -euo pipefail
+bin=${1:?k8s bin dir} out=${2:?output dir}
+cd "$(dirname "$0")/.."
+log() { echo "conformance-images: $*" >&2; }
+die() { echo "conformance-images: error: $*" >&2; exit 1; }
+
+# package:file that proves it is installed
+need=(busybox-static:/usr/bin/busybox curl:/usr/bin/curl netcat-openbsd:/usr/bin/nc.openbsd)
+missing=()
+for p in "${need[@]}"; do [[ -e ${p#*:} ]] || missing+=("${p%%:*}"); done
+if [[ ${#missing[@]} -gt 0 ]]; then
+	[[ $(id -u) = 0 ]] || die "missing ${missing[*]}; run as root to install"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+stamp=$bin/.e2e.test.stamp
+[[ -f $stamp && -x $bin/agnhost ]] || die "no e2e.test/agnhost in $bin: run bash lab/k8s.sh --cluster --e2e"
+# "k8s.io/kubernetes@v1.36.3 k8s.io/kubernetes/test/e2e"
+read -r modver _ <"$stamp"
+release=${modver#*@}
+src=$(go env GOMODCACHE)/k8s.io/kubernetes@$release
+manifest=$src/test/utils/image/manifest.go
+[[ -f $manifest ]] || die "$manifest missing (go mod download k8s.io/kubernetes@$release)"
+
+# registry: e.g. PromoterE2eRegistry -> registry.k8s.io/e2e-test-images
+registry() { sed -n "s/^[[:space:]]*$1:[[:space:]]*\"\([^\"]*\)\",.*/\1/p" "$manifest" | head -1; }
+# image ID -> registry/name:version, from configs[ID] = Config{list.REG, "name", "version"}
+image() {
+	local line reg
+	line=$(grep -E "^[[:space:]]*configs\[$1\] = Config\{" "$manifest") || die "manifest.go has no configs[$1]"
+	[[ $line =~ list\.([A-Za-z]+),\ \"([^\"]+)\",\ \"([^\"]+)\" ]] || die "cannot read configs[$1]: $line"
+	reg=$(registry "${BASH_REMATCH[1]}")
+	[[ -n $reg ]] || die "manifest.go has no registry ${BASH_REMATCH[1]}"
+	echo "$reg/${BASH_REMATCH[2]}:${BASH_REMATCH[3]}"
+}
+agnhost=$(image Agnhost) busybox=$(image BusyBox) pause=$(image Pause)
+
+mkdir -p "$out"
+debs=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static curl netcat-openbsd)
+
+# copy FILE into root at the same path, with the libraries it loads.
+copy_with_libs() {
+	local root=$1 file=$2 lib
+	install -D -m 0755 "$file" "$root$file"
+	for lib in $(ldd "$file" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+		[[ -e $root$lib ]] || install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
+	done
+}
+
+# busybox's applets as links in root/bin, but those named in $2.
+applets() {
+	local root=$1 except=" $2 " a
+	mkdir -p "$root/bin"
+	for a in $(busybox --list); do
+		[[ $except = *" $a "* || -e $root/bin/$a ]] || ln -s busybox "$root/bin/$a"
+	done
+}
+
+# build NAME IMAGE STAMP ROOTFS-FILLER BUILD-ARGS...
+build() {
+	local name=$1 ref=$2 key=$3 fill=$4 tar=$out/$1.tar
+	shift 4
+	if [[ -f $tar && $(cat "$tar.stamp" 2>/dev/null) = "$key" ]]; then return; fi
+	local root
+	root=$(mktemp -d "$out/$name-rootfs.XXXXXX")
+	"$fill" "$root"
+	log "building $ref -> $tar"
+	go run ./internal/ociimage/cmd/image build -out "$tar.tmp" -name "$ref" -rootfs "$root" -title "$name" \
+		-root -source-date-epoch 0 "$@" >&2
+	rm -rf "$root"
+	mv -f "$tar.tmp" "$tar"
+	echo "$key" >"$tar.stamp"
+}
+
+fill_agnhost() {
+	local root=$1
+	applets "$root" "nc busybox"
+	install -m 0755 /usr/bin/busybox "$root/bin/busybox"
+	copy_with_libs "$root" /usr/bin/curl
+	copy_with_libs "$root" /usr/bin/nc.openbsd
+	ln -s nc.openbsd "$root/usr/bin/nc"
+	# What upstream's Dockerfile adds besides: porter's TLS pair (its
+	# working directory is /), netexec's upload dir, the second entrypoint.
+	install -m 0644 "$src/test/images/agnhost/porter/localhost.crt" "$src/test/images/agnhost/porter/localhost.key" "$root/"
+	mkdir -p "$root/uploads"
+	ln -s agnhost "$root/agnhost-2"
+}
+fill_busybox() { applets "$1" "busybox"; }
+
+build agnhost "$agnhost" "$agnhost $(cat "$bin/.agnhost.stamp") $debs" fill_agnhost \
+	-binary "linux/amd64=$bin/agnhost" -path /agnhost -cmd pause -version "${agnhost##*:}"
+build busybox "$busybox" "$busybox $debs" fill_busybox \
+	-binary linux/amd64=/usr/bin/busybox -path /bin/busybox -cmd sh -version "${busybox##*:}"
+
+cat >"$out/images.env" <<EOF
+K8S_RELEASE=$release
+AGNHOST_IMAGE=$agnhost
+BUSYBOX_IMAGE=$busybox
+PAUSE_IMAGE=$pause
+EOF
+echo "$out/images.env"

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command report turns one conformance run's JUnit report into its column
+// of bench/results/conformance.json and prints the summary line (make
+// test-conformance):
+//
+//	go run ./test/conformance/cmd/report -junit build/conformance/kube_proxy/junit_01.xml \
+//	    -column kube_proxy -release v1.36.3 -out bench/results/conformance.json
+//
+// The kube_proxy run starts the file afresh (every other column "not run");
+// a later column's run is merged into it.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/swiftlane/swiftlane/test/conformance"
+)
+
+func main() {
+	junit := flag.String("junit", "", "JUnit report of e2e.test (--report-dir's junit_01.xml)")
+	column := flag.String("column", conformance.KubeProxy, "the run's column: "+conformance.KubeProxy+" or "+conformance.Swiftlane)
+	release := flag.String("release", "", "Kubernetes release of the cluster and e2e.test")
+	out := flag.String("out", "bench/results/conformance.json", "results file")
+	flag.Parse()
+	if err := run(*junit, *column, *release, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+func run(junit, column, release, out string) error {
+	if junit == "" {
+		return fmt.Errorf("-junit is required: the junit_01.xml e2e.test wrote")
+	}
+	cases, err := conformance.ReadJUnit(junit)
+	if err != nil {
+		return err
+	}
+	r := &conformance.Results{}
+	if column != conformance.KubeProxy {
+		if r, err = conformance.Read(out); err != nil {
+			return err
+		}
+	}
+	if release != "" {
+		r.Release = release
+	}
+	r.Focus, r.Skip = conformance.Focus, conformance.SkipRegexp()
+	mergeErr := r.Merge(column, cases)
+	if err := r.Write(out); err != nil {
+		return err
+	}
+	fmt.Println(r.Summary())
+	return mergeErr
+}

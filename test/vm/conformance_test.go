@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build vmtest
+
+package vm
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/kubetest"
+	"github.com/swiftlane/swiftlane/test/conformance"
+)
+
+// TestConformance runs Kubernetes' own sig-network conformance tests (the
+// upstream e2e.test at the cluster's release, package conformance says
+// which) against this one-node cluster, once per pass (make
+// test-conformance, mk/conformance.mk). Each pass leaves e2e.test's JUnit
+// report in SWL_CONFORMANCE_DIR/<column>/; the host turns them into
+// bench/results/conformance.json. The test fails if e2e.test could not run
+// the suite; a conformance test failing is a result, not a test failure.
+//
+// The tests exec into pods (kubectl exec: the API server calls the
+// kubelet) and proxy to pods and Services through the API server, which
+// runs on the host: its "cluster" egress comes here through QEMU's port
+// forward (lab/vm.sh --hostfwd, kubetest serve -egress-forward) to the
+// HTTP CONNECT proxy this test serves on SWL_CONFORMANCE_EGRESS.
+func TestConformance(t *testing.T) {
+	e2e, dir, egress := os.Getenv("SWL_CONFORMANCE_E2E"), os.Getenv("SWL_CONFORMANCE_DIR"), os.Getenv("SWL_CONFORMANCE_EGRESS")
+	if e2e == "" || dir == "" || egress == "" {
+		if os.Getenv("SWL_REQUIRE_CONFORMANCE") != "" {
+			t.Fatal("SWL_CONFORMANCE_{E2E,DIR,EGRESS} are not all set: run this through `make test-conformance`")
+		}
+		t.Skip("no conformance suite: run `make test-conformance`")
+	}
+	ctx := runCtx(t, 4*time.Hour)
+	n := clusterNode(t, ctx)
+	serveEgress(t, egress)
+	// The whole path the tests' exec takes: API server, egress proxy, kubelet.
+	n.waitUntil(t, "the API server to reach the kubelet through the egress proxy", time.Minute, func() bool {
+		b, err := n.core.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.name, "proxy", "healthz").DoRaw(ctx)
+		return err == nil && string(b) == "ok"
+	})
+
+	for _, p := range conformancePasses {
+		t.Run(p.column, func(t *testing.T) {
+			if p.setup != nil {
+				p.setup(t, ctx, n)
+			}
+			n.runE2E(t, ctx, e2e, filepath.Join(dir, p.column))
+		})
+	}
+}
+
+// A pass is one run of the suite on the same node: first as make
+// test-cluster starts it (kube-proxy, iptables mode). Once the chart
+// installs `swiftlane lb` (issue 40), the second pass is one more entry,
+// whose setup stops the kube-proxy daemon, clears its rules (kube-proxy
+// --cleanup) and helm-installs the chart with the balancer on:
+//
+//	{column: conformance.Swiftlane, setup: replaceKubeProxy},
+var conformancePasses = []struct {
+	column string
+	setup  func(t *testing.T, ctx context.Context, n *node)
+}{
+	{column: conformance.KubeProxy},
+}
+
+// runE2E runs e2e.test with the package's focus and skips, its output in
+// dir/e2e.log and its JUnit report in dir.
+func (n *node) runE2E(t *testing.T, ctx context.Context, e2e, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	focus := conformance.Focus
+	if f := os.Getenv("SWL_CONFORMANCE_FOCUS"); f != "" {
+		focus = f // a subset, while working on one test
+	}
+	logPath := filepath.Join(dir, "e2e.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	cmd := exec.CommandContext(ctx, e2e,
+		"--kubeconfig", n.env.kubeconfig,
+		"--kubectl-path", filepath.Join(n.env.bin, "kubectl"),
+		// No cloud: the suite skips what needs one (load balancers).
+		"--provider", "skeleton",
+		"--report-dir", dir,
+		"--ginkgo.focus", focus,
+		"--ginkgo.skip", conformance.SkipRegexp(),
+		"--ginkgo.no-color", "--ginkgo.v",
+		"--ginkgo.timeout", "4h",
+		// The node's logs are read here, not over SSH.
+		"--disable-log-dump",
+	)
+	// Each spec's progress, for the lines below and the log.
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			io.WriteString(log, line+"\n")
+			// Ginkgo's line per finished spec ("• [12.3 seconds]",
+			// "• [FAILED] ..."), and its summary.
+			if strings.HasPrefix(line, "•") || strings.HasPrefix(line, "Ran ") {
+				t.Logf("%v %s", time.Since(start).Round(time.Second), line)
+			}
+		}
+	}()
+	err = cmd.Wait()
+	pw.Close()
+	<-done
+	t.Logf("e2e.test: %v after %v (log: %s)", err, time.Since(start).Round(time.Second), logPath)
+	// A spec's failure makes e2e.test exit 1: that is a result. What must
+	// not happen is no report at all.
+	if _, statErr := os.Stat(filepath.Join(dir, "junit_01.xml")); statErr != nil {
+		t.Fatalf("e2e.test wrote no JUnit report (%v; exit %v); its log's end:\n%s", statErr, err, kubetest.Tail(logPath, 40))
+	}
+}
+
+// serveEgress answers HTTP CONNECT on addr: the API server's way into the
+// node's network (the kubelet, pods, Service IPs). Only the host's
+// loopback reaches it, through QEMU's port forward.
+func serveEgress(t *testing.T, addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "only CONNECT", http.StatusMethodNotAllowed)
+			return
+		}
+		up, err := net.DialTimeout("tcp", r.Host, 10*time.Second)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer up.Close()
+		c, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			return
+		}
+		// Once one side ends, the deferred closes end the other copy.
+		go func() { io.Copy(up, buf); up.(*net.TCPConn).CloseWrite() }()
+		io.Copy(c, up)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+}
