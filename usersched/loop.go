@@ -4,6 +4,7 @@ package usersched
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
@@ -196,7 +197,12 @@ type loop struct {
 	queued *userringbuf.Consumer
 	d      Dispatcher
 	task   Task
-	stats  struct{ iterations, tasks, decisions, full atomic.Uint64 }
+	// held counts the tasks read and not dispatched yet. The BPF side
+	// runs the loop again while it is not 0 (loop_has_work), so a task the
+	// policy keeps, or could not send because the ring was full, is
+	// offered to Dispatch again soon.
+	held  int64
+	stats struct{ iterations, tasks, decisions, full atomic.Uint64 }
 }
 
 // maxBatch bounds the tasks read before the policy dispatches, so decisions
@@ -226,6 +232,10 @@ func (l *loop) step(p Policy) error {
 	}
 	l.d.newRound()
 	p.Dispatch(&l.d)
+	l.held = max(l.held+int64(n)-int64(l.d.sent), 0) // a policy that sends a task twice must not wrap it
+	if l.d.shared != nil {
+		atomic.StoreUint32(&l.d.shared.Held, uint32(min(l.held, math.MaxUint32)))
+	}
 	l.stats.iterations.Add(1)
 	l.stats.tasks.Add(n)
 	l.stats.decisions.Add(l.d.sent)

@@ -28,6 +28,8 @@ type userschedUsrShared struct {
 	Idle    [16]uint64
 	Exited  uint32
 	LoopTid uint32
+	Held    uint32
+	Pad     uint32
 }
 
 type userschedUsrStats struct {

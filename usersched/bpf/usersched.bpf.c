@@ -38,12 +38,13 @@
  *    damage to stall_ns, far below the kernel's 30 s watchdog;
  *  - the scheduler's own threads: every thread of the Go process, known by
  *    its thread-group id (which also covers threads the runtime starts
- *    later). The loop thread waits in DSQ_LOOP and runs only while user
- *    space has work pending (tasks sent and not answered yet): after the
- *    tasks already dispatched, or ahead of them once that work has waited a
- *    slice (loop_overdue). With nothing pending it parks there when it yields
- *    instead of spinning, so the scheduler runs in bursts and costs nothing
- *    when idle; a BPF timer (the heartbeat) still runs it now and then, to
+ *    later). The loop thread waits in DSQ_LOOP and runs only while it has
+ *    work (loop_has_work: requests it has not read, tasks its policy holds):
+ *    ahead of the tasks already dispatched, behind critical tasks, its own
+ *    decisions and kernel threads; ahead of everything once that work has
+ *    waited a slice (loop_overdue). With no work it parks there when it
+ *    yields instead of spinning, so the scheduler runs in bursts and costs
+ *    nothing when idle; a BPF timer (the heartbeat) still runs it now and then, to
  *    notice it should stop, and to wake a CPU left idle with tasks on its
  *    local queue (kick_idle_with_local_tasks). The Go runtime's other
  *    threads (garbage collector, sysmon, timers) wait in DSQ_SCHED, served
@@ -242,9 +243,27 @@ static bool is_kthread(const struct task_struct *p)
 	return p->flags & PF_KTHREAD;
 }
 
+/* Requests sent and not answered yet: what a stalled user space holds (user_stalled). */
 static bool user_work_pending(void)
 {
 	return nr_sent != nr_answered;
+}
+
+/*
+ * Work for the Go loop: requests it has not read, or tasks it read and has
+ * not dispatched (its policy holds them, or the ring back was full). Not
+ * user_work_pending(): the decisions already in the ring back are the CPUs'
+ * to drain in ops.dispatch, and a loop kept running for them (SCX_ENQ_LAST
+ * re-inserts it on its own CPU, whose ops.dispatch then never runs) spun
+ * on a CPU with nothing to do. In the cluster lab that was one of the
+ * node's two CPUs, and every wakeup waited behind the tasks already
+ * dispatched for its decision: pods took minutes to start.
+ */
+static bool loop_has_work(void)
+{
+	struct usr_shared *sh = lookup_shared();
+
+	return bpf_ringbuf_query(&queued, BPF_RB_AVAIL_DATA) || (sh && *(volatile u32 *)&sh->held);
 }
 
 /* User space has had work for stall_ns and answered nothing meanwhile. */
@@ -254,14 +273,12 @@ static bool user_stalled(void)
 }
 
 /*
- * Pending work waits for the loop at most one slice: past that, the
- * scheduler's threads go ahead of the tasks already dispatched, instead of
- * after them. Otherwise a deep DSQ_USER would delay every new decision by
- * the time it takes to drain.
+ * The loop's work waits at most one slice: past that, the loop goes ahead
+ * of critical tasks, kernel threads and the Go runtime's other threads too.
  */
 static bool loop_overdue(void)
 {
-	return user_work_pending() && !loop_on_cpu && bpf_ktime_get_ns() - loop_stopped_at > slice_ns;
+	return !loop_on_cpu && bpf_ktime_get_ns() - loop_stopped_at > slice_ns && loop_has_work();
 }
 
 /* CPU time to virtual time, as the in-kernel scheduler ages tasks: by weight, then class. */
@@ -534,16 +551,17 @@ void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
 	if (is_loop_thread(p)) {
 		/*
 		 * The last runnable task on its CPU (it yielded with nothing else
-		 * to run): with work pending it carries on; without, it parks in
-		 * DSQ_LOOP and the CPU idles, where the kernel would have kept it
-		 * spinning (hence SCX_OPS_ENQ_LAST).
+		 * to run): with work it carries on; without, it parks in DSQ_LOOP
+		 * and the CPU idles (draining the decisions just sent on the way),
+		 * where the kernel would have kept it spinning (hence
+		 * SCX_OPS_ENQ_LAST).
 		 */
-		if ((enq_flags & ENQ_LAST) && user_work_pending()) {
+		if ((enq_flags & ENQ_LAST) && loop_has_work()) {
 			keep_running(p, enq_flags);
 			return;
 		}
 		swl_insert(p, DSQ_LOOP, slice_ns, enq_flags);
-		if (user_work_pending())
+		if (loop_has_work())
 			kick_idle(p);
 		return;
 	}
@@ -655,9 +673,20 @@ void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 		STAT_INC(sched_thread);
 		return;
 	}
-	if (swl_move_to_local(DSQ_KTHREAD) || swl_move_to_local(DSQ_FALLBACK) || swl_move_to_local(DSQ_USER))
+	if (swl_move_to_local(DSQ_KTHREAD))
 		return;
-	if ((user_work_pending() && swl_move_to_local(DSQ_LOOP)) || swl_move_to_local(DSQ_SCHED)) {
+	/*
+	 * The loop before the tasks it already dispatched: every task that
+	 * wakes waits for it, and it waited behind them (a slice each, up to
+	 * loop_overdue) — each wakeup cost a slice under load.
+	 */
+	if (loop_has_work() && swl_move_to_local(DSQ_LOOP)) {
+		STAT_INC(sched_thread);
+		return;
+	}
+	if (swl_move_to_local(DSQ_FALLBACK) || swl_move_to_local(DSQ_USER))
+		return;
+	if (swl_move_to_local(DSQ_SCHED)) {
 		STAT_INC(sched_thread);
 		return;
 	}

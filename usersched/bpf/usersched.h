@@ -50,6 +50,8 @@ struct usr_shared {
 	__u64 idle[USR_MAX_CPUS / 64]; /* BPF: bit set while the CPU is idle */
 	__u32 exited;                  /* BPF: set when the kernel disables the scheduler */
 	__u32 loop_tid;                /* user space: the thread running the dispatch loop now */
+	__u32 held;                    /* user space: tasks it has read and not dispatched yet */
+	__u32 _pad;
 };
 
 /* Per-CPU counters; user space sums them. */
