@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package bpf loads the load balancer's tc program (lb.c) and reads and
+// Package bpf loads the load balancer's tc program (lb.bpf.c) and reads and
 // writes its maps. It knows the map layouts and nothing about where services
 // come from. A Datapath is safe for concurrent use: every method is a single
 // map operation or a sequence whose intermediate states the program
@@ -199,18 +199,14 @@ func (f Frontend) String() string {
 	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
 }
 
-func (f Frontend) key() lbSvcKey {
-	return lbSvcKey{Addr: addrBE(f.Addr), Port: portBE(f.Port), Proto: uint8(f.Proto)}
-}
-
 // PutBackend adds or replaces backend id. Replacing the address makes
 // existing sessions to the old address re-balance on their next packet.
 func (d *Datapath) PutBackend(id uint32, ap netip.AddrPort) error {
 	var err error
-	if a := ap.Addr().Unmap(); a.Is4() {
-		err = d.objs.Backends.Put(id, lbBackend{Addr: addrBE(a), Port: portBE(ap.Port())})
+	if ap.Addr().Unmap().Is4() {
+		err = d.v4().putBackend(id, ap)
 	} else {
-		err = d.objs.Backends6.Put(id, lbBackend6{Addr: addr6BE(a), Port: portBE(ap.Port())})
+		err = d.v6().putBackend(id, ap)
 	}
 	if err != nil {
 		return fmt.Errorf("put backend %d (%v): %w", id, ap, err)
@@ -267,17 +263,9 @@ func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 	}
 	var err error
 	if fe.Addr.Is4() {
-		v := lbSvcVal{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
-		if e.SNATAddr.IsValid() {
-			v.SnatAddr = addrBE(e.SNATAddr)
-		}
-		err = d.objs.Services.Put(fe.key(), v)
+		err = d.v4().putService(fe, e)
 	} else {
-		v := lbSvcVal6{Id: e.ID, Count: uint32(len(e.Slots)), Flags: uint32(e.Flags), AffinitySec: e.AffinitySec}
-		if e.SNATAddr.IsValid() {
-			v.SnatAddr = addr6BE(e.SNATAddr)
-		}
-		err = d.objs.Services6.Put(fe.key6(), v)
+		err = d.v6().putService(fe, e)
 	}
 	if err != nil {
 		return fmt.Errorf("service %v: %w", fe, err)
@@ -317,9 +305,9 @@ func (d *Datapath) deleteMember(svc, backend uint32) error {
 func (d *Datapath) DeleteService(fe Frontend, old ServiceEntry) error {
 	var err error
 	if fe.Addr.Is4() {
-		err = d.objs.Services.Delete(fe.key())
+		err = d.v4().deleteService(fe)
 	} else {
-		err = d.objs.Services6.Delete(fe.key6())
+		err = d.v6().deleteService(fe)
 	}
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete service %v: %w", fe, err)
@@ -372,35 +360,8 @@ type ServiceEntry struct {
 func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.AddrPort, error) {
 	fes := map[Frontend]ServiceEntry{}
 	byID := map[uint32]Frontend{}
-	var k lbSvcKey
-	var v lbSvcVal
-	it := d.objs.Services.Iterate()
-	for it.Next(&k, &v) {
-		fe := Frontend{Addr: addrFromBE(k.Addr), Port: portFromBE(k.Port), Proto: Proto(k.Proto)}
-		e := ServiceEntry{ID: v.Id, Flags: ServiceFlags(v.Flags), AffinitySec: v.AffinitySec, Slots: make([]uint32, v.Count)}
-		if v.SnatAddr != 0 {
-			e.SNATAddr = addrFromBE(v.SnatAddr)
-		}
-		fes[fe] = e
-		byID[v.Id] = fe
-	}
-	if err := it.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read services: %w", err)
-	}
-	var k6 lbSvcKey6
-	var v6 lbSvcVal6
-	it6 := d.objs.Services6.Iterate()
-	for it6.Next(&k6, &v6) {
-		fe := Frontend{Addr: addr6FromBE(k6.Addr), Port: portFromBE(k6.Port), Proto: Proto(k6.Proto)}
-		e := ServiceEntry{ID: v6.Id, Flags: ServiceFlags(v6.Flags), AffinitySec: v6.AffinitySec, Slots: make([]uint32, v6.Count)}
-		if v6.SnatAddr != [4]uint32{} {
-			e.SNATAddr = addr6FromBE(v6.SnatAddr)
-		}
-		fes[fe] = e
-		byID[v6.Id] = fe
-	}
-	if err := it6.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read IPv6 services: %w", err)
+	if err := errors.Join(d.v4().readServices(fes, byID), d.v6().readServices(fes, byID)); err != nil {
+		return nil, nil, err
 	}
 	var sk lbSlotKey
 	var bid uint32
@@ -442,22 +403,8 @@ func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.Add
 		}
 	}
 	bes := map[uint32]netip.AddrPort{}
-	var id uint32
-	var b lbBackend
-	bit := d.objs.Backends.Iterate()
-	for bit.Next(&id, &b) {
-		bes[id] = netip.AddrPortFrom(addrFromBE(b.Addr), portFromBE(b.Port))
-	}
-	if err := bit.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read backends: %w", err)
-	}
-	var b6 lbBackend6
-	bit6 := d.objs.Backends6.Iterate()
-	for bit6.Next(&id, &b6) {
-		bes[id] = netip.AddrPortFrom(addr6FromBE(b6.Addr), portFromBE(b6.Port))
-	}
-	if err := bit6.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read IPv6 backends: %w", err)
+	if err := errors.Join(d.v4().readBackends(bes), d.v6().readBackends(bes)); err != nil {
+		return nil, nil, err
 	}
 	return fes, bes, nil
 }

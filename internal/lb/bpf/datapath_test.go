@@ -25,14 +25,15 @@ const (
 	actUnspc = math.MaxUint32 // TC_ACT_UNSPEC (-1): not ours
 )
 
+// Each role's IPv4 and IPv6 address.
 var (
-	vip      = netip.MustParseAddr("10.96.0.10")
-	client   = netip.MustParseAddr("10.244.1.2")
-	backendA = netip.MustParseAddr("10.244.2.2")
-	backendB = netip.MustParseAddr("10.244.3.2")
-	nodeIP   = netip.MustParseAddr("198.18.0.1")
-	extIP    = netip.MustParseAddr("198.18.0.2")
-	hairpin  = netip.MustParseAddr("169.254.42.1")
+	vip, vip6           = netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:96::10")
+	client, client6     = netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("fd00:244:1::2")
+	backendA, backend6A = netip.MustParseAddr("10.244.2.2"), netip.MustParseAddr("fd00:244:2::2")
+	backendB            = netip.MustParseAddr("10.244.3.2")
+	nodeIP, node6       = netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("fd00:18::1")
+	extIP, ext6         = netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("fd00:18::2")
+	hairpin, hairpin6   = netip.MustParseAddr("169.254.42.1"), netip.MustParseAddr("fd00:5c:1::1")
 )
 
 func ap(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }
@@ -215,42 +216,50 @@ func TestSamePortToTwoFrontendsOfOneBackend(t *testing.T) {
 	expect(t, "second reply", parse(t, out), ap(vip.Next(), 80), ap(client, 40000))
 }
 
-func TestICMPErrorReverseTranslated(t *testing.T) {
+// icmpFlow runs f as a subtest for a UDP flow from a client to a ClusterIP
+// and from outside to a NodePort, on addresses of one family: the
+// datapath d has the frontend fe served by backend be:5353.
+func icmpFlow(t *testing.T, c Constants, cl, clusterIP, ext, node, be netip.Addr, f func(t *testing.T, d *Datapath, src netip.AddrPort, fe Frontend)) {
 	for _, snat := range []bool{false, true} {
-		name := map[bool]string{false: "ClusterIP", true: "NodePort"}[snat]
-		t.Run(name, func(t *testing.T) {
-			d := load(t, testConstants())
-			src, fe := ap(client, 40000), Frontend{vip, 53, UDP}
+		t.Run(map[bool]string{false: "ClusterIP", true: "NodePort"}[snat], func(t *testing.T) {
+			d := load(t, c)
+			src, fe := ap(cl, 40000), Frontend{clusterIP, 53, UDP}
 			if snat {
-				src, fe = ap(extIP, 50000), Frontend{nodeIP, 30053, UDP}
+				src, fe = ap(ext, 50000), Frontend{node, 30053, UDP}
 			}
-			service(t, d, fe, snat, ap(backendA, 5353))
-			_, out := run(t, d, pkt{src: src, dst: ap(fe.Addr, fe.Port), proto: UDP, payload: []byte("query")}.bytes())
-			sent := parse(t, out)
-
-			// The backend answers with port unreachable, quoting what it got.
-			ret, out := run(t, d, icmpError(backendA, sent.src, 3, 3, out))
-			if ret != actOK {
-				t.Fatalf("verdict %d", int32(ret))
-			}
-			e := parse(t, out)
-			if e.src != fe.Addr || e.dst != src.Addr() || !e.ipOK || !e.l4OK {
-				t.Fatalf("outer %v -> %v (ip ok %v, icmp ok %v), want %v -> %v", e.src, e.dst, e.ipOK, e.l4OK, fe.Addr, src.Addr())
-			}
-			q := e.l4[8:]
-			qs, qd := netip.AddrFrom4([4]byte(q[12:16])), netip.AddrFrom4([4]byte(q[16:20]))
-			qsp, qdp := binary.BigEndian.Uint16(q[20:]), binary.BigEndian.Uint16(q[22:])
-			if ap(qs, qsp) != src || ap(qd, qdp) != ap(fe.Addr, fe.Port) {
-				t.Fatalf("quoted %v:%d -> %v:%d, want %v -> %v", qs, qsp, qd, qdp, src, ap(fe.Addr, fe.Port))
-			}
-			if csumFold(csumAdd(0, q[:20])) != 0 {
-				t.Fatal("quoted IP header checksum invalid")
-			}
-			if st, _ := d.Stats(); st.ICMPTranslated != 1 {
-				t.Fatalf("icmp_translated = %d", st.ICMPTranslated)
-			}
+			service(t, d, fe, snat, ap(be, 5353))
+			f(t, d, src, fe)
 		})
 	}
+}
+
+func TestICMPErrorReverseTranslated(t *testing.T) {
+	icmpFlow(t, testConstants(), client, vip, extIP, nodeIP, backendA, func(t *testing.T, d *Datapath, src netip.AddrPort, fe Frontend) {
+		_, out := run(t, d, pkt{src: src, dst: ap(fe.Addr, fe.Port), proto: UDP, payload: []byte("query")}.bytes())
+		sent := parse(t, out)
+
+		// The backend answers with port unreachable, quoting what it got.
+		ret, out := run(t, d, icmpError(backendA, sent.src, 3, 3, out))
+		if ret != actOK {
+			t.Fatalf("verdict %d", int32(ret))
+		}
+		e := parse(t, out)
+		if e.src != fe.Addr || e.dst != src.Addr() || !e.ipOK || !e.l4OK {
+			t.Fatalf("outer %v -> %v (ip ok %v, icmp ok %v), want %v -> %v", e.src, e.dst, e.ipOK, e.l4OK, fe.Addr, src.Addr())
+		}
+		q := e.l4[8:]
+		qs, qd := netip.AddrFrom4([4]byte(q[12:16])), netip.AddrFrom4([4]byte(q[16:20]))
+		qsp, qdp := binary.BigEndian.Uint16(q[20:]), binary.BigEndian.Uint16(q[22:])
+		if ap(qs, qsp) != src || ap(qd, qdp) != ap(fe.Addr, fe.Port) {
+			t.Fatalf("quoted %v:%d -> %v:%d, want %v -> %v", qs, qsp, qd, qdp, src, ap(fe.Addr, fe.Port))
+		}
+		if csumFold(csumAdd(0, q[:20])) != 0 {
+			t.Fatal("quoted IP header checksum invalid")
+		}
+		if st, _ := d.Stats(); st.ICMPTranslated != 1 {
+			t.Fatalf("icmp_translated = %d", st.ICMPTranslated)
+		}
+	})
 }
 
 func TestFragmentsFollowFirstFragment(t *testing.T) {

@@ -8,15 +8,6 @@ import (
 	"testing"
 )
 
-var (
-	vip6      = netip.MustParseAddr("fd00:96::10")
-	client6   = netip.MustParseAddr("fd00:244:1::2")
-	backend6A = netip.MustParseAddr("fd00:244:2::2")
-	node6     = netip.MustParseAddr("fd00:18::1")
-	ext6      = netip.MustParseAddr("fd00:18::2")
-	hairpin6  = netip.MustParseAddr("fd00:5c:1::1")
-)
-
 func testConstants6() Constants {
 	c := testConstants()
 	c.IPv6, c.HairpinAddr6 = true, hairpin6
@@ -105,43 +96,28 @@ func icmpError6(from, to netip.Addr, typ, code uint8, inner []byte) []byte {
 // Too Big from a router is handled the same) reaches the original sender
 // with the addresses and ports it knows, and a valid checksum.
 func TestICMPv6ErrorReverseTranslated(t *testing.T) {
-	for _, snat := range []bool{false, true} {
-		name := map[bool]string{false: "ClusterIP", true: "NodePort"}[snat]
-		t.Run(name, func(t *testing.T) {
-			d := load(t, testConstants6())
-			src, fe := ap(client6, 40000), Frontend{vip6, 53, UDP}
-			var flags ServiceFlags
-			if snat {
-				src, fe, flags = ap(ext6, 50000), Frontend{node6, 30053, UDP}, FlagSNAT
-			}
-			if err := d.PutBackend(1, ap(backend6A, 5353)); err != nil {
-				t.Fatal(err)
-			}
-			if err := d.PutService(fe, ServiceEntry{ID: 1, Flags: flags, Slots: []uint32{1}}, ServiceEntry{}); err != nil {
-				t.Fatal(err)
-			}
-			_, query := run(t, d, pkt{src: src, dst: ap(fe.Addr, fe.Port), proto: UDP, payload: []byte("query")}.bytes())
-			sent := parse(t, query)
+	icmpFlow(t, testConstants6(), client6, vip6, ext6, node6, backend6A, func(t *testing.T, d *Datapath, src netip.AddrPort, fe Frontend) {
+		_, query := run(t, d, pkt{src: src, dst: ap(fe.Addr, fe.Port), proto: UDP, payload: []byte("query")}.bytes())
+		sent := parse(t, query)
 
-			for _, typ := range []uint8{1, 2} { // port unreachable, packet too big
-				ret, out := run(t, d, icmpError6(backend6A, sent.src, typ, 4, query))
-				if ret != actOK {
-					t.Fatalf("type %d: verdict %d", typ, int32(ret))
-				}
-				e := parse(t, out)
-				if e.src != fe.Addr || e.dst != src.Addr() || !e.l4OK {
-					t.Fatalf("type %d: outer %v -> %v (icmp ok %v), want %v -> %v", typ, e.src, e.dst, e.l4OK, fe.Addr, src.Addr())
-				}
-				q := e.l4[8:]
-				qs, qd := netip.AddrFrom16([16]byte(q[8:24])), netip.AddrFrom16([16]byte(q[24:40]))
-				qsp, qdp := binary.BigEndian.Uint16(q[40:]), binary.BigEndian.Uint16(q[42:])
-				if ap(qs, qsp) != src || ap(qd, qdp) != ap(fe.Addr, fe.Port) {
-					t.Fatalf("type %d: quoted %v:%d -> %v:%d, want %v -> %v", typ, qs, qsp, qd, qdp, src, ap(fe.Addr, fe.Port))
-				}
+		for _, typ := range []uint8{1, 2} { // port unreachable, packet too big
+			ret, out := run(t, d, icmpError6(backend6A, sent.src, typ, 4, query))
+			if ret != actOK {
+				t.Fatalf("type %d: verdict %d", typ, int32(ret))
 			}
-			if st, _ := d.Stats(); st.ICMPTranslated != 2 {
-				t.Fatalf("icmp_translated = %d, want 2", st.ICMPTranslated)
+			e := parse(t, out)
+			if e.src != fe.Addr || e.dst != src.Addr() || !e.l4OK {
+				t.Fatalf("type %d: outer %v -> %v (icmp ok %v), want %v -> %v", typ, e.src, e.dst, e.l4OK, fe.Addr, src.Addr())
 			}
-		})
-	}
+			q := e.l4[8:]
+			qs, qd := netip.AddrFrom16([16]byte(q[8:24])), netip.AddrFrom16([16]byte(q[24:40]))
+			qsp, qdp := binary.BigEndian.Uint16(q[40:]), binary.BigEndian.Uint16(q[42:])
+			if ap(qs, qsp) != src || ap(qd, qdp) != ap(fe.Addr, fe.Port) {
+				t.Fatalf("type %d: quoted %v:%d -> %v:%d, want %v -> %v", typ, qs, qsp, qd, qdp, src, ap(fe.Addr, fe.Port))
+			}
+		}
+		if st, _ := d.Stats(); st.ICMPTranslated != 2 {
+			t.Fatalf("icmp_translated = %d, want 2", st.ICMPTranslated)
+		}
+	})
 }

@@ -10,6 +10,16 @@
 // Translated packets are redirected straight to the egress device found by a
 // FIB lookup, so they never reach the node's netfilter hooks and create no
 // nf_conntrack entries; our LRU session map is the only connection state.
+//
+// Both families run one data path. Each family has its own types and maps
+// (lb.h: IPv6 keys are 16-byte addresses, the IPv4 ones stay small), named
+// alike but for a suffix: none for IPv4, 6 for IPv6 (struct flow and struct
+// flow6, sessions and sessions6). Every session operation (create, look up,
+// reclaim, sweep) is written once, as a DEFINE_* macro over that suffix F,
+// and expanded once per family below it; the addr_* helpers take either
+// kind of address. Only what the headers make different is written per
+// family: the IP header rewrite (IPv4's checksum and TTL, IPv6's hop limit),
+// IPv4 fragments and the ICMP errors; those share the helpers for the rest.
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,9 +46,12 @@
 #define AF_INET 2
 #define AF_INET6 10
 // <linux/icmp.h> drags in libc headers, so the few ICMP bits live here.
+// ICMPv6 shares the first 8 bytes' layout.
 #define ICMP_DEST_UNREACH 3
 #define ICMP_TIME_EXCEEDED 11
 #define ICMP_PARAMETERPROB 12
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PARAMPROB 4 // 2 packet too big and 3 time exceeded lie between
 struct icmphdr {
 	__u8 type;
 	__u8 code;
@@ -52,8 +65,11 @@ struct icmphdr {
 #define TCP_FLAG_RST 0x04
 #define TCP_FLAG_ACK 0x10
 
-// No VLAN tags: the program runs on veths and plain Ethernet uplinks.
+// No VLAN tags: the program runs on veths and plain Ethernet uplinks. IPv6
+// packets with extension headers go to the stack, so their L4 header is at
+// a fixed offset.
 #define IP_OFF ETH_HLEN
+#define L4_OFF6 (IP_OFF + sizeof(struct ipv6hdr))
 
 // Source ports handed out for SNAT, host order, inclusive. The loader
 // refuses ranges that overlap the NodePort range; the check below is a
@@ -63,9 +79,10 @@ const volatile __u16 snat_port_max = 60999;
 const volatile __u16 nodeport_min = 30000;
 const volatile __u16 nodeport_max = 32767;
 // Source address for hairpin connections (a backend reaching its own
-// service): the backend would otherwise answer itself directly.
+// service): the backend would otherwise answer itself directly. All zero:
+// hairpin connections of that family are dropped (IPv6 hairpin off).
 const volatile __be32 hairpin_addr = 0;
-const volatile __be32 hairpin_addr6[4] = {}; // the same for IPv6; all zero: IPv6 hairpin off
+const volatile __be32 hairpin_addr6[4] = {};
 // Redirect translated packets via a FIB lookup (production). Unit tests turn
 // it off to read the rewritten packet back from BPF_PROG_TEST_RUN.
 const volatile bool fib_redirect = true;
@@ -74,44 +91,55 @@ const volatile bool fib_redirect = true;
 // between CPUs) on every packet. The sweeper adds it to every idle timeout.
 const volatile __u64 last_seen_grain_ns = 1000000000ULL;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SERVICES);
-	__type(key, struct svc_key);
-	__type(value, struct svc_val);
-} services SEC(".maps");
+// The maps each family has to itself.
+//
+// sessions: forward and reply entries share one LRU map so both compete
+// for the same capacity; the loader sizes it so eviction only happens under
+// overload. affinity: one entry per (frontend with affinity, client); stale
+// ones are ignored by their timestamp and pushed out by LRU; the loader
+// sizes it like sessions. sweep_batch: the keys user space hands the sweep.
+#define FAMILY_MAPS(F)                                          \
+	struct {                                                \
+		__uint(type, BPF_MAP_TYPE_HASH);                \
+		__uint(max_entries, MAX_SERVICES);              \
+		__type(key, struct svc_key##F);                 \
+		__type(value, struct svc_val##F);               \
+	} services##F SEC(".maps");                             \
+	struct {                                                \
+		__uint(type, BPF_MAP_TYPE_HASH);                \
+		__uint(max_entries, MAX_BACKENDS);              \
+		__type(key, __u32);                             \
+		__type(value, struct backend##F);               \
+	} backends##F SEC(".maps");                             \
+	struct {                                                \
+		__uint(type, BPF_MAP_TYPE_LRU_HASH);            \
+		__uint(max_entries, MAX_SESSIONS);              \
+		__type(key, struct flow##F);                    \
+		__type(value, struct session##F);               \
+	} sessions##F SEC(".maps");                             \
+	struct {                                                \
+		__uint(type, BPF_MAP_TYPE_LRU_HASH);            \
+		__uint(max_entries, MAX_SESSIONS / 2);          \
+		__type(key, struct affinity_key##F);            \
+		__type(value, struct affinity_val);             \
+	} affinity##F SEC(".maps");                             \
+	struct {                                                \
+		__uint(type, BPF_MAP_TYPE_ARRAY);               \
+		__uint(max_entries, SWEEP_BATCH);               \
+		__type(key, __u32);                             \
+		__type(value, struct flow##F);                  \
+	} sweep_batch##F SEC(".maps");
 
+FAMILY_MAPS()
+FAMILY_MAPS(6)
+
+// Backend ids, slots and affinity members are shared by the families.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_SLOTS);
 	__type(key, struct slot_key);
 	__type(value, __u32); // backend id
 } backend_slots SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_BACKENDS);
-	__type(key, __u32);
-	__type(value, struct backend);
-} backends SEC(".maps");
-
-// Forward and reply entries share one LRU map so both compete for the same
-// capacity; the loader sizes it so eviction only happens under overload.
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SESSIONS);
-	__type(key, struct flow);
-	__type(value, struct session);
-} sessions SEC(".maps");
-
-// One entry per (frontend with affinity, client); stale ones are ignored by
-// their timestamp and pushed out by LRU. The loader sizes it like sessions.
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SESSIONS / 2);
-	__type(key, struct affinity_key);
-	__type(value, struct affinity_val);
-} affinity SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -127,34 +155,6 @@ struct {
 	__type(key, struct frag_key);
 	__type(value, struct frag_val);
 } frags SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SERVICES);
-	__type(key, struct svc_key6);
-	__type(value, struct svc_val6);
-} services6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_BACKENDS);
-	__type(key, __u32);
-	__type(value, struct backend6);
-} backends6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SESSIONS);
-	__type(key, struct flow6);
-	__type(value, struct session6);
-} sessions6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SESSIONS / 2);
-	__type(key, struct affinity_key6);
-	__type(value, struct affinity_val);
-} affinity6 SEC(".maps");
 
 // Interfaces (by ifindex) that are one end of a veth pair whose other end is
 // in a pod's namespace. Packets for them skip the host-side transmit and
@@ -201,255 +201,67 @@ static __always_inline void count_tries(__u32 idx)
 		(*n)++;
 }
 
-// The reply tuple a forward session's packets will come back with.
-static __always_inline void reply_key(struct flow *rk, const struct session *fwd, __u8 proto)
+// A translated packet, by direction; frag: a later IPv4 fragment.
+static __always_inline void count_packet(__u32 session_flags, bool frag)
 {
-	rk->saddr = fwd->daddr;
-	rk->daddr = fwd->saddr;
-	rk->sport = fwd->dport;
-	rk->dport = fwd->sport;
-	rk->proto = proto;
-	rk->pad[0] = rk->pad[1] = rk->pad[2] = 0;
-}
-
-static __always_inline void delete_pair(const struct flow *f, const struct session *fwd)
-{
-	struct flow rk;
-
-	reply_key(&rk, fwd, f->proto);
-	bpf_map_delete_elem(&sessions, &rk);
-	bpf_map_delete_elem(&sessions, f);
-}
-
-// A closed connection quiet for this long gives its SNAT port back to the
-// next allocation that lands on it, as a new SYN may take over a TIME_WAIT
-// 4-tuple. last_seen lags by up to last_seen_grain_ns, so that is at least
-// a second of silence after the FIN or RST. Left to the sweep (closingIdle,
-// 10 s, plus up to a sweep interval), closed connections held their ports
-// for 11-16 s: at 13,000 NodePort connections/s more than the 28,000 ports
-// per backend, and allocations began to fail (drop_no_port, a 1 s SYN retry).
-#define CLOSED_REUSE_NS (2 * 1000000000ULL)
-
-// reclaim_closed frees the reply tuple rk if its connection has closed
-// (FIN or RST seen either way) and gone quiet, or if it is an orphan (no
-// forward entry pointing back at it) as old; the caller then inserts there.
-static __always_inline bool reclaim_closed(const struct flow *rk, __u64 now)
-{
-	struct session *rev = bpf_map_lookup_elem(&sessions, rk);
-	struct flow fk, back;
-
-	if (!rev || !(rev->flags & SESS_F_REPLY))
-		return false;
-	reply_key(&fk, rev, rk->proto);
-	struct session *fwd = bpf_map_lookup_elem(&sessions, &fk);
-	__u64 last = rev->last_seen;
-	bool closing = rev->flags & SESS_F_CLOSING;
-	bool paired = false;
-
-	if (fwd && !(fwd->flags & SESS_F_REPLY)) {
-		reply_key(&back, fwd, rk->proto);
-		paired = !__builtin_memcmp(&back, rk, sizeof(back));
-	}
-	if (paired) {
-		closing |= fwd->flags & SESS_F_CLOSING;
-		if (fwd->last_seen > last)
-			last = fwd->last_seen;
-	}
-	if ((paired && !closing) || last > now || now - last < CLOSED_REUSE_NS)
-		return false;
-	if (paired)
-		bpf_map_delete_elem(&sessions, &fk);
-	bpf_map_delete_elem(&sessions, rk);
-	return true;
-}
-
-static __always_inline bool backend_alive(const struct session *s)
-{
-	__u32 id = s->backend_id;
-	struct backend *b = bpf_map_lookup_elem(&backends, &id);
-
-	return b && b->addr == s->daddr && b->port == s->dport;
-}
-
-static __always_inline __u16 random_port(void)
-{
-	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
-
-	return snat_port_min + bpf_get_prandom_u32() % span;
-}
-
-static __always_inline bool port_allowed(__u16 port)
-{
-	return port >= snat_port_min && port <= snat_port_max &&
-	       (port < nodeport_min || port > nodeport_max);
-}
-
-static __always_inline __u32 rol32(__u32 w, unsigned int s)
-{
-	return (w << s) | (w >> (32 - s));
-}
-
-// Hash of a flow's 5-tuple for Maglev services: Bob Jenkins' lookup3 final
-// mix over three words (what the kernel's jhash_3words does), with the
-// protocol in the initial value. It has no per-node seed on purpose: every
-// LB node must map a flow to the same slot. internal/lb/bpf tests mirror it
-// in Go; keep the two in step.
-static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __be16 dport, __u8 proto)
-{
-	__u32 a = saddr + 0xdeadbeef;
-	__u32 b = daddr + 0xdeadbeef;
-	__u32 c = ((__u32)sport | (__u32)dport << 16) + proto;
-
-	c ^= b; c -= rol32(b, 14);
-	a ^= c; a -= rol32(c, 11);
-	b ^= a; b -= rol32(a, 25);
-	c ^= b; c -= rol32(b, 16);
-	a ^= c; a -= rol32(c, 4);
-	b ^= a; b -= rol32(a, 14);
-	c ^= b; c -= rol32(b, 24);
-	return c;
-}
-
-static __always_inline __u32 flow_hash(const struct flow *f)
-{
-	return hash_mix(f->saddr, f->daddr, f->sport, f->dport, f->proto);
-}
-
-// Choose a backend and insert the session pair. Returns the forward entry
-// to apply, or NULL after counting the drop reason.
-static __always_inline int create_session(const struct flow *f, const struct svc_val *svc,
-					  struct session *out)
-{
-	struct slot_key sk = { .svc_id = svc->id };
-	struct affinity_key ak = { .svc_id = svc->id, .client = f->saddr };
 	struct lb_stats *st = lookup_stats();
-	__u64 now = bpf_ktime_get_ns();
-	struct backend *b = NULL;
-	__u32 backend_id = 0;
-	__u32 count = svc->count;
 
-	if (svc->affinity_sec) {
-		// The client's previous backend, if recent and still taking new
-		// connections for this frontend (not removed, not terminating).
-		struct affinity_val *a = bpf_map_lookup_elem(&affinity, &ak);
-		if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {
-			struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id };
-			backend_id = a->backend_id;
-			if (bpf_map_lookup_elem(&svc_members, &mk))
-				b = bpf_map_lookup_elem(&backends, &backend_id);
-			if (b && st)
-				st->affinity_hits++;
-		}
-	}
-	if (!b && count) {
-		__u32 *bid;
-		// Random spreads best for one node; Maglev gives a flow the same
-		// backend on every LB node and after a restart, and moves few
-		// flows when the backend set changes.
-		__u32 h = (svc->flags & SVC_F_MAGLEV) ? flow_hash(f) : bpf_get_prandom_u32();
-		sk.slot = h % count;
-		bid = bpf_map_lookup_elem(&backend_slots, &sk);
-		if (!bid) { // the set shrank under us; slot 0 is always written first
-			sk.slot = 0;
-			bid = bpf_map_lookup_elem(&backend_slots, &sk);
-		}
-		if (bid) {
-			backend_id = *bid;
-			b = bpf_map_lookup_elem(&backends, &backend_id);
-		}
-	}
-	if (!b) {
-		if (st)
-			st->drop_no_backend++;
-		return -1;
-	}
-	if (svc->affinity_sec) {
-		// Refreshed by every new connection, as kube-proxy's "recent" list is.
-		struct affinity_val av = { .backend_id = backend_id, .last_used = now };
-		bpf_map_update_elem(&affinity, &ak, &av, BPF_ANY);
-	}
+	if (!st)
+		return;
+	if (session_flags & SESS_F_REPLY)
+		st->reply_packets++;
+	else
+		st->fwd_packets++;
+	if (frag)
+		st->frag_translated++;
+}
 
-	struct session fwd = {
-		.saddr = f->saddr, .daddr = b->addr, .sport = f->sport, .dport = b->port,
-		.backend_id = backend_id, .last_seen = now,
-	};
-	struct session rev = {
-		.saddr = f->daddr, .daddr = f->saddr, .sport = f->dport, .dport = f->sport,
-		.backend_id = backend_id, .last_seen = now, .flags = SESS_F_REPLY,
-	};
-	bool snat = false, tried_own = false;
+// Addresses: a __be32 (IPv4) or __be32[4] (IPv6) lvalue; these take either
+// and work on its words. Reads of the load-time constants must stay
+// volatile, or the compiler folds in their initial zero.
+#define addr_words(a) (sizeof(a) / sizeof(__be32))
+#define addr_set(dst, src) __builtin_memcpy(&(dst), &(src), sizeof(dst))
+#define addr_eq(a, b) words_eq((const __be32 *)&(a), (const __be32 *)&(b), addr_words(a))
+#define addr_set_const(dst, src) words_set((__be32 *)&(dst), (const volatile __be32 *)&(src), addr_words(dst))
+#define addr_zero(a) (!words_or((const volatile __be32 *)&(a), addr_words(a)))
+#define addr_fold(a) words_xor((const __be32 *)&(a), addr_words(a))
 
-	if (svc->flags & SVC_F_SNAT) {
-		// A node address, so replies come back through this node: the one
-		// the client reached (NodePort), or the configured one (external
-		// and load-balancer IPs).
-		fwd.saddr = svc->snat_addr ? svc->snat_addr : f->daddr;
-		snat = true;
-	} else if (b->addr == f->saddr) {
-		fwd.saddr = hairpin_addr;
-		snat = true;
-	}
+static __always_inline void words_set(__be32 *dst, const volatile __be32 *src, int n)
+{
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		dst[i] = src[i];
+}
 
-	struct flow rk;
-	reply_key(&rk, &fwd, f->proto);
+// Word by word: __builtin_memcmp compares bytes.
+static __always_inline bool words_eq(const __be32 *a, const __be32 *b, int n)
+{
+	__be32 x = 0;
 
-	if (!snat) {
-		// Keep the client's tuple unless another frontend already maps the
-		// same client port onto this backend; then translate the port.
-		if (bpf_map_update_elem(&sessions, &rk, &rev, BPF_NOEXIST) == 0)
-			goto insert_fwd;
-		fwd.saddr = f->saddr;
-		tried_own = true;
-	}
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		x |= a[i] ^ b[i];
+	return !x;
+}
 
-	fwd.flags |= SESS_F_SNAT;
-	rev.flags |= SESS_F_SNAT;
-	__u32 i;
-	bool ok = false;
-	for (i = 0; i < SNAT_TRIES; i++) {
-		__u16 port = bpf_ntohs(f->sport);
+static __always_inline __be32 words_or(const volatile __be32 *a, int n)
+{
+	__be32 x = 0;
 
-		// First choice is the client's own port, as netfilter does: it is
-		// usually free and keeps the tuple recognisable in captures.
-		if (i > 0 || tried_own || !port_allowed(port))
-			port = random_port();
-		if (!port_allowed(port))
-			continue;
-		rk.dport = bpf_htons(port);
-		if (bpf_map_update_elem(&sessions, &rk, &rev, BPF_NOEXIST) == 0 ||
-		    (reclaim_closed(&rk, now) && bpf_map_update_elem(&sessions, &rk, &rev, BPF_NOEXIST) == 0)) {
-			ok = true;
-			break;
-		}
-	}
-	count_tries(ok ? i : SNAT_TRIES);
-	if (!ok) {
-		if (st)
-			st->drop_no_port++;
-		return -1;
-	}
-	fwd.sport = rk.dport;
-	if (st)
-		st->snat_allocations++;
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		x |= a[i];
+	return x;
+}
 
-insert_fwd:
-	// NOEXIST: if another CPU created this flow's session first, keep its
-	// choice and withdraw ours, so a flow never has two reply entries.
-	if (bpf_map_update_elem(&sessions, f, &fwd, BPF_NOEXIST) != 0) {
-		bpf_map_delete_elem(&sessions, &rk);
-		struct session *won = bpf_map_lookup_elem(&sessions, f);
-		if (!won) {
-			if (st)
-				st->drop_session_map++;
-			return -1;
-		}
-		*out = *won;
-		return 0;
-	}
-	if (st)
-		st->sessions_created++;
-	*out = fwd;
-	return 0;
+static __always_inline __u32 words_xor(const __be32 *a, int n)
+{
+	__u32 x = 0;
+
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		x ^= a[i];
+	return x;
 }
 
 // Ones' complement arithmetic for incremental checksum updates (RFC 1624):
@@ -468,6 +280,436 @@ static __always_inline __u16 csum_fold(__u32 sum)
 	return ~sum;
 }
 
+static __always_inline __u32 words_csum_diff(const __be32 *from, const __be32 *to, int n)
+{
+	__u32 d = 0;
+
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		d = csum_add(d, csum_add(~from[i], to[i]));
+	return d;
+}
+
+// The diff for rewriting address from into to (either family).
+#define addr_csum_diff(from, to) \
+	words_csum_diff((const __be32 *)&(from), (const __be32 *)&(to), addr_words(from))
+
+// The diff for rewriting a tuple's addresses from old's to to's, and
+// whether they differ (flows and sessions of either family).
+#define addrs_csum_diff(old, to) \
+	csum_add(addr_csum_diff((old)->saddr, (to)->saddr), addr_csum_diff((old)->daddr, (to)->daddr))
+#define addrs_differ(old, to) (!addr_eq((old)->saddr, (to)->saddr) || !addr_eq((old)->daddr, (to)->daddr))
+
+// The diff for rewriting two 16-bit ports.
+static __always_inline __u32 ports_csum_diff(__be16 sport, __be16 dport, __be16 to_sport, __be16 to_dport)
+{
+	return csum_add(csum_add(~(__u32)sport & 0xffff, to_sport), csum_add(~(__u32)dport & 0xffff, to_dport));
+}
+
+// A closed connection quiet for this long gives its SNAT port back to the
+// next allocation that lands on it, as a new SYN may take over a TIME_WAIT
+// 4-tuple. last_seen lags by up to last_seen_grain_ns, so that is at least
+// a second of silence after the FIN or RST. Left to the sweep (closingIdle,
+// 10 s, plus up to a sweep interval), closed connections held their ports
+// for 11-16 s: at 13,000 NodePort connections/s more than the 28,000 ports
+// per backend, and allocations began to fail (drop_no_port, a 1 s SYN retry).
+#define CLOSED_REUSE_NS (2 * 1000000000ULL)
+
+static __always_inline bool port_allowed(__u16 port)
+{
+	return port >= snat_port_min && port <= snat_port_max &&
+	       (port < nodeport_min || port > nodeport_max);
+}
+
+static __always_inline __u16 random_port(void)
+{
+	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
+
+	return snat_port_min + bpf_get_prandom_u32() % span;
+}
+
+static __always_inline __u32 rol32(__u32 w, unsigned int s)
+{
+	return (w << s) | (w >> (32 - s));
+}
+
+// Hash of a flow's 5-tuple for Maglev services: Bob Jenkins' lookup3 final
+// mix over three words (what the kernel's jhash_3words does), with the
+// protocol in the initial value. An IPv6 address is folded to one word by
+// XOR first. It has no per-node seed on purpose: every LB node must map a
+// flow to the same slot. internal/lb/bpf tests mirror it in Go; keep the
+// two in step.
+static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __be16 dport, __u8 proto)
+{
+	__u32 a = saddr + 0xdeadbeef;
+	__u32 b = daddr + 0xdeadbeef;
+	__u32 c = ((__u32)sport | (__u32)dport << 16) + proto;
+
+	c ^= b; c -= rol32(b, 14);
+	a ^= c; a -= rol32(c, 11);
+	b ^= a; b -= rol32(a, 25);
+	c ^= b; c -= rol32(b, 16);
+	a ^= c; a -= rol32(c, 4);
+	b ^= a; b -= rol32(a, 14);
+	c ^= b; c -= rol32(b, 24);
+	return c;
+}
+
+#define flow_hash(f) hash_mix(addr_fold((f)->saddr), addr_fold((f)->daddr), (f)->sport, (f)->dport, (f)->proto)
+
+// Inside the DEFINE_* macros comments are /* */: a // comment would swallow
+// the rest of the macro.
+
+// reply_key: the reply tuple a forward session's packets will come back
+// with. delete_pair: a forward entry and its reply entry.
+#define DEFINE_PAIR_KEYS(F)                                                                      \
+	static __always_inline void reply_key##F(struct flow##F *rk, const struct session##F *fwd, \
+						 __u8 proto)                                       \
+	{                                                                                        \
+		addr_set(rk->saddr, fwd->daddr);                                                 \
+		addr_set(rk->daddr, fwd->saddr);                                                 \
+		rk->sport = fwd->dport;                                                          \
+		rk->dport = fwd->sport;                                                          \
+		rk->proto = proto;                                                               \
+		rk->pad[0] = rk->pad[1] = rk->pad[2] = 0;                                        \
+	}                                                                                        \
+                                                                                                 \
+	static __always_inline void delete_pair##F(const struct flow##F *f,                       \
+						   const struct session##F *fwd)                  \
+	{                                                                                        \
+		struct flow##F rk;                                                               \
+                                                                                                 \
+		reply_key##F(&rk, fwd, f->proto);                                                \
+		bpf_map_delete_elem(&sessions##F, &rk);                                          \
+		bpf_map_delete_elem(&sessions##F, f);                                            \
+	}
+
+// reclaim_closed frees the reply tuple rk if its connection has closed
+// (FIN or RST seen either way) and gone quiet, or if it is an orphan (no
+// forward entry pointing back at it) as old; the caller then inserts there.
+#define DEFINE_RECLAIM_CLOSED(F)                                                              \
+	static __always_inline bool reclaim_closed##F(const struct flow##F *rk, __u64 now)      \
+	{                                                                                     \
+		struct session##F *rev = bpf_map_lookup_elem(&sessions##F, rk);               \
+		struct flow##F fk, back;                                                      \
+                                                                                              \
+		if (!rev || !(rev->flags & SESS_F_REPLY))                                     \
+			return false;                                                         \
+		reply_key##F(&fk, rev, rk->proto);                                            \
+		struct session##F *fwd = bpf_map_lookup_elem(&sessions##F, &fk);              \
+		__u64 last = rev->last_seen;                                                  \
+		bool closing = rev->flags & SESS_F_CLOSING;                                   \
+		bool paired = false;                                                          \
+                                                                                              \
+		if (fwd && !(fwd->flags & SESS_F_REPLY)) {                                    \
+			reply_key##F(&back, fwd, rk->proto);                                  \
+			paired = !__builtin_memcmp(&back, rk, sizeof(back));                  \
+		}                                                                             \
+		if (paired) {                                                                 \
+			closing |= fwd->flags & SESS_F_CLOSING;                               \
+			if (fwd->last_seen > last)                                            \
+				last = fwd->last_seen;                                        \
+		}                                                                             \
+		if ((paired && !closing) || last > now || now - last < CLOSED_REUSE_NS)       \
+			return false;                                                         \
+		if (paired)                                                                   \
+			bpf_map_delete_elem(&sessions##F, &fk);                               \
+		bpf_map_delete_elem(&sessions##F, rk);                                        \
+		return true;                                                                  \
+	}
+
+// Choose a backend and insert the session pair: 0 with *out the forward
+// entry to apply, or -1 after counting the drop reason. attr: IPv6 calls it
+// out of line (__noinline), which keeps its bigger keys within the stack.
+#define DEFINE_CREATE_SESSION(F, attr)                                                              \
+	static attr int create_session##F(const struct flow##F *f, const struct svc_val##F *svc,      \
+					  struct session##F *out)                                     \
+	{                                                                                           \
+		struct slot_key sk = { .svc_id = svc->id };                                         \
+		struct affinity_key##F ak = { .svc_id = svc->id };                                  \
+		struct lb_stats *st = lookup_stats();                                               \
+		__u64 now = bpf_ktime_get_ns();                                                     \
+		struct backend##F *b = NULL;                                                        \
+		__u32 backend_id = 0;                                                               \
+		__u32 count = svc->count;                                                           \
+                                                                                                    \
+		addr_set(ak.client, f->saddr);                                                      \
+		if (svc->affinity_sec) {                                                            \
+			/* The client's previous backend, if recent and still taking new            \
+			   connections for this frontend (not removed, not terminating). */         \
+			struct affinity_val *a = bpf_map_lookup_elem(&affinity##F, &ak);            \
+			if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {   \
+				struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id }; \
+				backend_id = a->backend_id;                                         \
+				if (bpf_map_lookup_elem(&svc_members, &mk))                         \
+					b = bpf_map_lookup_elem(&backends##F, &backend_id);         \
+				if (b && st)                                                        \
+					st->affinity_hits++;                                        \
+			}                                                                           \
+		}                                                                                   \
+		if (!b && count) {                                                                  \
+			/* Random spreads best for one node; Maglev gives a flow the same           \
+			   backend on every LB node and after a restart, and moves few              \
+			   flows when the backend set changes. */                                   \
+			__u32 h = (svc->flags & SVC_F_MAGLEV) ? flow_hash(f) : bpf_get_prandom_u32(); \
+			sk.slot = h % count;                                                        \
+			__u32 *bid = bpf_map_lookup_elem(&backend_slots, &sk);                      \
+			if (!bid) { /* the set shrank under us; slot 0 is always written first */   \
+				sk.slot = 0;                                                        \
+				bid = bpf_map_lookup_elem(&backend_slots, &sk);                     \
+			}                                                                           \
+			if (bid) {                                                                  \
+				backend_id = *bid;                                                  \
+				b = bpf_map_lookup_elem(&backends##F, &backend_id);                 \
+			}                                                                           \
+		}                                                                                   \
+		if (!b) {                                                                           \
+			if (st)                                                                     \
+				st->drop_no_backend++;                                              \
+			return -1;                                                                  \
+		}                                                                                   \
+		if (svc->affinity_sec) {                                                            \
+			/* Refreshed by every new connection, as kube-proxy's "recent" list is. */  \
+			struct affinity_val av = { .backend_id = backend_id, .last_used = now };    \
+			bpf_map_update_elem(&affinity##F, &ak, &av, BPF_ANY);                       \
+		}                                                                                   \
+                                                                                                    \
+		struct session##F fwd = {                                                           \
+			.sport = f->sport, .dport = b->port, .backend_id = backend_id, .last_seen = now, \
+		};                                                                                  \
+		struct session##F rev = {                                                           \
+			.sport = f->dport, .dport = f->sport, .backend_id = backend_id,             \
+			.last_seen = now, .flags = SESS_F_REPLY,                                    \
+		};                                                                                  \
+		addr_set(fwd.saddr, f->saddr);                                                      \
+		addr_set(fwd.daddr, b->addr);                                                       \
+		addr_set(rev.saddr, f->daddr);                                                      \
+		addr_set(rev.daddr, f->saddr);                                                      \
+		bool snat = false, tried_own = false;                                               \
+                                                                                                    \
+		if (svc->flags & SVC_F_SNAT) {                                                      \
+			/* A node address, so replies come back through this node: the one          \
+			   the client reached (NodePort), or the configured one (external           \
+			   and load-balancer IPs). */                                               \
+			if (addr_zero(svc->snat_addr))                                              \
+				addr_set(fwd.saddr, f->daddr);                                      \
+			else                                                                        \
+				addr_set(fwd.saddr, svc->snat_addr);                                \
+			snat = true;                                                                \
+		} else if (addr_eq(b->addr, f->saddr)) {                                            \
+			if (addr_zero(hairpin_addr##F)) {                                           \
+				if (st)                                                             \
+					st->drop_no_backend++;                                      \
+				return -1;                                                          \
+			}                                                                           \
+			addr_set_const(fwd.saddr, hairpin_addr##F);                                 \
+			snat = true;                                                                \
+		}                                                                                   \
+                                                                                                    \
+		struct flow##F rk;                                                                  \
+		reply_key##F(&rk, &fwd, f->proto);                                                  \
+                                                                                                    \
+		if (!snat) {                                                                        \
+			/* Keep the client's tuple unless another frontend already maps the         \
+			   same client port onto this backend; then translate the port. */          \
+			if (bpf_map_update_elem(&sessions##F, &rk, &rev, BPF_NOEXIST) == 0)         \
+				goto insert_fwd;                                                    \
+			addr_set(fwd.saddr, f->saddr);                                              \
+			tried_own = true;                                                           \
+		}                                                                                   \
+                                                                                                    \
+		fwd.flags |= SESS_F_SNAT;                                                           \
+		rev.flags |= SESS_F_SNAT;                                                           \
+		__u32 i;                                                                            \
+		bool ok = false;                                                                    \
+		for (i = 0; i < SNAT_TRIES; i++) {                                                  \
+			__u16 port = bpf_ntohs(f->sport);                                           \
+                                                                                                    \
+			/* First choice is the client's own port, as netfilter does: it is          \
+			   usually free and keeps the tuple recognisable in captures. */            \
+			if (i > 0 || tried_own || !port_allowed(port))                              \
+				port = random_port();                                               \
+			if (!port_allowed(port))                                                    \
+				continue;                                                           \
+			rk.dport = bpf_htons(port);                                                 \
+			if (bpf_map_update_elem(&sessions##F, &rk, &rev, BPF_NOEXIST) == 0 ||       \
+			    (reclaim_closed##F(&rk, now) &&                                         \
+			     bpf_map_update_elem(&sessions##F, &rk, &rev, BPF_NOEXIST) == 0)) {     \
+				ok = true;                                                          \
+				break;                                                              \
+			}                                                                           \
+		}                                                                                   \
+		count_tries(ok ? i : SNAT_TRIES);                                                   \
+		if (!ok) {                                                                          \
+			if (st)                                                                     \
+				st->drop_no_port++;                                                 \
+			return -1;                                                                  \
+		}                                                                                   \
+		fwd.sport = rk.dport;                                                               \
+		if (st)                                                                             \
+			st->snat_allocations++;                                                     \
+                                                                                                    \
+	insert_fwd:                                                                                 \
+		/* NOEXIST: if another CPU created this flow's session first, keep its              \
+		   choice and withdraw ours, so a flow never has two reply entries. */              \
+		if (bpf_map_update_elem(&sessions##F, f, &fwd, BPF_NOEXIST) != 0) {                 \
+			bpf_map_delete_elem(&sessions##F, &rk);                                     \
+			struct session##F *won = bpf_map_lookup_elem(&sessions##F, f);              \
+			if (!won) {                                                                 \
+				if (st)                                                             \
+					st->drop_session_map++;                                     \
+				return -1;                                                          \
+			}                                                                           \
+			*out = *won;                                                                \
+			return 0;                                                                   \
+		}                                                                                   \
+		if (st)                                                                             \
+			st->sessions_created++;                                                     \
+		*out = fwd;                                                                         \
+		return 0;                                                                           \
+	}
+
+// session_for: the session of flow f, refreshed, or a new one. It returns
+// TC_ACT_OK with *s the tuple to write, or the packet's verdict:
+// TC_ACT_UNSPEC (not service traffic) or TC_ACT_SHOT. has_l4: the packet
+// carries its ports (a later IPv4 fragment may use a session, not open one).
+#define DEFINE_SESSION_FOR(F)                                                                   \
+	static __always_inline bool backend_alive##F(const struct session##F *s)                \
+	{                                                                                       \
+		__u32 id = s->backend_id;                                                       \
+		struct backend##F *b = bpf_map_lookup_elem(&backends##F, &id);                  \
+                                                                                                \
+		return b && addr_eq(b->addr, s->daddr) && b->port == s->dport;                  \
+	}                                                                                       \
+                                                                                                \
+	static __always_inline int session_for##F(const struct flow##F *f, __u8 tcp_flags,      \
+						  bool has_l4, struct session##F *s)             \
+	{                                                                                       \
+		struct session##F *cur = bpf_map_lookup_elem(&sessions##F, f);                  \
+                                                                                                \
+		if (cur && !(cur->flags & SESS_F_REPLY)) {                                      \
+			/* A removed backend's TCP connections drain where they are, as         \
+			   kube-proxy leaves their conntrack entries alone: moving one would    \
+			   only earn it a RST. UDP flows and new connections re-balance. */     \
+			bool syn = (tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN; \
+			bool reopen = syn && (cur->flags & SESS_F_CLOSING);                     \
+			bool gone = (f->proto == IPPROTO_UDP || syn) && !backend_alive##F(cur); \
+			if (gone || reopen) {                                                   \
+				if (gone)                                                       \
+					STAT_INC(stale_backend);                                \
+				*s = *cur;                                                      \
+				delete_pair##F(f, s);                                           \
+				cur = NULL;                                                     \
+			}                                                                       \
+		}                                                                               \
+		if (cur) {                                                                      \
+			/* Write the shared entry only when something changes (see              \
+			   last_seen_grain_ns); a lost race only delays expiry. */              \
+			__u64 now = bpf_ktime_get_ns();                                         \
+			if (now - cur->last_seen > last_seen_grain_ns)                          \
+				cur->last_seen = now;                                           \
+			if ((tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) &&                      \
+			    !(cur->flags & SESS_F_CLOSING))                                     \
+				cur->flags |= SESS_F_CLOSING;                                   \
+			*s = *cur;                                                              \
+			return TC_ACT_OK;                                                       \
+		}                                                                               \
+		struct svc_key##F k = { .port = f->dport, .proto = f->proto };                  \
+		addr_set(k.addr, f->daddr);                                                     \
+		struct svc_val##F *svc = bpf_map_lookup_elem(&services##F, &k);                 \
+		if (!svc)                                                                       \
+			return TC_ACT_UNSPEC;                                                   \
+		if (!has_l4) {                                                                  \
+			STAT_INC(drop_frag);                                                    \
+			return TC_ACT_SHOT;                                                     \
+		}                                                                               \
+		return create_session##F(f, svc, s) ? TC_ACT_SHOT : TC_ACT_OK;                  \
+	}
+
+// The sweep. User space reads the session maps in batches and passes the
+// keys of entries whose own last_seen is old enough to be idle; this program
+// decides and deletes, a batch per run. Deciding here, on each entry and
+// its partner as they are at the moment of the delete, matters: between the
+// read and the delete a packet may have woken the connection, or a SYN
+// reopened the same tuple (the reopen and reclaim_closed paths delete the
+// pair and insert a new one under the same keys). A delete decided from the
+// snapshot took such a live connection's session with it, and its next
+// packets missed. Lookup and delete are still two steps, but the window is
+// a few instructions instead of the sweep's milliseconds.
+
+// Whether a connection last seen at last is past its timeout.
+static __always_inline bool sweep_expired(const struct sweep_args *a, __u8 proto, __u64 last, bool closing)
+{
+	__u64 idle = a->udp_idle;
+
+	if (proto == IPPROTO_TCP)
+		idle = closing ? a->closing_idle : a->tcp_idle;
+	return last <= a->now && a->now - last > idle;
+}
+
+// sweep_one: key i of the batch. A forward entry goes with its reply entry
+// once the connection, by the later of their last_seen and either's closing
+// flag, is idle; a reply entry whose forward entry is gone or points
+// elsewhere (LRU eviction, a lost creation race) goes alone once as old as
+// a closed connection. The program inserts the reply entry just before the
+// forward one, so an orphan younger than that may be a connection being
+// created.
+#define DEFINE_SWEEP_ONE(F)                                                                      \
+	static long sweep_one##F(__u32 i, void *ctx)                                             \
+	{                                                                                        \
+		struct sweep_args *a = ctx;                                                      \
+		struct flow##F *k = bpf_map_lookup_elem(&sweep_batch##F, &i);                    \
+		struct session##F *s, *o;                                                        \
+		struct flow##F ok, back;                                                         \
+                                                                                                 \
+		if (!k)                                                                          \
+			return 1;                                                                \
+		s = bpf_map_lookup_elem(&sessions##F, k);                                        \
+		if (!s)                                                                          \
+			return 0;                                                                \
+		reply_key##F(&ok, s, k->proto);                                                  \
+		o = bpf_map_lookup_elem(&sessions##F, &ok);                                      \
+		if (o) { /* the partner only if it points back and faces the other way */        \
+			reply_key##F(&back, o, k->proto);                                        \
+			if (__builtin_memcmp(&back, k, sizeof(back)) ||                          \
+			    !((o->flags ^ s->flags) & SESS_F_REPLY))                             \
+				o = NULL;                                                        \
+		}                                                                                \
+		if (s->flags & SESS_F_REPLY) {                                                   \
+			if (!o && sweep_expired(a, IPPROTO_TCP, s->last_seen, true) &&           \
+			    bpf_map_delete_elem(&sessions##F, k) == 0)                           \
+				a->deleted++;                                                    \
+			return 0;                                                                \
+		}                                                                                \
+		__u64 last = s->last_seen;                                                       \
+		bool closing = s->flags & SESS_F_CLOSING;                                        \
+		if (o) {                                                                         \
+			if (o->last_seen > last)                                                 \
+				last = o->last_seen;                                             \
+			closing |= o->flags & SESS_F_CLOSING;                                    \
+		}                                                                                \
+		if (!sweep_expired(a, k->proto, last, closing))                                  \
+			return 0;                                                                \
+		if (o && bpf_map_delete_elem(&sessions##F, &ok) == 0)                            \
+			a->deleted++;                                                            \
+		if (bpf_map_delete_elem(&sessions##F, k) == 0) {                                 \
+			a->deleted++;                                                            \
+			a->conns++;                                                              \
+		}                                                                                \
+		return 0;                                                                        \
+	}
+
+DEFINE_PAIR_KEYS()
+DEFINE_PAIR_KEYS(6)
+DEFINE_RECLAIM_CLOSED()
+DEFINE_RECLAIM_CLOSED(6)
+DEFINE_CREATE_SESSION(, __always_inline)
+DEFINE_CREATE_SESSION(6, __noinline)
+DEFINE_SESSION_FOR()
+DEFINE_SESSION_FOR(6)
+DEFINE_SWEEP_ONE()
+DEFINE_SWEEP_ONE(6)
+
 static __always_inline void *pkt_data(struct __sk_buff *skb) { return (void *)(long)skb->data; }
 static __always_inline void *pkt_end(struct __sk_buff *skb) { return (void *)(long)skb->data_end; }
 
@@ -483,25 +725,146 @@ static __always_inline int pull(struct __sk_buff *skb, __u32 len)
 	return 0;
 }
 
-// Rewrite the packet to the tuple in `to` and send it on.
+// The ports of the TCP or UDP header at l4off and, for TCP, its flags;
+// -1 if the packet is shorter (truncated: the stack drops it).
+static __always_inline int load_ports(struct __sk_buff *skb, __u32 l4off, __u8 proto, __be16 *sport,
+				      __be16 *dport, __u8 *tcp_flags)
+{
+	__u32 l4len = proto == IPPROTO_TCP ? sizeof(struct tcphdr) : sizeof(struct udphdr);
+
+	if (pull(skb, l4off + l4len))
+		return -1;
+	void *end = pkt_end(skb);
+	__u8 *l4 = pkt_data(skb) + l4off;
+	if ((void *)(l4 + sizeof(struct udphdr)) > end)
+		return -1;
+	*sport = ((__be16 *)l4)[0];
+	*dport = ((__be16 *)l4)[1];
+	if (proto == IPPROTO_TCP) {
+		if ((void *)(l4 + sizeof(struct tcphdr)) > end)
+			return -1;
+		*tcp_flags = l4[13];
+	}
+	return 0;
+}
+
+// Rewrite the packet to the tuple in `to` and send it on (translate4,
+// translate6; the helpers below are theirs).
 //
 // The route is looked up first, with the translated addresses, so the packet
 // is then written in one pass with direct packet access: addresses, ports,
-// TTL and MACs. The IPv4 header checksum is updated once, in the program,
-// for all of its changes. The L4 checksum takes at most two helper calls,
-// one for the addresses (pseudo header) and one for the ports: they must
-// stay apart because for a CHECKSUM_PARTIAL skb (local senders, GSO) the
-// checksum field holds only the pseudo-header sum, which the port change
-// must not touch; the helper knows the skb's checksum state, we do not.
-//
+// TTL or hop limit and MACs. The IPv4 header checksum is updated once, in
+// the program, for all of its changes. The L4 checksum takes at most two
+// helper calls, one for the addresses (pseudo header) and one for the
+// ports: they must stay apart because for a CHECKSUM_PARTIAL skb (local
+// senders, GSO) the checksum field holds only the pseudo-header sum, which
+// the port change must not touch; the helper knows the skb's checksum state,
+// we do not.
+
+// fib_route looks up the route of the translated packet (p holds the
+// family's fields) and returns false, counted, if the route discards it.
+// *rc is the lookup's result. The lookup leaves packet pointers valid.
+static __always_inline bool fib_route(struct __sk_buff *skb, struct bpf_fib_lookup *p, long *rc)
+{
+	p->ifindex = skb->ingress_ifindex;
+	*rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
+	if (*rc == BPF_FIB_LKUP_RET_BLACKHOLE || *rc == BPF_FIB_LKUP_RET_UNREACHABLE ||
+	    *rc == BPF_FIB_LKUP_RET_PROHIBIT) {
+		STAT_INC(drop_fib);
+		return false;
+	}
+	return true;
+}
+
+// Whether we forward the packet ourselves (rc: the route lookup's result,
+// -1 without one). Anything we cannot forward goes to the stack (which
+// then may track it).
+static __always_inline bool routed(long rc)
+{
+	bool redirect = rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
+
+	if (fib_redirect && !redirect)
+		STAT_INC(passed_to_stack);
+	return redirect;
+}
+
+static __always_inline void set_macs(void *data, const struct bpf_fib_lookup *p, long rc)
+{
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return;
+	struct ethhdr *eth = data;
+	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
+}
+
+// Offset of the checksum in a TCP, UDP or ICMP(v6) header.
+static __always_inline __u32 l4_csum_off(__u8 l4proto)
+{
+	if (l4proto == IPPROTO_TCP)
+		return offsetof(struct tcphdr, check);
+	if (l4proto == IPPROTO_UDP)
+		return offsetof(struct udphdr, check);
+	return offsetof(struct icmphdr, checksum);
+}
+
+// The L4 part of a translation: the ports at l4off (unless !ports: ICMPv6)
+// and the L4 checksum for them and, as a pseudo-header diff, for the
+// addresses (addrs: they changed). mangled: BPF_F_MARK_MANGLED_0 where a
+// zero checksum means none (IPv4 UDP). -1: drop the packet.
+static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 l4proto, bool ports,
+				      __u64 mangled, bool addrs, __u32 addr_diff, __be16 sport, __be16 dport)
+{
+	__u32 csum_off = l4off + l4_csum_off(l4proto);
+	__u32 port_diff = 0;
+	bool ports_changed = false;
+
+	if (ports) {
+		__be16 *p = pkt_data(skb) + l4off;
+		if ((void *)(p + 2) > pkt_end(skb))
+			return -1;
+		ports_changed = p[0] != sport || p[1] != dport;
+		if (ports_changed) {
+			port_diff = ports_csum_diff(p[0], p[1], sport, dport);
+			p[0] = sport;
+			p[1] = dport;
+		}
+	}
+	// The helpers invalidate packet pointers: every direct write is done.
+	if (addrs && bpf_l4_csum_replace(skb, csum_off, 0, addr_diff, mangled | BPF_F_PSEUDO_HDR))
+		return -1;
+	if (ports_changed && bpf_l4_csum_replace(skb, csum_off, 0, port_diff, mangled))
+		return -1;
+	return 0;
+}
+
+// Send a translated packet on: to the stack unless routed, else out of the
+// route's interface, into a pod's namespace directly where that is a veth.
+static __always_inline int send_on(struct __sk_buff *skb, const struct bpf_fib_lookup *p, long rc, bool redirect)
+{
+	if (!redirect)
+		return TC_ACT_OK;
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		// The slow path (the packet waits for resolution): user space
+		// resolves backends' neighbours ahead so this stays rare. The
+		// next hop's IPv4 address is the first word of its IPv6 one.
+		STAT_INC(neigh_redirects);
+		struct bpf_redir_neigh nh = { .nh_family = p->family };
+		addr_set(nh.ipv6_nh, p->ipv6_dst);
+		return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
+	}
+	__u32 out = p->ifindex;
+	if (bpf_map_lookup_elem(&peer_ifaces, &out))
+		return bpf_redirect_peer(out, 0);
+	return bpf_redirect(out, 0);
+}
+
 // l4proto: IPPROTO_TCP/UDP when the packet carries that header (not a
 // later fragment), 0 otherwise (ICMP has no pseudo header).
-static __always_inline int translate(struct __sk_buff *skb, __u32 l4off, __u8 l4proto,
-				     const struct flow *old, const struct session *to)
+static __always_inline int translate4(struct __sk_buff *skb, __u32 l4off, __u8 l4proto,
+				      const struct flow *old, const struct session *to)
 {
 	struct bpf_fib_lookup p = {};
 	long rc = -1;
-	bool redirect = false;
 
 	void *data = pkt_data(skb), *end = pkt_end(skb);
 	struct iphdr *ip = data + IP_OFF;
@@ -516,27 +879,13 @@ static __always_inline int translate(struct __sk_buff *skb, __u32 l4off, __u8 l4
 		// MTU itself, which is right for GSO packets (tot_len would be 64K).
 		p.ipv4_src = to->saddr;
 		p.ipv4_dst = to->daddr;
-		p.ifindex = skb->ingress_ifindex;
-		rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
-		if (rc == BPF_FIB_LKUP_RET_BLACKHOLE || rc == BPF_FIB_LKUP_RET_UNREACHABLE ||
-		    rc == BPF_FIB_LKUP_RET_PROHIBIT) {
-			STAT_INC(drop_fib);
-			return TC_ACT_SHOT;
-		}
-		redirect = rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
-		data = pkt_data(skb);
-		end = pkt_end(skb);
-		ip = data + IP_OFF;
-		if ((void *)(ip + 1) > end)
+		if (!fib_route(skb, &p, &rc))
 			return TC_ACT_SHOT;
 	}
-	// Anything we cannot forward ourselves goes to the stack (which then
-	// may track it).
-	if (fib_redirect && !redirect)
-		STAT_INC(passed_to_stack);
+	bool redirect = routed(rc);
 
-	__u32 addr_diff = csum_add(csum_add(~old->saddr, to->saddr), csum_add(~old->daddr, to->daddr));
-	bool addrs = old->saddr != to->saddr || old->daddr != to->daddr;
+	__u32 addr_diff = addrs_csum_diff(old, to);
+	bool addrs = addrs_differ(old, to);
 	__u32 l3_diff = addr_diff;
 	ip->saddr = to->saddr;
 	ip->daddr = to->daddr;
@@ -546,51 +895,56 @@ static __always_inline int translate(struct __sk_buff *skb, __u32 l4off, __u8 l4
 		__u16 before = *ttl_proto;
 		ip->ttl--;
 		l3_diff = csum_add(l3_diff, csum_add(~before & 0xffff, *ttl_proto));
-		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-			struct ethhdr *eth = data;
-			__builtin_memcpy(eth->h_dest, p.dmac, ETH_ALEN);
-			__builtin_memcpy(eth->h_source, p.smac, ETH_ALEN);
-		}
+		set_macs(data, &p, rc);
 	}
 	if (addrs || redirect)
 		ip->check = csum_fold(csum_add(l3_diff, ~(__u32)ip->check));
 
-	if (l4proto) {
-		__be16 *ports = data + l4off;
-		if ((void *)(ports + 2) > end)
+	// UDP checksum 0 means "none" and must stay 0.
+	if (l4proto && rewrite_l4(skb, l4off, l4proto, true, l4proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0,
+				  addrs, addr_diff, to->sport, to->dport))
+		return TC_ACT_SHOT;
+	return send_on(skb, &p, rc, redirect);
+}
+
+// No header checksum, a hop limit instead of a TTL. ICMPv6 (l4proto) has
+// a pseudo header too, and no ports to change; a zero UDP checksum is
+// invalid in IPv6, so there is none to preserve.
+static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const struct flow6 *old,
+				 const struct session6 *to)
+{
+	struct bpf_fib_lookup p = {};
+	long rc = -1;
+
+	void *data = pkt_data(skb), *end = pkt_end(skb);
+	struct ipv6hdr *ip6 = data + IP_OFF;
+	if ((void *)(ip6 + 1) > end)
+		return TC_ACT_SHOT;
+
+	if (fib_redirect && ip6->hop_limit > 1) {
+		p.family = AF_INET6;
+		p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		p.l4_protocol = ip6->nexthdr;
+		addr_set(p.ipv6_src, to->saddr);
+		addr_set(p.ipv6_dst, to->daddr);
+		if (!fib_route(skb, &p, &rc))
 			return TC_ACT_SHOT;
-		__u32 csum_off = l4off + (l4proto == IPPROTO_TCP ? offsetof(struct tcphdr, check)
-								: offsetof(struct udphdr, check));
-		// UDP checksum 0 means "none" and must stay 0.
-		__u64 mangled = l4proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-		__u32 port_diff = 0;
-		bool ports_changed = ports[0] != to->sport || ports[1] != to->dport;
-		if (ports_changed) {
-			port_diff = csum_add(csum_add(~(__u32)ports[0] & 0xffff, to->sport),
-					     csum_add(~(__u32)ports[1] & 0xffff, to->dport));
-			ports[0] = to->sport;
-			ports[1] = to->dport;
-		}
-		// The helpers invalidate packet pointers: every direct write is done.
-		if (addrs && bpf_l4_csum_replace(skb, csum_off, 0, addr_diff, mangled | BPF_F_PSEUDO_HDR))
-			return TC_ACT_SHOT;
-		if (ports_changed && bpf_l4_csum_replace(skb, csum_off, 0, port_diff, mangled))
-			return TC_ACT_SHOT;
+	}
+	bool redirect = routed(rc);
+
+	__u32 addr_diff = addrs_csum_diff(old, to);
+	bool addrs = addrs_differ(old, to);
+	addr_set(ip6->saddr.in6_u.u6_addr32, to->saddr);
+	addr_set(ip6->daddr.in6_u.u6_addr32, to->daddr);
+	if (redirect) {
+		ip6->hop_limit--;
+		set_macs(data, &p, rc);
 	}
 
-	if (!redirect)
-		return TC_ACT_OK;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		// The slow path (the packet waits for resolution): user space
-		// resolves backends' neighbours ahead so this stays rare.
-		STAT_INC(neigh_redirects);
-		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = p.ipv4_dst };
-		return bpf_redirect_neigh(p.ifindex, &nh, sizeof(nh), 0);
-	}
-	__u32 out = p.ifindex;
-	if (bpf_map_lookup_elem(&peer_ifaces, &out))
-		return bpf_redirect_peer(out, 0);
-	return bpf_redirect(out, 0);
+	if (l4proto && rewrite_l4(skb, L4_OFF6, l4proto, l4proto != IPPROTO_ICMPV6, 0, addrs, addr_diff,
+				  to->sport, to->dport))
+		return TC_ACT_SHOT;
+	return send_on(skb, &p, rc, redirect);
 }
 
 // Header of the packet quoted inside an ICMP error: IPv4 without options and
@@ -617,7 +971,7 @@ static __always_inline __u16 ip_csum(const struct iphdr *ip)
 // quoted packet and the outer addresses the tuple its sender knows, or the
 // sender's socket never learns about the error (e.g. UDP port unreachable).
 // Rare, so it keeps the simpler load/store helpers.
-static __always_inline int handle_icmp(struct __sk_buff *skb, const struct flow *outer, __u32 l4off)
+static __always_inline int handle_icmp4(struct __sk_buff *skb, const struct flow *outer, __u32 l4off)
 {
 	struct icmphdr ic;
 	struct quoted q, old;
@@ -662,10 +1016,76 @@ static __always_inline int handle_icmp(struct __sk_buff *skb, const struct flow 
 		.daddr = q.ip.saddr,
 	};
 	STAT_INC(icmp_translated);
-	return translate(skb, l4off, 0, outer, &to);
+	return translate4(skb, l4off, 0, outer, &to);
 }
 
-#include "lb6.h"
+// Header of the packet quoted inside an ICMPv6 error: IPv6 without
+// extension headers and the first 8 bytes of TCP/UDP.
+struct quoted6 {
+	struct ipv6hdr ip;
+	__be16 sport;
+	__be16 dport;
+	__be32 rest;
+};
+
+// handle_icmp4 for IPv6: Packet Too Big matters most here, since IPv6
+// routers never fragment and path MTU discovery depends on it reaching the
+// socket that sent the packet. There is no quoted header checksum; the
+// ICMPv6 checksum covers the quoted bytes, so it takes their diff.
+static __noinline int handle_icmp6(struct __sk_buff *skb)
+{
+	struct icmphdr ic;
+	struct quoted6 q;
+	struct flow6 outer = { .proto = IPPROTO_ICMPV6 };
+	// The session key, then (no longer needed) the outer rewrite: one slot
+	// of stack for both keeps this call chain within the 512-byte limit.
+	union {
+		struct flow6 k;
+		struct session6 to;
+	} u = {};
+
+	// saddr and daddr are adjacent in both the header and struct flow6.
+	if (bpf_skb_load_bytes(skb, IP_OFF + offsetof(struct ipv6hdr, saddr), outer.saddr, 32) ||
+	    bpf_skb_load_bytes(skb, L4_OFF6, &ic, sizeof(ic)))
+		return TC_ACT_UNSPEC;
+	if (ic.type < ICMPV6_DEST_UNREACH || ic.type > ICMPV6_PARAMPROB)
+		return TC_ACT_UNSPEC;
+	__u32 qoff = L4_OFF6 + sizeof(ic);
+	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)))
+		return TC_ACT_UNSPEC;
+	if (q.ip.nexthdr != IPPROTO_TCP && q.ip.nexthdr != IPPROTO_UDP)
+		return TC_ACT_UNSPEC;
+
+	u.k.sport = q.dport;
+	u.k.dport = q.sport;
+	u.k.proto = q.ip.nexthdr;
+	addr_set(u.k.saddr, q.ip.daddr.in6_u.u6_addr32);
+	addr_set(u.k.daddr, q.ip.saddr.in6_u.u6_addr32);
+	struct session6 *s = bpf_map_lookup_elem(&sessions6, &u.k);
+	if (!s)
+		return TC_ACT_UNSPEC;
+
+	bool from_quoted_dst = addr_eq(outer.saddr, q.ip.daddr.in6_u.u6_addr32);
+	__u32 diff = csum_add(addr_csum_diff(q.ip.saddr.in6_u.u6_addr32, s->daddr),
+			      addr_csum_diff(q.ip.daddr.in6_u.u6_addr32, s->saddr));
+	diff = csum_add(diff, ports_csum_diff(q.sport, q.dport, s->dport, s->sport));
+	addr_set(q.ip.saddr.in6_u.u6_addr32, s->daddr);
+	addr_set(q.ip.daddr.in6_u.u6_addr32, s->saddr);
+	q.sport = s->dport;
+	q.dport = s->sport;
+	if (bpf_l4_csum_replace(skb, L4_OFF6 + offsetof(struct icmphdr, checksum), 0, diff, 0) ||
+	    bpf_skb_store_bytes(skb, qoff, &q, sizeof(q), 0))
+		return TC_ACT_SHOT;
+
+	__builtin_memset(&u, 0, sizeof(u));
+	if (from_quoted_dst)
+		addr_set(u.to.saddr, q.ip.daddr.in6_u.u6_addr32);
+	else
+		addr_set(u.to.saddr, outer.saddr);
+	addr_set(u.to.daddr, q.ip.saddr.in6_u.u6_addr32);
+	STAT_INC(icmp_translated);
+	return translate6(skb, IPPROTO_ICMPV6, &outer, &u.to);
+}
 
 // Each family is its own BPF function, so each has the whole stack.
 static __noinline int lb_ingress4(struct __sk_buff *skb)
@@ -688,28 +1108,13 @@ static __noinline int lb_ingress4(struct __sk_buff *skb)
 	__u8 tcp_flags = 0;
 
 	if (proto == IPPROTO_ICMP)
-		return has_l4 ? handle_icmp(skb, &f, l4off) : TC_ACT_UNSPEC;
+		return has_l4 ? handle_icmp4(skb, &f, l4off) : TC_ACT_UNSPEC;
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return TC_ACT_UNSPEC;
 
 	if (has_l4) {
-		// Ports and checksum (TCP: also the flags); shorter is truncated
-		// and the stack drops it.
-		__u32 l4len = proto == IPPROTO_TCP ? sizeof(struct tcphdr) : sizeof(struct udphdr);
-		if (pull(skb, l4off + l4len))
+		if (load_ports(skb, l4off, proto, &f.sport, &f.dport, &tcp_flags))
 			return TC_ACT_UNSPEC;
-		data = pkt_data(skb);
-		end = pkt_end(skb);
-		__u8 *l4 = data + l4off;
-		if ((void *)(l4 + sizeof(struct udphdr)) > end)
-			return TC_ACT_UNSPEC;
-		f.sport = ((__be16 *)l4)[0];
-		f.dport = ((__be16 *)l4)[1];
-		if (proto == IPPROTO_TCP) {
-			if ((void *)(l4 + sizeof(struct tcphdr)) > end)
-				return TC_ACT_UNSPEC;
-			tcp_flags = l4[13];
-		}
 	} else {
 		// Later fragments carry no ports: take them from the first one.
 		struct frag_val *fv = bpf_map_lookup_elem(&frags, &fk);
@@ -720,59 +1125,42 @@ static __noinline int lb_ingress4(struct __sk_buff *skb)
 	}
 
 	struct session s;
-	struct session *cur = bpf_map_lookup_elem(&sessions, &f);
-	if (cur && !(cur->flags & SESS_F_REPLY)) {
-		// A removed backend's TCP connections drain where they are, as
-		// kube-proxy leaves their conntrack entries alone: moving one would
-		// only earn it a RST. UDP flows and new connections re-balance.
-		bool syn = (tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
-		bool reopen = syn && (cur->flags & SESS_F_CLOSING);
-		bool gone = (f.proto == IPPROTO_UDP || syn) && !backend_alive(cur);
-		if (gone || reopen) {
-			if (gone)
-				STAT_INC(stale_backend);
-			s = *cur;
-			delete_pair(&f, &s);
-			cur = NULL;
-		}
-	}
-	if (cur) {
-		// Write the shared entry only when something changes (see
-		// last_seen_grain_ns); a lost race only delays expiry.
-		__u64 now = bpf_ktime_get_ns();
-		if (now - cur->last_seen > last_seen_grain_ns)
-			cur->last_seen = now;
-		if ((tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) && !(cur->flags & SESS_F_CLOSING))
-			cur->flags |= SESS_F_CLOSING;
-		s = *cur;
-	} else {
-		struct svc_key k = { .addr = f.daddr, .port = f.dport, .proto = f.proto };
-		struct svc_val *svc = bpf_map_lookup_elem(&services, &k);
-		if (!svc)
-			return TC_ACT_UNSPEC; // not service traffic
-		if (!has_l4) {
-			STAT_INC(drop_frag);
-			return TC_ACT_SHOT;
-		}
-		if (create_session(&f, svc, &s))
-			return TC_ACT_SHOT;
-	}
-
+	int v = session_for(&f, tcp_flags, has_l4, &s);
+	if (v != TC_ACT_OK)
+		return v;
 	if (first_frag) {
 		struct frag_val fv = { .sport = f.sport, .dport = f.dport };
 		bpf_map_update_elem(&frags, &fk, &fv, BPF_ANY);
 	}
+	count_packet(s.flags, !has_l4);
+	return translate4(skb, l4off, has_l4 ? proto : 0, &f, &s);
+}
 
-	struct lb_stats *st = lookup_stats();
-	if (st) {
-		if (s.flags & SESS_F_REPLY)
-			st->reply_packets++;
-		else
-			st->fwd_packets++;
-		if (!has_l4)
-			st->frag_translated++;
-	}
-	return translate(skb, l4off, has_l4 ? proto : 0, &f, &s);
+static __noinline int lb_ingress6(struct __sk_buff *skb)
+{
+	if (pull(skb, L4_OFF6))
+		return TC_ACT_UNSPEC;
+	void *data = pkt_data(skb), *end = pkt_end(skb);
+	struct ipv6hdr *ip6 = data + IP_OFF;
+	if ((void *)(ip6 + 1) > end)
+		return TC_ACT_UNSPEC;
+	__u8 proto = ip6->nexthdr;
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return TC_ACT_UNSPEC;
+
+	struct flow6 f = { .proto = proto };
+	addr_set(f.saddr, ip6->saddr.in6_u.u6_addr32);
+	addr_set(f.daddr, ip6->daddr.in6_u.u6_addr32);
+	__u8 tcp_flags = 0;
+	if (load_ports(skb, L4_OFF6, proto, &f.sport, &f.dport, &tcp_flags))
+		return TC_ACT_UNSPEC;
+
+	struct session6 s;
+	int v = session_for6(&f, tcp_flags, true, &s);
+	if (v != TC_ACT_OK)
+		return v;
+	count_packet(s.flags, false);
+	return translate6(skb, proto, &f, &s);
 }
 
 SEC("tc")
@@ -782,141 +1170,13 @@ int lb_ingress(struct __sk_buff *skb)
 		return lb_ingress4(skb);
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		__u8 nexthdr;
-		if (bpf_skb_load_bytes(skb, IP6_OFF + offsetof(struct ipv6hdr, nexthdr), &nexthdr, 1))
+		if (bpf_skb_load_bytes(skb, IP_OFF + offsetof(struct ipv6hdr, nexthdr), &nexthdr, 1))
 			return TC_ACT_UNSPEC;
 		if (nexthdr == IPPROTO_ICMPV6) // a sibling call: each has the stack to itself
 			return handle_icmp6(skb);
 		return lb_ingress6(skb);
 	}
 	return TC_ACT_UNSPEC;
-}
-
-// The sweep. User space reads the session maps in batches and passes the
-// keys of entries whose own last_seen is old enough to be idle; this program
-// decides and deletes, a batch per run. Deciding here, on each entry and
-// its partner as they are at the moment of the delete, matters: between the
-// read and the delete a packet may have woken the connection, or a SYN
-// reopened the same tuple (the reopen and reclaim_closed paths delete the
-// pair and insert a new one under the same keys). A delete decided from the
-// snapshot took such a live connection's session with it, and its next
-// packets missed. Lookup and delete are still two steps, but the window is
-// a few instructions instead of the sweep's milliseconds.
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SWEEP_BATCH);
-	__type(key, __u32);
-	__type(value, struct flow);
-} sweep_batch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SWEEP_BATCH);
-	__type(key, __u32);
-	__type(value, struct flow6);
-} sweep_batch6 SEC(".maps");
-
-// Whether a connection last seen at last is past its timeout.
-static __always_inline bool sweep_expired(const struct sweep_args *a, __u8 proto, __u64 last, bool closing)
-{
-	__u64 idle = a->udp_idle;
-
-	if (proto == IPPROTO_TCP)
-		idle = closing ? a->closing_idle : a->tcp_idle;
-	return last <= a->now && a->now - last > idle;
-}
-
-// One key: a forward entry goes with its reply entry once the connection,
-// by the later of their last_seen and either's closing flag, is idle; a
-// reply entry whose forward entry is gone or points elsewhere (LRU
-// eviction, a lost creation race) goes alone once as old as a closed
-// connection. The program inserts the reply entry just before the forward
-// one, so an orphan younger than that may be a connection being created.
-static long sweep_one(__u32 i, void *ctx)
-{
-	struct sweep_args *a = ctx;
-	struct flow *k = bpf_map_lookup_elem(&sweep_batch, &i);
-	struct session *s, *o;
-	struct flow ok, back;
-
-	if (!k)
-		return 1;
-	s = bpf_map_lookup_elem(&sessions, k);
-	if (!s)
-		return 0;
-	reply_key(&ok, s, k->proto);
-	o = bpf_map_lookup_elem(&sessions, &ok);
-	if (o) { // the partner only if it points back and faces the other way
-		reply_key(&back, o, k->proto);
-		if (__builtin_memcmp(&back, k, sizeof(back)) || !((o->flags ^ s->flags) & SESS_F_REPLY))
-			o = NULL;
-	}
-	if (s->flags & SESS_F_REPLY) {
-		if (!o && sweep_expired(a, IPPROTO_TCP, s->last_seen, true) &&
-		    bpf_map_delete_elem(&sessions, k) == 0)
-			a->deleted++;
-		return 0;
-	}
-	__u64 last = s->last_seen;
-	bool closing = s->flags & SESS_F_CLOSING;
-	if (o) {
-		if (o->last_seen > last)
-			last = o->last_seen;
-		closing |= o->flags & SESS_F_CLOSING;
-	}
-	if (!sweep_expired(a, k->proto, last, closing))
-		return 0;
-	if (o && bpf_map_delete_elem(&sessions, &ok) == 0)
-		a->deleted++;
-	if (bpf_map_delete_elem(&sessions, k) == 0) {
-		a->deleted++;
-		a->conns++;
-	}
-	return 0;
-}
-
-// sweep_one for IPv6.
-static long sweep_one6(__u32 i, void *ctx)
-{
-	struct sweep_args *a = ctx;
-	struct flow6 *k = bpf_map_lookup_elem(&sweep_batch6, &i);
-	struct session6 *s, *o;
-	struct flow6 ok, back;
-
-	if (!k)
-		return 1;
-	s = bpf_map_lookup_elem(&sessions6, k);
-	if (!s)
-		return 0;
-	reply_key6(&ok, s, k->proto);
-	o = bpf_map_lookup_elem(&sessions6, &ok);
-	if (o) {
-		reply_key6(&back, o, k->proto);
-		if (__builtin_memcmp(&back, k, sizeof(back)) || !((o->flags ^ s->flags) & SESS_F_REPLY))
-			o = NULL;
-	}
-	if (s->flags & SESS_F_REPLY) {
-		if (!o && sweep_expired(a, IPPROTO_TCP, s->last_seen, true) &&
-		    bpf_map_delete_elem(&sessions6, k) == 0)
-			a->deleted++;
-		return 0;
-	}
-	__u64 last = s->last_seen;
-	bool closing = s->flags & SESS_F_CLOSING;
-	if (o) {
-		if (o->last_seen > last)
-			last = o->last_seen;
-		closing |= o->flags & SESS_F_CLOSING;
-	}
-	if (!sweep_expired(a, k->proto, last, closing))
-		return 0;
-	if (o && bpf_map_delete_elem(&sessions6, &ok) == 0)
-		a->deleted++;
-	if (bpf_map_delete_elem(&sessions6, k) == 0) {
-		a->deleted++;
-		a->conns++;
-	}
-	return 0;
 }
 
 // Run by user space (BPF_PROG_RUN) after it fills sweep_batch or

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //go:build ignore
 
-// Types shared by lb.c and the Go loader. bpf2go generates the Go side from
+// Types shared by lb.bpf.c and the Go loader. bpf2go generates the Go side from
 // the BTF of these structs (-type flags in gen.go), so both sides agree on the
 // layout by construction; keep every field naturally aligned and padded
 // explicitly so the generated Go structs have no hidden holes.
@@ -116,7 +116,9 @@ struct frag_val {
 
 // IPv6: the same shapes with 16-byte addresses, in maps of their own so the
 // IPv4 path keeps its small keys. Backend ids, slots and affinity members
-// are shared between the families.
+// are shared between the families. Each is named as its IPv4 type with the
+// suffix 6: lb.bpf.c's per-family macros (DEFINE_*) rely on it, and the Go
+// side's shapes over the address type (family.go) convert to both.
 struct svc_key6 {
 	__be32 addr[4];
 	__be16 port;
@@ -163,7 +165,7 @@ struct affinity_key6 {
 	__be32 client[4];
 };
 
-// The sweep (sweep_delete in lb.c). User space reads the session maps and
+// The sweep (sweep_delete in lb.bpf.c). User space reads the session maps and
 // hands the entries that look idle to the program in batches of at most
 // SWEEP_BATCH keys; the program decides on the entries as they are then.
 // A run is one system call that nothing preempts: 512 keys took up to

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// flowHash mirrors flow_hash in lb.c over the fields as the program loads
+// flowHash mirrors flow_hash in lb.bpf.c over the fields as the program loads
 // them (network byte order read as native integers).
 func flowHash(src, dst netip.AddrPort, proto Proto) uint32 {
 	s, d := src.Addr().As4(), dst.Addr().As4()

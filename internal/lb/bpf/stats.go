@@ -90,21 +90,6 @@ type Flow struct {
 	Proto    Proto
 }
 
-func (f Flow) key() lbFlow {
-	return lbFlow{
-		Saddr: addrBE(f.Src.Addr()), Daddr: addrBE(f.Dst.Addr()),
-		Sport: portBE(f.Src.Port()), Dport: portBE(f.Dst.Port()), Proto: uint8(f.Proto),
-	}
-}
-
-func flowFromKey(k lbFlow) Flow {
-	return Flow{
-		Src:   netip.AddrPortFrom(addrFromBE(k.Saddr), portFromBE(k.Sport)),
-		Dst:   netip.AddrPortFrom(addrFromBE(k.Daddr), portFromBE(k.Dport)),
-		Proto: Proto(k.Proto),
-	}
-}
-
 // Session is one direction of a translated connection.
 type Session struct {
 	Key       Flow // tuple of packets it matches
@@ -116,30 +101,11 @@ type Session struct {
 	Closing   bool
 }
 
-func sessionFrom(k lbFlow, v lbSession) Session {
-	return Session{
-		Key: flowFromKey(k),
-		To: Flow{
-			Src:   netip.AddrPortFrom(addrFromBE(v.Saddr), portFromBE(v.Sport)),
-			Dst:   netip.AddrPortFrom(addrFromBE(v.Daddr), portFromBE(v.Dport)),
-			Proto: Proto(k.Proto),
-		},
-		BackendID: v.BackendId,
-		LastSeen:  time.Duration(v.LastSeen),
-		Reply:     v.Flags&1 != 0,
-		SNAT:      v.Flags&2 != 0,
-		Closing:   v.Flags&4 != 0,
-	}
-}
-
 // Sessions returns every session entry (both directions, both families).
 func (d *Datapath) Sessions() ([]Session, error) {
 	var out []Session
-	if err := readAll(d.objs.Sessions, 0, func(k lbFlow, v lbSession) { out = append(out, sessionFrom(k, v)) }); err != nil {
-		return nil, fmt.Errorf("read sessions: %w", err)
-	}
-	if err := readAll(d.objs.Sessions6, 0, func(k lbFlow6, v lbSession6) { out = append(out, sessionFrom6(k, v)) }); err != nil {
-		return nil, fmt.Errorf("read IPv6 sessions: %w", err)
+	if err := errors.Join(d.v4().readSessions(&out), d.v6().readSessions(&out)); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -185,35 +151,18 @@ func readAll[K, V any](m *ebpf.Map, pause time.Duration, each func(K, V)) error 
 
 // PutSession inserts a raw entry; tests use it to pre-fill the port space.
 func (d *Datapath) PutSession(s Session) error {
-	v := lbSession{
-		Saddr: addrBE(s.To.Src.Addr()), Daddr: addrBE(s.To.Dst.Addr()),
-		Sport: portBE(s.To.Src.Port()), Dport: portBE(s.To.Dst.Port()),
-		BackendId: s.BackendID, LastSeen: uint64(s.LastSeen),
+	if s.Key.Src.Addr().Is4() {
+		return d.v4().putSession(s)
 	}
-	if s.Reply {
-		v.Flags |= 1
-	}
-	if s.SNAT {
-		v.Flags |= 2
-	}
-	if s.Closing {
-		v.Flags |= 4
-	}
-	return d.objs.Sessions.Put(s.Key.key(), v)
+	return d.v6().putSession(s)
 }
 
 // DeleteSession removes one entry; missing entries are not an error.
 func (d *Datapath) DeleteSession(f Flow) error {
-	var err error
 	if f.Src.Addr().Is4() {
-		err = d.objs.Sessions.Delete(f.key())
-	} else {
-		err = d.objs.Sessions6.Delete(f.key6())
+		return d.v4().deleteSession(f)
 	}
-	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	return nil
+	return d.v6().deleteSession(f)
 }
 
 // Timeouts say how long an idle connection keeps its sessions.
@@ -253,18 +202,17 @@ func (d *Datapath) Sweep(now time.Duration, t Timeouts) (live, removed int, err 
 	}
 	// An entry newer than this is live whatever its partner says.
 	oldest := now - min(t.TCP, t.UDP, t.Closing) - LastSeenGrain
-	fwd4, keys4, err4 := sweepCandidates[lbFlow](d.objs.Sessions, oldest,
-		func(v lbSession) (uint64, uint32) { return v.LastSeen, v.Flags })
-	fwd6, keys6, err6 := sweepCandidates[lbFlow6](d.objs.Sessions6, oldest,
-		func(v lbSession6) (uint64, uint32) { return v.LastSeen, v.Flags })
+	v4, v6 := d.v4(), d.v6()
+	fwd4, keys4, err4 := v4.sweepCandidates(oldest)
+	fwd6, keys6, err6 := v6.sweepCandidates(oldest)
 	if err = errors.Join(err4, err6); err != nil {
 		return 0, 0, err
 	}
 	if d.afterSweepRead != nil {
 		d.afterSweepRead()
 	}
-	n4, c4, err4 := sweepDelete(d.objs.SweepDelete, d.objs.SweepBatch, 4, args, keys4, sweepPause)
-	n6, c6, err6 := sweepDelete(d.objs.SweepDelete, d.objs.SweepBatch6, 6, args, keys6, sweepPause)
+	n4, c4, err4 := sweepDelete(d.objs.SweepDelete, v4.sweepBatch, v4.number, args, keys4, sweepPause)
+	n6, c6, err6 := sweepDelete(d.objs.SweepDelete, v6.sweepBatch, v6.number, args, keys6, sweepPause)
 	return fwd4 + fwd6 - c4 - c6, n4 + n6, errors.Join(err4, err6)
 }
 
@@ -282,25 +230,6 @@ func sleepThread(d time.Duration) {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
 	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 	}
-}
-
-// sweepCandidates reads one family's session map and returns how many
-// forward entries (connections) it holds and the keys of the entries last
-// seen before oldest. meta gives an entry's last_seen and flags.
-func sweepCandidates[K, V any](m *ebpf.Map, oldest time.Duration, meta func(V) (lastSeen uint64, flags uint32)) (conns int, keys []K, err error) {
-	err = readAll(m, sweepPause, func(k K, v V) {
-		last, flags := meta(v)
-		if flags&1 == 0 { // not a reply entry
-			conns++
-		}
-		if time.Duration(last) < oldest {
-			keys = append(keys, k)
-		}
-	})
-	if err != nil {
-		return 0, nil, fmt.Errorf("read sessions: %w", err)
-	}
-	return conns, keys, nil
 }
 
 // sweepDelete hands keys to the program's sweep_delete, a batch array's

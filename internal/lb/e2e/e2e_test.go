@@ -336,12 +336,37 @@ func TestIdleSessionsExpire(t *testing.T) {
 func TestBulkStream(t *testing.T) {
 	// Large segments (TSO/GSO over veth) must survive DNAT and SNAT.
 	e := setup(t)
+	cfg := e.cfg + `  - name: bulk
+    clusterIP: 10.96.0.30
+    ports: [{port: 9000, nodePort: 30900}]
+    endpoints: [{address: ` + e.topo.BackendIPs[0].String() + `}]
+`
+	c, err := services.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.lb.Apply(c); err != nil {
+		t.Fatal(err)
+	}
+	e.bulkStream(t, 32<<20, []dialTarget{{e.topo.Client, "10.96.0.30:9000"}, {e.topo.External, "198.18.0.1:30900"}})
+}
+
+type dialTarget struct {
+	from labnet.NS
+	addr string
+}
+
+// bulkStream sends size bytes over TCP from each target's namespace to its
+// address, a service of backend 0's port 9000, and checks the backend
+// receives every byte and the node tracks no connection.
+func (e *env) bulkStream(t *testing.T, size int64, targets []dialTarget) {
+	t.Helper()
 	sink, err := e.topo.Backends[0].Listen(":9000")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	got := make(chan int64, 4)
+	got := make(chan int64, len(targets))
 	go func() {
 		for {
 			c, err := sink.Accept()
@@ -355,30 +380,14 @@ func TestBulkStream(t *testing.T) {
 			}()
 		}
 	}()
-	cfg := e.cfg + `  - name: bulk
-    clusterIP: 10.96.0.30
-    ports: [{port: 9000, nodePort: 30900}]
-    endpoints: [{address: ` + e.topo.BackendIPs[0].String() + `}]
-`
-	c, err := services.Parse([]byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.lb.Apply(c); err != nil {
-		t.Fatal(err)
-	}
-	const size = 32 << 20
-	for _, tc := range []struct {
-		from labnet.NS
-		addr string
-	}{{e.topo.Client, "10.96.0.30:9000"}, {e.topo.External, "198.18.0.1:30900"}} {
+	for _, tc := range targets {
 		conn, err := tc.from.Dial("tcp", tc.addr, timeout)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
 		buf := make([]byte, 1<<20)
-		for sent := 0; sent < size; sent += len(buf) {
+		for sent := int64(0); sent < size; sent += int64(len(buf)) {
 			if _, err := conn.Write(buf); err != nil {
 				st, _ := e.lb.Stats()
 				t.Fatalf("%s: after %d bytes: %v (stats %+v)", tc.addr, sent, err, st)

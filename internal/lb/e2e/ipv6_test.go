@@ -5,7 +5,6 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -112,52 +111,7 @@ func TestIPv6BulkStream(t *testing.T) {
     endpoints: [{address: %q}]
 `, topo.BackendIPs6[0].String())
 	})
-	sink, err := e.topo.Backends[0].Listen(":9000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	got := make(chan int64, 2)
-	go func() {
-		for {
-			c, err := sink.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				n, _ := io.Copy(io.Discard, c)
-				c.Close()
-				got <- n
-			}()
-		}
-	}()
-	const size = 16 << 20
-	for _, tc := range []struct {
-		from labnet.NS
-		addr string
-	}{{e.topo.Client, "[fd00:96::70]:9000"}, {e.topo.External, "[fd00:18::1]:30900"}} {
-		conn, err := tc.from.Dial("tcp", tc.addr, timeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		buf := make([]byte, 1<<20)
-		for sent := 0; sent < size; sent += len(buf) {
-			if _, err := conn.Write(buf); err != nil {
-				t.Fatalf("%s: after %d bytes: %v", tc.addr, sent, err)
-			}
-		}
-		conn.Close()
-		select {
-		case n := <-got:
-			if n != size {
-				t.Fatalf("%s: sink got %d bytes, want %d", tc.addr, n, size)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: sink never saw the end of the stream", tc.addr)
-		}
-	}
-	e.noConntrack()
+	e.bulkStream(t, 16<<20, []dialTarget{{e.topo.Client, "[fd00:96::70]:9000"}, {e.topo.External, "[fd00:18::1]:30900"}})
 }
 
 // A backend's ICMP error about a translated flow (port unreachable: nothing
