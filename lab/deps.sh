@@ -21,6 +21,9 @@ main_pkgs=(clang-19 llvm-19 stress-ng zstd iproute2 kmod busybox-static file bin
 	# runtime, the CNI plugins (bridge, host-local, portmap, loopback) and
 	# iptables for kube-proxy and the bridge's masquerade.
 	runc containernetworking-plugins iptables
+	# The Grafana dashboard's test (TestDashboard*) runs every panel's query
+	# against a real Prometheus scraping swiftlane; the guest uses the host's.
+	prometheus
 	# lab/gtp5g.sh: a trixie chroot with the lab kernels' compiler and
 	# headers, to build free5GC's gtp5g module.
 	mmdebstrap)
@@ -33,8 +36,8 @@ bpo_libs=(libbpf-dev libbpf1 bpftool)
 ver() { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '/^install ok installed/ {print $4}'; }
 ge() { [[ -n $1 ]] && dpkg --compare-versions "$1" ge "$2"; }
 
-need_qemu=0 need_pkgs=() new_nginx=0
-[[ -n $(ver nginx) ]] || new_nginx=1
+need_qemu=0 need_pkgs=() new_services=()
+for svc in nginx prometheus; do [[ -n $(ver "$svc") ]] || new_services+=("$svc"); done
 ge "$(ver qemu-system-x86)" 1:10 || need_qemu=1
 ge "$(ver libbpf-dev)" 1:1.4 || need_pkgs+=("${bpo_libs[@]/%//bookworm-backports}")
 ge "$(ver bpftool)" 7.5 || need_pkgs+=(bpftool/bookworm-backports libbpf1/bookworm-backports)
@@ -56,12 +59,12 @@ if [[ $need_qemu = 1 || ${#need_pkgs[@]} -gt 0 ]]; then
 	if [[ ${#need_pkgs[@]} -gt 0 ]]; then
 		mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
 		log "installing ${need_pkgs[*]}"
-		# nginx is for the guest only, but its package starts and enables
-		# nginx.service on the host: a policy-rc.d saying no (honoured by
-		# invoke-rc.d and deb-systemd-invoke) keeps it from starting, and it
-		# is disabled after.
+		# nginx and prometheus are for tests only, but their packages start
+		# and enable a service on the host: a policy-rc.d saying no (honoured
+		# by invoke-rc.d and deb-systemd-invoke) keeps them from starting,
+		# and they are disabled after.
 		policy=
-		if [[ $new_nginx = 1 && ! -e /usr/sbin/policy-rc.d ]]; then
+		if [[ ${#new_services[@]} -gt 0 && ! -e /usr/sbin/policy-rc.d ]]; then
 			policy=/usr/sbin/policy-rc.d
 			printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
 			trap 'rm -f "$policy"' EXIT
@@ -69,13 +72,13 @@ if [[ $need_qemu = 1 || ${#need_pkgs[@]} -gt 0 ]]; then
 		# pkg/bookworm-backports pins just those packages, nothing else moves.
 		"${apt[@]}" install "${need_pkgs[@]}" >&2 || die "apt-get install ${need_pkgs[*]} failed"
 		[[ -z ${policy:-} ]] || rm -f "$policy" # ours only; the trap covers a failed install
-		if [[ $new_nginx = 1 ]]; then
+		for svc in "${new_services[@]}"; do
 			if [[ -d /run/systemd/system ]]; then
-				systemctl disable --now nginx.service >&2 || log "note: could not disable the host's nginx.service"
+				systemctl disable --now "$svc.service" >&2 || log "note: could not disable the host's $svc.service"
 			else
-				update-rc.d nginx disable >/dev/null 2>&1 || true
+				update-rc.d "$svc" disable >/dev/null 2>&1 || true
 			fi
-		fi
+		done
 	fi
 fi
 qemu_bin >/dev/null
