@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
+	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // Client talks to the API (used by the agent, `swiftlane ctl` and tests).
@@ -219,6 +220,27 @@ func (c *Client) RenewToken(ctx context.Context, req apitypes.RenewRequest) (api
 func (c *Client) RevokeToken(ctx context.Context, req apitypes.RevokeRequest) (apitypes.Revoked, error) {
 	var out apitypes.Revoked
 	return out, c.Do(ctx, "POST", "/api/v1/tokens/revoke", req, &out)
+}
+
+// ListAudit reads a page of the audit history (admin): q's filters, at
+// most q.Limit entries (0: the server's default), older than q.Before (a
+// previous page's Continue).
+func (c *Client) ListAudit(ctx context.Context, q store.AuditQuery) (apitypes.AuditList, error) {
+	v := url.Values{}
+	for _, p := range [][2]string{{"continue", q.Before}, {"subject", q.Subject}, {"operation", q.Operation}, {"kind", q.Kind}, {"name", q.Name}} {
+		if p[1] != "" {
+			v.Set(p[0], p[1])
+		}
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	path := "/api/v2/audit"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var l apitypes.AuditList
+	return l, c.Do(ctx, "GET", path, nil, &l)
 }
 
 func (c *Client) ListStrategies(ctx context.Context) (apitypes.StrategyList, error) {

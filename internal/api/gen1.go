@@ -51,6 +51,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		return errorf(http.StatusBadRequest, "strategies", `send {"strategies": [...]} (an empty list deletes the strategies your earlier posts made)`, "strategies: missing")
 	}
 	owner := c.Subject
+	auditOf(r).detail = "generation-1 list (POST /api/v1/scheduling/strategies)"
 	warnings := []string{}
 	seen := map[string]int{}
 	list := make([]apitypes.Strategy, len(body.Strategies))
@@ -79,6 +80,10 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		}
 		seen[st.Name] = i
 	}
+	before, _, err := s.o.Store.ListStrategies(r.Context())
+	if err != nil {
+		return storeError("strategies", err)
+	}
 	all, _, err := s.o.Store.ReplaceStrategies(r.Context(), owner, list)
 	var owned *store.OwnedError
 	if errors.As(err, &owned) {
@@ -90,6 +95,7 @@ func (s *Server) gen1Replace(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		return storeError("strategies", err)
 	}
 	s.hub.notify()
+	auditGen1(auditOf(r), owner, before, all)
 	for i, st := range list {
 		for _, w := range s.view(st).Warnings {
 			warnings = append(warnings, fmt.Sprintf("strategies[%d].%s", i, w))
@@ -186,4 +192,40 @@ func (s *Server) gen1PodPIDs(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// auditGen1 records what a list POST changed in the poster's set, one
+// entry per strategy; a list posted again unchanged records nothing.
+func auditGen1(a *auditRec, owner string, before, after []apitypes.Strategy) {
+	detail := a.detail
+	old := map[string]uint64{}
+	for _, st := range before {
+		if st.Owner == owner {
+			old[st.Name] = st.Revision
+		}
+	}
+	for _, st := range after {
+		if st.Owner != owner {
+			continue
+		}
+		rev, had := old[st.Name]
+		delete(old, st.Name)
+		op := apitypes.AuditStrategyUpdate
+		switch {
+		case !had:
+			op = apitypes.AuditStrategyCreate
+		case rev == st.Revision:
+			continue
+		}
+		a.entries = append(a.entries, apitypes.AuditEntry{Operation: op, Object: apitypes.AuditObject{Name: st.Name}, Detail: detail, Revision: st.Revision})
+	}
+	gone := make([]string, 0, len(old))
+	for name := range old {
+		gone = append(gone, name)
+	}
+	sort.Strings(gone)
+	for _, name := range gone {
+		a.entries = append(a.entries, apitypes.AuditEntry{Operation: apitypes.AuditStrategyDelete, Object: apitypes.AuditObject{Name: name}, Detail: detail})
+	}
+	a.skip = len(a.entries) == 0
 }

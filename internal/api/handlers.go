@@ -84,7 +84,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *auth.Claims) e
 		// One answer for unknown user and wrong password.
 		return errorf(http.StatusUnauthorized, "password", "use user admin and the credential printed on the server's first start (also in <data-dir>/admin.credential)", "wrong user name or password")
 	}
-	return s.issue(w, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, s.o.LoginTTL)
+	a := auditOf(r)
+	a.subject, a.role = req.Username, string(auth.Admin)
+	return s.issue(w, r, http.StatusOK, req.Username, auth.Admin, "", req.TTLSeconds, s.o.LoginTTL)
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Claims) error {
@@ -100,7 +102,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if subject == "" {
 		subject = "by:" + c.Subject
 	}
-	return s.issue(w, http.StatusCreated, subject, auth.Role(req.Role), req.Node, req.TTLSeconds, def)
+	return s.issue(w, r, http.StatusCreated, subject, auth.Role(req.Role), req.Node, req.TTLSeconds, def)
 }
 
 // renewToken re-issues the caller's token; wrap has verified it (signature,
@@ -127,12 +129,13 @@ func (s *Server) renewToken(w http.ResponseWriter, r *http.Request, c *auth.Clai
 		return fieldFromAuth(err)
 	}
 	id, _, _ := s.o.Auth.TokenID(tok)
-	s.o.Log.Info("token renewed", "subject", c.Subject, "role", c.Role, "node", c.Node, "old", c.ID, "new", id, "expires", exp.UTC())
+	a := auditOf(r)
+	a.name, a.detail = id, fmt.Sprintf("renews token %s; expires %s", c.ID, exp.UTC().Format(time.RFC3339))
 	writeJSON(w, http.StatusOK, apitypes.TokenResponse{Success: true, Token: tok, Role: string(c.Role), Node: c.Node, ExpiresAt: exp.UTC(), ID: id})
 	return nil
 }
 
-func (s *Server) issue(w http.ResponseWriter, status int, subject string, role auth.Role, node string, ttlSec int64, def time.Duration) error {
+func (s *Server) issue(w http.ResponseWriter, r *http.Request, status int, subject string, role auth.Role, node string, ttlSec int64, def time.Duration) error {
 	ttl := def
 	if ttlSec != 0 {
 		ttl = time.Duration(ttlSec) * time.Second
@@ -142,6 +145,12 @@ func (s *Server) issue(w http.ResponseWriter, status int, subject string, role a
 		return fieldFromAuth(err)
 	}
 	id, _, _ := s.o.Auth.TokenID(tok)
+	a := auditOf(r)
+	a.name, a.detail = id, fmt.Sprintf("a %s token for subject %q", role, subject)
+	if node != "" {
+		a.detail += " bound to node " + node
+	}
+	a.detail += "; expires " + exp.UTC().Format(time.RFC3339)
 	writeJSON(w, status, apitypes.TokenResponse{Success: true, Token: tok, Role: string(role), Node: node, ExpiresAt: exp.UTC(), ID: id})
 	return nil
 }
@@ -152,6 +161,8 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 		return err
 	}
 	id, exp := req.ID, time.Time{}
+	a := auditOf(r)
+	a.name = id
 	switch {
 	case (req.ID == "") == (req.Token == ""):
 		return errorf(http.StatusBadRequest, "id", `send {"id": "<jti>"} or {"token": "<the token>"}`, "give exactly one of id and token")
@@ -161,9 +172,11 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 			// Well-formed, but no token of ours: there is nothing to revoke.
 			return errorf(http.StatusNotFound, "token", "send a token this server signed, or its id", "%v", err)
 		}
+		a.name = id
 		// A renewed token: its whole chain goes (whoever has this one
 		// may have renewed it again).
 		if fam, _ := s.o.Auth.TokenFamily(req.Token); fam != "" {
+			a.detail = "with the token it renews and their renewals (chain " + fam + "); "
 			if _, err := s.o.Auth.Revoke(r.Context(), fam, time.Time{}, c.Subject); err != nil {
 				return errorf(http.StatusInternalServerError, "", "see the server log", "%v", err)
 			}
@@ -175,7 +188,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *auth.Cla
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "", "see the server log", "%v", err)
 	}
-	s.o.Log.Info("token revoked", "id", id, "until", until, "by", c.Subject)
+	a.detail += "on the deny list until " + until.UTC().Format(time.RFC3339)
 	writeJSON(w, http.StatusOK, apitypes.Revoked{ID: id, Until: until})
 	return nil
 }
@@ -249,10 +262,14 @@ func EnsureStrategies(ctx context.Context, st store.Store, list []apitypes.Strat
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return created, err
 		}
-		if _, err := st.CreateStrategy(ctx, s); err != nil && !errors.Is(err, store.ErrExists) {
+		out, err := st.CreateStrategy(ctx, s)
+		if err != nil && !errors.Is(err, store.ErrExists) {
 			return created, fmt.Errorf("default strategy %s: %w", s.Name, err)
 		} else if err == nil {
 			created = append(created, s.Name)
+			if err := auditDefaults(ctx, st, s.Name, out.Revision); err != nil {
+				return created, fmt.Errorf("default strategy %s was created, but its audit entry was not stored: %w", s.Name, err)
+			}
 		}
 	}
 	return created, nil
@@ -301,6 +318,8 @@ func (s *Server) readStrategy(r *http.Request, name string) (apitypes.Strategy, 
 
 func (s *Server) createStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Claims) error {
 	st, err := s.readStrategy(r, "")
+	a := auditOf(r)
+	a.name = st.Name
 	if err != nil {
 		return err
 	}
@@ -309,6 +328,7 @@ func (s *Server) createStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 	if err != nil {
 		return storeError("strategy "+st.Name, err)
 	}
+	a.revision = st.Revision
 	serverTiming(w, "store", time.Since(t0))
 	s.hub.notify()
 	w.Header().Set("Location", "/api/v1/strategies/"+st.Name)
@@ -326,11 +346,13 @@ func (s *Server) putStrategy(w http.ResponseWriter, r *http.Request, _ *auth.Cla
 	out, err := s.o.Store.UpdateStrategy(r.Context(), st)
 	if errors.Is(err, store.ErrNotFound) {
 		status = http.StatusCreated
+		auditOf(r).op = apitypes.AuditStrategyCreate
 		out, err = s.o.Store.CreateStrategy(r.Context(), st)
 	}
 	if err != nil {
 		return storeError("strategy "+st.Name, err)
 	}
+	auditOf(r).revision = out.Revision
 	serverTiming(w, "store", time.Since(t0))
 	s.hub.notify()
 	writeJSON(w, status, s.view(out))
@@ -350,6 +372,7 @@ func (s *Server) deleteStrategy(w http.ResponseWriter, r *http.Request, _ *auth.
 	if err != nil {
 		return storeError("strategy "+name, err)
 	}
+	auditOf(r).revision = rev
 	s.hub.notify()
 	writeJSON(w, http.StatusOK, apitypes.Deleted{Name: name, Revision: rev})
 	return nil

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -41,6 +42,7 @@ type serverOpt struct {
 	// timeouts and keepAlive go to Options.
 	timeouts  Timeouts
 	keepAlive time.Duration
+	log       *slog.Logger
 }
 
 // backend is a store the API tests run on; eachStore runs a test once per
@@ -81,7 +83,7 @@ func startServer(t *testing.T, dir string, o serverOpt) *testServer {
 		o.backend = boltBackend
 	}
 	st := o.backend.open(t, dir, o.logSize)
-	srv, err := New(Options{Store: st, Auth: a, Version: "test", MaxBody: 64 << 10, Timeouts: o.timeouts, KeepAlive: o.keepAlive})
+	srv, err := New(Options{Store: st, Auth: a, Version: "test", MaxBody: 64 << 10, Timeouts: o.timeouts, KeepAlive: o.keepAlive, Log: o.log})
 	if err != nil {
 		t.Fatal(err)
 	}

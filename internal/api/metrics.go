@@ -15,8 +15,9 @@ import (
 )
 
 type serverMetrics struct {
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	auditLost prometheus.Counter
 }
 
 func (s *Server) initMetrics() {
@@ -28,7 +29,10 @@ func (s *Server) initMetrics() {
 		Name: "swiftlane_api_request_seconds", Help: "API request latency by operation.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
 	}, []string{"op"})
-	s.reg.MustRegister(s.met.requests, s.met.latency,
+	s.met.auditLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "swiftlane_api_audit_entries_lost_total", Help: "Audit entries the store refused: they are only in the server's log.",
+	})
+	s.reg.MustRegister(s.met.requests, s.met.latency, s.met.auditLost,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "swiftlane_api_watchers", Help: "Open strategy watch streams.",
 		}, func() float64 { return float64(s.hub.count()) }),

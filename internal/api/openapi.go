@@ -41,8 +41,11 @@ func openAPIDocument(rs []route, version string) ([]byte, error) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "description": desc, "schema": p})
 		}
 		for _, q := range rt.query {
-			params = append(params, map[string]any{"name": q.name, "in": "query", "description": q.desc,
-				"schema": map[string]any{"type": "integer", "minimum": 0, "maximum": json.Number(strconv.FormatUint(math.MaxUint64, 10))}})
+			sch := q.schema
+			if sch == nil {
+				sch = map[string]any{"type": "integer", "minimum": 0, "maximum": json.Number(strconv.FormatUint(math.MaxUint64, 10))}
+			}
+			params = append(params, map[string]any{"name": q.name, "in": "query", "description": q.desc, "schema": sch})
 		}
 		if params != nil {
 			op["parameters"] = params

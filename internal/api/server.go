@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -71,6 +72,8 @@ type Server struct {
 	// podLabels: the store's agents know pods (Kubernetes), so pod
 	// selectors can match.
 	podLabels bool
+	// host names this replica in the audit history.
+	host string
 
 	mu   sync.Mutex
 	gen1 map[string]*apitypes.Gen1Metrics // pushed generation-1 metrics by node (not persisted)
@@ -103,6 +106,7 @@ func New(o Options) (*Server, error) {
 	}
 	o.Auth.UseDenyList(o.Store)
 	s := &Server{o: o, gen1: map[string]*apitypes.Gen1Metrics{}}
+	s.host, _ = os.Hostname()
 	s.hub.subs = map[chan struct{}]struct{}{}
 	// A store that others write too (Kubernetes: kubectl, other replicas)
 	// reports their changes, so watch streams see them at once.
@@ -168,8 +172,9 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		err := s.serve(rt, sw, r)
-		if err != nil {
+		if rt.audit != "" {
+			s.serveAudited(rt, sw, r)
+		} else if err := s.serve(rt, sw, r); err != nil {
 			writeError(sw, err)
 		}
 		if !rt.stream {
@@ -186,13 +191,15 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		rec := auditOf(r)
+		rec.caller = c
 		if !slices.Contains(rt.roles, c.Role) {
 			return errorf(http.StatusForbidden, "", "ask an admin for a token with one of the roles: "+joinRoles(rt.roles), "role %s may not %s %s", c.Role, r.Method, r.URL.Path)
 		}
 		if rt.nodeScoped && c.Role == auth.Agent && r.PathValue("name") != c.Node {
 			return errorf(http.StatusForbidden, "name", "an agent token acts for its own node only ("+c.Node+")", "token for node %s may not act for node %s", c.Node, r.PathValue("name"))
 		}
-		claims = c
+		claims, rec.authorized = c, true
 	}
 	if rt.in != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxBody)

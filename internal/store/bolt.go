@@ -29,23 +29,46 @@ var (
 	bNodes      = []byte("nodes")
 	bMeta       = []byte("meta")
 	bRevoked    = []byte("revoked") // token id -> revocation (JSON)
+	bAudit      = []byte("audit")   // sequence (big-endian) -> auditRecord (JSON)
 	kRevision   = []byte("revision")
 	kCompacted  = []byte("compacted") // highest revision dropped from the log
 )
 
 // Bolt is the embedded store: one bbolt file, fsynced on every commit.
 type Bolt struct {
-	db      *bolt.DB
-	logSize uint64
+	db        *bolt.DB
+	logSize   uint64
+	auditSize uint64
+}
+
+// Options size a store's histories; zero fields take the defaults.
+type Options struct {
+	// LogSize is how many strategy changes the log keeps for watches
+	// (DefaultLogSize).
+	LogSize int
+	// AuditSize is how many entries the audit history keeps
+	// (DefaultAuditSize).
+	AuditSize int
 }
 
 // Open opens (creating if needed) the store in dir.
 func Open(dir string) (*Bolt, error) {
-	return OpenWithLogSize(dir, DefaultLogSize)
+	return OpenWith(dir, Options{})
 }
 
 // OpenWithLogSize is Open with a change-log length (tests use small ones).
 func OpenWithLogSize(dir string, logSize int) (*Bolt, error) {
+	return OpenWith(dir, Options{LogSize: max(logSize, 1)})
+}
+
+// OpenWith is Open with the histories' sizes.
+func OpenWith(dir string, o Options) (*Bolt, error) {
+	if o.LogSize <= 0 {
+		o.LogSize = DefaultLogSize
+	}
+	if o.AuditSize <= 0 {
+		o.AuditSize = DefaultAuditSize
+	}
 	// A generous initial mapping avoids remaps while the file grows: a remap
 	// waits for every open read, which would stall all watch streams at once.
 	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{Timeout: 5 * time.Second, InitialMmapSize: 64 << 20})
@@ -56,18 +79,20 @@ func OpenWithLogSize(dir string, logSize int) (*Bolt, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bStrategies, bChanges, bNodes, bMeta, bRevoked} {
+		for _, b := range [][]byte{bStrategies, bChanges, bNodes, bMeta, bRevoked, bAudit} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return nil
+		// A smaller bound than the last run's applies at once.
+		audit := tx.Bucket(bAudit)
+		return dropOldestAudit(audit, audit.Stats().KeyN-o.AuditSize)
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Bolt{db: db, logSize: uint64(max(logSize, 1))}, nil
+	return &Bolt{db: db, logSize: uint64(o.LogSize), auditSize: uint64(o.AuditSize)}, nil
 }
 
 // Close releases the file.

@@ -65,7 +65,7 @@ func (k *kube) applyCRDs(t *testing.T) {
 			return
 		}
 		_, k.crdsErr = k.kubectl(t, nil, "wait", "--for=condition=Established", "--timeout=60s",
-			"crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io", "crd/tokenrevocations.swiftlane.io")
+			"crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io", "crd/tokenrevocations.swiftlane.io", "crd/auditentries.swiftlane.io")
 	})
 	if k.crdsErr != nil {
 		t.Fatalf("CRDs: %v", k.crdsErr)

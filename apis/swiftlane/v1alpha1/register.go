@@ -16,6 +16,7 @@ var (
 	StrategiesResource  = GroupVersion.WithResource("schedulingstrategies")
 	NodesResource       = GroupVersion.WithResource("schedulingnodes")
 	RevocationsResource = GroupVersion.WithResource("tokenrevocations")
+	AuditResource       = GroupVersion.WithResource("auditentries")
 )
 
 var (
@@ -29,6 +30,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&SchedulingStrategy{}, &SchedulingStrategyList{},
 		&SchedulingNode{}, &SchedulingNodeList{},
 		&TokenRevocation{}, &TokenRevocationList{},
+		&AuditEntry{}, &AuditEntryList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -24,7 +24,7 @@
 // The generation-1 priority flag is stored as spec.class (true: critical) and
 // read back as the class. ReplaceStrategies documents its partial-failure
 // semantics; nodes.go how nodes are kept, revocations.go the token deny
-// list.
+// list, audit.go the audit history.
 //
 // Objects the API cannot represent (pod selectors with expressions, other
 // namespace selectors, invalid RE2, ...) are not shown; they are logged and
@@ -69,7 +69,10 @@ type Options struct {
 	Namespace string
 	// LogSize is how many changes the change log keeps (default store.DefaultLogSize).
 	LogSize int
-	Log     *slog.Logger
+	// AuditSize is how many entries the audit history keeps (default
+	// store.DefaultAuditSize).
+	AuditSize int
+	Log       *slog.Logger
 }
 
 // Problem is a SchedulingStrategy the API does not show, and why.
@@ -87,7 +90,9 @@ type Store struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // the strategies' watch ended
 	revDone chan struct{} // the revocations' informer ended
-	rev     *revocations  // the token deny list (revocations.go)
+	rev     *informerCopy // the token deny list (revocations.go)
+	audDone chan struct{} // the audit entries' informer ended
+	audit   *informerCopy // the audit history (audit.go)
 
 	mu       sync.Mutex
 	objs     map[string]*entry // by name: every object in the namespace
@@ -113,8 +118,8 @@ type entry struct {
 // Kubernetes store (the kubeagent) know every pod's labels.
 func (s *Store) ResolvesPodLabels() bool { return true }
 
-// Open lists the namespace's strategies and token revocations and starts
-// watching them. It fails if the CRDs are not installed or the credentials
+// Open lists the namespace's strategies, token revocations and audit
+// entries and starts watching them. It fails if the CRDs are not installed or the credentials
 // may not read them.
 func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Config == nil {
@@ -125,6 +130,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	if o.LogSize <= 0 {
 		o.LogSize = store.DefaultLogSize
+	}
+	if o.AuditSize <= 0 {
+		o.AuditSize = store.DefaultAuditSize
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -159,8 +167,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, s.accessError(v1alpha1.StrategiesResource.Resource, err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	s.revDone = make(chan struct{})
+	s.revDone, s.audDone = make(chan struct{}), make(chan struct{})
 	if err := s.startRevocations(ctx, wctx, s.revDone); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := s.startAudit(ctx, wctx, s.audDone); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -189,6 +201,7 @@ func (s *Store) Close() error {
 		s.cancel()
 		<-s.done
 		<-s.revDone
+		<-s.audDone
 		s.cancel = nil
 	}
 	return nil

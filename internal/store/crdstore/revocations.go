@@ -6,15 +6,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"regexp"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -32,15 +29,6 @@ import (
 // not an object name; see revocationName).
 const byTokenID = "tokenID"
 
-// revocations is the replica's copy of the deny list.
-type revocations struct {
-	idx  cache.Indexer
-	ctrl cache.Controller
-
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every event
-}
-
 func (s *Store) revocationReq(verb string) *rest.Request {
 	return s.rc.Verb(verb).Namespace(s.o.Namespace).Resource(v1alpha1.RevocationsResource.Resource)
 }
@@ -48,40 +36,16 @@ func (s *Store) revocationReq(verb string) *rest.Request {
 // startRevocations checks access to TokenRevocations and runs their
 // informer until run ends; it returns once the first list is in.
 func (s *Store) startRevocations(ctx, run context.Context, done chan<- struct{}) error {
-	if err := s.revocationReq("GET").VersionedParams(&metav1.ListOptions{Limit: 1}, s.pc).Do(ctx).Error(); err != nil {
-		return s.accessError(v1alpha1.RevocationsResource.Resource, err)
+	c, err := s.startInformer(ctx, run, done, v1alpha1.RevocationsResource, &v1alpha1.TokenRevocation{}, cache.Indexers{byTokenID: func(o any) ([]string, error) {
+		if t, ok := o.(*v1alpha1.TokenRevocation); ok {
+			return []string{t.Spec.TokenID}, nil
+		}
+		return nil, nil
+	}})
+	if err != nil {
+		return err
 	}
-	r := &revocations{changed: make(chan struct{})}
-	broadcast := func() {
-		r.mu.Lock()
-		close(r.changed)
-		r.changed = make(chan struct{})
-		r.mu.Unlock()
-	}
-	st, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: cache.NewListWatchFromClient(s.rc, v1alpha1.RevocationsResource.Resource, s.o.Namespace, fields.Everything()),
-		ObjectType:    &v1alpha1.TokenRevocation{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { broadcast() },
-			UpdateFunc: func(any, any) { broadcast() },
-			DeleteFunc: func(any) { broadcast() },
-		},
-		Indexers: cache.Indexers{byTokenID: func(o any) ([]string, error) {
-			if t, ok := o.(*v1alpha1.TokenRevocation); ok {
-				return []string{t.Spec.TokenID}, nil
-			}
-			return nil, nil
-		}},
-	})
-	r.idx, r.ctrl = st.(cache.Indexer), ctrl
-	go func() {
-		defer close(done)
-		ctrl.RunWithContext(run)
-	}()
-	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
-		return fmt.Errorf("%s.%s in namespace %s: the first list did not arrive: %w", v1alpha1.RevocationsResource.Resource, v1alpha1.GroupVersion.Group, s.o.Namespace, ctx.Err())
-	}
-	s.rev = r
+	s.rev = c
 	return nil
 }
 
@@ -123,24 +87,16 @@ func (s *Store) RevokeToken(ctx context.Context, id string, until time.Time, by 
 		}
 	}
 	if err != nil {
-		return s.revocationError("create", obj.Name, err)
+		return s.objectError("create", v1alpha1.RevocationsResource, obj.Name, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, syncTimeout)
-	defer cancel()
-	for {
-		s.rev.mu.Lock()
-		ch := s.rev.changed
-		s.rev.mu.Unlock()
-		if ok, _ := s.TokenRevoked(id); ok {
-			s.dropExpiredRevocations(ctx, id)
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-wctx.Done():
-			return fmt.Errorf("the revocation of token %s was written, but the watch of namespace %s has not delivered it (%w): check the Kubernetes API server", id, s.o.Namespace, wctx.Err())
-		}
+	if err := s.rev.waitFor(ctx, s.o.Namespace, "the revocation of token "+id, func() bool {
+		ok, _ := s.TokenRevoked(id)
+		return ok
+	}); err != nil {
+		return err
 	}
+	s.dropExpiredRevocations(ctx, id)
+	return nil
 }
 
 // dropExpiredRevocations deletes the revocations of expired tokens but
@@ -159,16 +115,4 @@ func (s *Store) dropExpiredRevocations(ctx context.Context, keep string) {
 			s.o.Log.Warn("could not delete the revocation of an expired token; the next revocation retries", "namespace", s.o.Namespace, "name", t.Name, "err", err)
 		}
 	}
-}
-
-func (s *Store) revocationError(op, name string, err error) error {
-	var se *apierrors.StatusError
-	switch {
-	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%s tokenrevocation %s: %v: grant the API's service account get, list, watch, create, delete on tokenrevocations.%s in namespace %s (the Helm chart's RBAC does)",
-			op, name, err, v1alpha1.GroupVersion.Group, s.o.Namespace)
-	case errors.As(err, &se):
-		return fmt.Errorf("%s tokenrevocation %s in namespace %s: %w", op, name, s.o.Namespace, err)
-	}
-	return err
 }

@@ -81,7 +81,7 @@ func start() {
 		return
 	}
 	_, shared.err = run(ctx, shared.srv, "", "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io", "crd/tokenrevocations.swiftlane.io")
+		"crd/schedulingstrategies.swiftlane.io", "crd/schedulingnodes.swiftlane.io", "crd/tokenrevocations.swiftlane.io", "crd/auditentries.swiftlane.io")
 }
 
 // repoRoot is found from this file's path: tests run in their package's
