@@ -5,6 +5,7 @@ package vm
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,29 +33,9 @@ func TestAgentAppliesPushedStrategy(t *testing.T) {
 
 func agentAppliesPushedStrategy(t *testing.T, mode string) {
 	bin := swiftlaneBin(t)
-	data := t.TempDir()
 	const addr = "127.0.0.1:18443"
-	server := startProcess(t, "api", bin, "api", "--data-dir", data, "--listen", addr)
-
 	ctx := runCtx(t, 5*time.Minute)
-	var client *api.Client
-	waitFor(t, "the API server to answer", func() bool {
-		signer, err := auth.LoadSigner(data)
-		if err != nil {
-			return false
-		}
-		tok, _, err := signer.Issue("vmtest", auth.Admin, "", time.Hour)
-		if err != nil {
-			return false
-		}
-		tlsCfg, err := auth.ClientTLS(filepath.Join(data, auth.CertFile))
-		if err != nil {
-			return false
-		}
-		client = api.NewClient("https://"+addr, tok, tlsCfg)
-		_, err = client.ListStrategies(ctx)
-		return err == nil
-	}, server)
+	_, client, data := startAPI(t, ctx, addr)
 
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	if err := os.WriteFile(cfg, []byte("api:\n  interval: 1\nscheduler:\n  mode: "+mode+"\n"), 0o600); err != nil {
@@ -112,6 +93,32 @@ func agentAppliesPushedStrategy(t *testing.T, mode string) {
 	}
 	waitFor(t, "the workload to go after the strategy was deleted", func() bool { return !hasMarker() }, agent)
 	waitFor(t, "the marker to leave the process map", func() bool { return !inMap(procMap, uint32(proc.Process.Pid)) }, agent)
+}
+
+// startAPI runs `swiftlane api` on addr with a data directory of its own
+// and returns it once it answers an admin client.
+func startAPI(t *testing.T, ctx context.Context, addr string) (server *proc, client *api.Client, data string) {
+	t.Helper()
+	data = t.TempDir()
+	server = startProcess(t, "api", swiftlaneBin(t), "api", "--data-dir", data, "--listen", addr)
+	waitFor(t, "the API server to answer", func() bool {
+		signer, err := auth.LoadSigner(data)
+		if err != nil {
+			return false
+		}
+		tok, _, err := signer.Issue("vmtest", auth.Admin, "", time.Hour)
+		if err != nil {
+			return false
+		}
+		tlsCfg, err := auth.ClientTLS(filepath.Join(data, auth.CertFile))
+		if err != nil {
+			return false
+		}
+		client = api.NewClient("https://"+addr, tok, tlsCfg)
+		_, err = client.ListStrategies(ctx)
+		return err == nil
+	}, server)
+	return server, client, data
 }
 
 // proc is a background swiftlane process whose output is kept for failures.
