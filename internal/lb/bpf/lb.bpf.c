@@ -217,12 +217,14 @@ static __always_inline void count_packet(__u32 session_flags, bool frag)
 }
 
 // Addresses: a __be32 (IPv4) or __be32[4] (IPv6) lvalue; these take either
-// and work on its words. Reads of the load-time constants must stay
-// volatile, or the compiler folds in their initial zero.
+// and work on its words. addr_set reads its source as volatile: the
+// load-time constants need it (the compiler would fold in their initial
+// zero), and everywhere else it keeps the compiler from holding copied
+// words in registers across helper calls, whose spills took the ICMPv6
+// call chain past the 512-byte stack.
 #define addr_words(a) (sizeof(a) / sizeof(__be32))
-#define addr_set(dst, src) __builtin_memcpy(&(dst), &(src), sizeof(dst))
+#define addr_set(dst, src) words_set((__be32 *)&(dst), (const volatile __be32 *)&(src), addr_words(dst))
 #define addr_eq(a, b) words_eq((const __be32 *)&(a), (const __be32 *)&(b), addr_words(a))
-#define addr_set_const(dst, src) words_set((__be32 *)&(dst), (const volatile __be32 *)&(src), addr_words(dst))
 #define addr_zero(a) (!words_or((const volatile __be32 *)&(a), addr_words(a)))
 #define addr_fold(a) words_xor((const __be32 *)&(a), addr_words(a))
 
@@ -293,12 +295,6 @@ static __always_inline __u32 words_csum_diff(const __be32 *from, const __be32 *t
 // The diff for rewriting address from into to (either family).
 #define addr_csum_diff(from, to) \
 	words_csum_diff((const __be32 *)&(from), (const __be32 *)&(to), addr_words(from))
-
-// The diff for rewriting a tuple's addresses from old's to to's, and
-// whether they differ (flows and sessions of either family).
-#define addrs_csum_diff(old, to) \
-	csum_add(addr_csum_diff((old)->saddr, (to)->saddr), addr_csum_diff((old)->daddr, (to)->daddr))
-#define addrs_differ(old, to) (!addr_eq((old)->saddr, (to)->saddr) || !addr_eq((old)->daddr, (to)->daddr))
 
 // The diff for rewriting two 16-bit ports.
 static __always_inline __u32 ports_csum_diff(__be16 sport, __be16 dport, __be16 to_sport, __be16 to_dport)
@@ -502,7 +498,7 @@ static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __
 					st->drop_no_backend++;                                      \
 				return -1;                                                          \
 			}                                                                           \
-			addr_set_const(fwd.saddr, hairpin_addr##F);                                 \
+			addr_set(fwd.saddr, hairpin_addr##F);                                       \
 			snat = true;                                                                \
 		}                                                                                   \
                                                                                                     \
@@ -884,8 +880,8 @@ static __always_inline int translate4(struct __sk_buff *skb, __u32 l4off, __u8 l
 	}
 	bool redirect = routed(rc);
 
-	__u32 addr_diff = addrs_csum_diff(old, to);
-	bool addrs = addrs_differ(old, to);
+	__u32 addr_diff = csum_add(addr_csum_diff(old->saddr, to->saddr), addr_csum_diff(old->daddr, to->daddr));
+	bool addrs = !addr_eq(old->saddr, to->saddr) || !addr_eq(old->daddr, to->daddr);
 	__u32 l3_diff = addr_diff;
 	ip->saddr = to->saddr;
 	ip->daddr = to->daddr;
@@ -909,9 +905,11 @@ static __always_inline int translate4(struct __sk_buff *skb, __u32 l4off, __u8 l
 
 // No header checksum, a hop limit instead of a TTL. ICMPv6 (l4proto) has
 // a pseudo header too, and no ports to change; a zero UDP checksum is
-// invalid in IPv6, so there is none to preserve.
-static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const struct flow6 *old,
-				 const struct session6 *to)
+// invalid in IPv6, so there is none to preserve. The addresses to replace
+// are read from the header rather than passed in: the ICMPv6 path then
+// keeps no copy of them, which holds its call chain within the 512 bytes
+// of stack.
+static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const struct session6 *to)
 {
 	struct bpf_fib_lookup p = {};
 	long rc = -1;
@@ -932,8 +930,9 @@ static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const stru
 	}
 	bool redirect = routed(rc);
 
-	__u32 addr_diff = addrs_csum_diff(old, to);
-	bool addrs = addrs_differ(old, to);
+	__be32 *saddr = ip6->saddr.in6_u.u6_addr32, *daddr = ip6->daddr.in6_u.u6_addr32;
+	__u32 addr_diff = csum_add(words_csum_diff(saddr, to->saddr, 4), words_csum_diff(daddr, to->daddr, 4));
+	bool addrs = !words_eq(saddr, to->saddr, 4) || !words_eq(daddr, to->daddr, 4);
 	addr_set(ip6->saddr.in6_u.u6_addr32, to->saddr);
 	addr_set(ip6->daddr.in6_u.u6_addr32, to->daddr);
 	if (redirect) {
@@ -1034,23 +1033,22 @@ struct quoted6 {
 // ICMPv6 checksum covers the quoted bytes, so it takes their diff.
 static __noinline int handle_icmp6(struct __sk_buff *skb)
 {
-	struct icmphdr ic;
+	__u8 type; // of the ICMPv6 header, which shares struct icmphdr's layout
 	struct quoted6 q;
-	struct flow6 outer = { .proto = IPPROTO_ICMPV6 };
-	// The session key, then (no longer needed) the outer rewrite: one slot
-	// of stack for both keeps this call chain within the 512-byte limit.
+	__be32 outer_src[4];
+	// The session key, then the outer rewrite: one slot of stack for both
+	// keeps this call chain within the 512-byte limit.
 	union {
 		struct flow6 k;
 		struct session6 to;
 	} u = {};
 
-	// saddr and daddr are adjacent in both the header and struct flow6.
-	if (bpf_skb_load_bytes(skb, IP_OFF + offsetof(struct ipv6hdr, saddr), outer.saddr, 32) ||
-	    bpf_skb_load_bytes(skb, L4_OFF6, &ic, sizeof(ic)))
+	if (bpf_skb_load_bytes(skb, IP_OFF + offsetof(struct ipv6hdr, saddr), outer_src, sizeof(outer_src)) ||
+	    bpf_skb_load_bytes(skb, L4_OFF6 + offsetof(struct icmphdr, type), &type, 1))
 		return TC_ACT_UNSPEC;
-	if (ic.type < ICMPV6_DEST_UNREACH || ic.type > ICMPV6_PARAMPROB)
+	if (type < ICMPV6_DEST_UNREACH || type > ICMPV6_PARAMPROB)
 		return TC_ACT_UNSPEC;
-	__u32 qoff = L4_OFF6 + sizeof(ic);
+	__u32 qoff = L4_OFF6 + sizeof(struct icmphdr);
 	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)))
 		return TC_ACT_UNSPEC;
 	if (q.ip.nexthdr != IPPROTO_TCP && q.ip.nexthdr != IPPROTO_UDP)
@@ -1065,7 +1063,18 @@ static __noinline int handle_icmp6(struct __sk_buff *skb)
 	if (!s)
 		return TC_ACT_UNSPEC;
 
-	bool from_quoted_dst = addr_eq(outer.saddr, q.ip.daddr.in6_u.u6_addr32);
+	// The outer rewrite, now that the key is no longer needed: to the
+	// quoted packet's sender, from the address it sent to if the error
+	// comes from there. Done first, so no flag stays live across the
+	// checksum work (its spills took this call chain past 512 bytes).
+	bool from_quoted_dst = addr_eq(outer_src, q.ip.daddr.in6_u.u6_addr32);
+	__builtin_memset(&u, 0, sizeof(u));
+	if (from_quoted_dst)
+		addr_set(u.to.saddr, s->saddr);
+	else
+		addr_set(u.to.saddr, outer_src);
+	addr_set(u.to.daddr, s->daddr);
+
 	__u32 diff = csum_add(addr_csum_diff(q.ip.saddr.in6_u.u6_addr32, s->daddr),
 			      addr_csum_diff(q.ip.daddr.in6_u.u6_addr32, s->saddr));
 	diff = csum_add(diff, ports_csum_diff(q.sport, q.dport, s->dport, s->sport));
@@ -1076,15 +1085,8 @@ static __noinline int handle_icmp6(struct __sk_buff *skb)
 	if (bpf_l4_csum_replace(skb, L4_OFF6 + offsetof(struct icmphdr, checksum), 0, diff, 0) ||
 	    bpf_skb_store_bytes(skb, qoff, &q, sizeof(q), 0))
 		return TC_ACT_SHOT;
-
-	__builtin_memset(&u, 0, sizeof(u));
-	if (from_quoted_dst)
-		addr_set(u.to.saddr, q.ip.daddr.in6_u.u6_addr32);
-	else
-		addr_set(u.to.saddr, outer.saddr);
-	addr_set(u.to.daddr, q.ip.saddr.in6_u.u6_addr32);
 	STAT_INC(icmp_translated);
-	return translate6(skb, IPPROTO_ICMPV6, &outer, &u.to);
+	return translate6(skb, IPPROTO_ICMPV6, &u.to);
 }
 
 // Each family is its own BPF function, so each has the whole stack.
@@ -1160,7 +1162,7 @@ static __noinline int lb_ingress6(struct __sk_buff *skb)
 	if (v != TC_ACT_OK)
 		return v;
 	count_packet(s.flags, false);
-	return translate6(skb, proto, &f, &s);
+	return translate6(skb, proto, &s);
 }
 
 SEC("tc")
