@@ -91,6 +91,15 @@ const volatile bool fib_redirect = true;
 // between CPUs) on every packet. The sweeper adds it to every idle timeout.
 const volatile __u64 last_seen_grain_ns = 1000000000ULL;
 
+// A map definition (the struct that names its type, size, key and value).
+#define MAP(type_, max, key_t, value_t)  \
+	struct {                          \
+		__uint(type, type_);      \
+		__uint(max_entries, max); \
+		__type(key, key_t);       \
+		__type(value, value_t);   \
+	}
+
 // The maps each family has to itself.
 //
 // sessions: forward and reply entries share one LRU map so both compete
@@ -98,37 +107,13 @@ const volatile __u64 last_seen_grain_ns = 1000000000ULL;
 // overload. affinity: one entry per (frontend with affinity, client); stale
 // ones are ignored by their timestamp and pushed out by LRU; the loader
 // sizes it like sessions. sweep_batch: the keys user space hands the sweep.
-#define FAMILY_MAPS(F)                                          \
-	struct {                                                \
-		__uint(type, BPF_MAP_TYPE_HASH);                \
-		__uint(max_entries, MAX_SERVICES);              \
-		__type(key, struct svc_key##F);                 \
-		__type(value, struct svc_val##F);               \
-	} services##F SEC(".maps");                             \
-	struct {                                                \
-		__uint(type, BPF_MAP_TYPE_HASH);                \
-		__uint(max_entries, MAX_BACKENDS);              \
-		__type(key, __u32);                             \
-		__type(value, struct backend##F);               \
-	} backends##F SEC(".maps");                             \
-	struct {                                                \
-		__uint(type, BPF_MAP_TYPE_LRU_HASH);            \
-		__uint(max_entries, MAX_SESSIONS);              \
-		__type(key, struct flow##F);                    \
-		__type(value, struct session##F);               \
-	} sessions##F SEC(".maps");                             \
-	struct {                                                \
-		__uint(type, BPF_MAP_TYPE_LRU_HASH);            \
-		__uint(max_entries, MAX_SESSIONS / 2);          \
-		__type(key, struct affinity_key##F);            \
-		__type(value, struct affinity_val);             \
-	} affinity##F SEC(".maps");                             \
-	struct {                                                \
-		__uint(type, BPF_MAP_TYPE_ARRAY);               \
-		__uint(max_entries, SWEEP_BATCH);               \
-		__type(key, __u32);                             \
-		__type(value, struct flow##F);                  \
-	} sweep_batch##F SEC(".maps");
+#define FAMILY_MAPS(F)                                                                                   \
+	MAP(BPF_MAP_TYPE_HASH, MAX_SERVICES, struct svc_key##F, struct svc_val##F) services##F SEC(".maps"); \
+	MAP(BPF_MAP_TYPE_HASH, MAX_BACKENDS, __u32, struct backend##F) backends##F SEC(".maps");             \
+	MAP(BPF_MAP_TYPE_LRU_HASH, MAX_SESSIONS, struct flow##F, struct session##F) sessions##F SEC(".maps"); \
+	MAP(BPF_MAP_TYPE_LRU_HASH, MAX_SESSIONS / 2, struct affinity_key##F, struct affinity_val)            \
+	affinity##F SEC(".maps");                                                                        \
+	MAP(BPF_MAP_TYPE_ARRAY, SWEEP_BATCH, __u32, struct flow##F) sweep_batch##F SEC(".maps");
 
 FAMILY_MAPS()
 FAMILY_MAPS(6)
