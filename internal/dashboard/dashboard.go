@@ -177,6 +177,15 @@ func variableQuery(q any) (string, error) {
 	return fmt.Sprintf("count by (%s) (%s)", m[2], m[1]), nil
 }
 
+// Shipped loads the repository's dashboard (File).
+func Shipped() ([]Query, error) {
+	path, err := RepoPath(File)
+	if err != nil {
+		return nil, err
+	}
+	return Load(path)
+}
+
 // RepoPath is rel under the repository's root, found from the working
 // directory up (a test's is its package's; a VM test's, the repository's).
 func RepoPath(rel string) (string, error) {

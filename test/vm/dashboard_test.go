@@ -32,11 +32,7 @@ func TestDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, err := dashboard.RepoPath(dashboard.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	queries, err := dashboard.Load(path)
+	queries, err := dashboard.Shipped()
 	if err != nil {
 		t.Fatal(err)
 	}
