@@ -24,7 +24,7 @@ var importRules = []struct {
 		"internal/crdconv", "internal/schema", "internal/strategy", "internal/config", "internal/ui", "apis/swiftlane/v1alpha1"},
 	forbidden: []string{"internal/applier", "internal/podcgroup", "internal/schedext", "internal/sched", "usersched",
 		"internal/userringbuf", "internal/noderuntime", "internal/agent", "internal/kubeagent", "internal/operator",
-		"internal/trace", "internal/lb", "github.com/cilium/ebpf"},
+		"internal/trace", "internal/lb", "internal/percpu", "github.com/cilium/ebpf"},
 	fix: "keep what both sides need in the declarative package (e.g. internal/strategy) and what reads the node in internal/applier",
 }}
 

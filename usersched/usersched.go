@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/applier"
+	"github.com/swiftlane/swiftlane/internal/percpu"
 	"github.com/swiftlane/swiftlane/internal/schedext"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 	"github.com/swiftlane/swiftlane/internal/userringbuf"
@@ -403,36 +404,16 @@ func (h RoundTripHist) Quantile(q float64) time.Duration {
 
 // Stats reads the counters.
 func (s *Scheduler) Stats() (Stats, error) {
-	var per []userschedUsrStats
-	if err := s.objs.Stats.Lookup(uint32(0), &per); err != nil {
+	c, err := percpu.Sum[userschedUsrStats](s.objs.Stats, uint32(0), "RttMaxNs", "WaitMaxNs")
+	if err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
 	}
-	var t Stats
-	for _, c := range per {
-		t.Sent += c.Sent
-		t.Applied += c.Applied
-		t.Stale += c.Stale
-		t.Bounced += c.Bounced
-		t.Fallback += c.Fallback
-		t.Rescued += c.Rescued
-		t.Critical += c.Critical
-		t.CriticalDirect += c.CriticalDirect
-		t.CriticalDemoted += c.CriticalDemoted
-		t.PreemptKicks += c.PreemptKicks
-		t.Kthread += c.Kthread
-		t.SchedThread += c.SchedThread
-		t.Heartbeats += c.Heartbeats
-		t.IdleKicks += c.IdleKicks
-		t.EventsDropped += c.EventsDropped
-		t.RoundTrips += c.RttCount
-		t.RoundTripSumNs += c.RttSumNs
-		t.RoundTripMaxNs = max(t.RoundTripMaxNs, c.RttMaxNs)
-		t.WaitMaxNs = max(t.WaitMaxNs, c.WaitMaxNs)
-		for i, n := range c.RttHist {
-			t.RoundTripHist[i] += n
-		}
-	}
-	t.QueuedForUser = s.loop.queued.Available()
-	t.Loop = s.loop.loopStats()
-	return t, nil
+	return Stats{
+		Sent: c.Sent, Applied: c.Applied, Stale: c.Stale, Bounced: c.Bounced, Fallback: c.Fallback, Rescued: c.Rescued,
+		Critical: c.Critical, CriticalDirect: c.CriticalDirect, CriticalDemoted: c.CriticalDemoted, PreemptKicks: c.PreemptKicks,
+		Kthread: c.Kthread, SchedThread: c.SchedThread, Heartbeats: c.Heartbeats, IdleKicks: c.IdleKicks, EventsDropped: c.EventsDropped,
+		RoundTrips: c.RttCount, RoundTripSumNs: c.RttSumNs, RoundTripMaxNs: c.RttMaxNs, RoundTripHist: c.RttHist, WaitMaxNs: c.WaitMaxNs,
+		QueuedForUser: s.loop.queued.Available(),
+		Loop:          s.loop.loopStats(),
+	}, nil
 }

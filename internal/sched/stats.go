@@ -5,6 +5,8 @@ package sched
 import (
 	"fmt"
 	"math"
+
+	"github.com/swiftlane/swiftlane/internal/percpu"
 )
 
 // NrClasses and HistBuckets mirror enum swl_class and SWL_HIST_BUCKETS.
@@ -44,33 +46,16 @@ func BucketUpperSeconds(i int) float64 {
 
 // ReadStats sums the per-CPU counters.
 func (s *Scheduler) ReadStats() (Stats, error) {
-	var per []swiftlaneSwlStats
-	if err := s.objs.Stats.Lookup(uint32(0), &per); err != nil {
+	c, err := percpu.Sum[swiftlaneSwlStats](s.objs.Stats, uint32(0), "WaitMaxNs")
+	if err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
 	}
-	var t Stats
-	for _, c := range per {
-		for i := range NrClasses {
-			t.Enqueued[i] += c.Enqueued[i]
-			t.WaitCount[i] += c.WaitCount[i]
-			t.WaitSumNs[i] += c.WaitSumNs[i]
-			for b := range HistBuckets {
-				t.WaitHist[i][b] += c.WaitHist[i][b]
-			}
-		}
-		t.DirectDispatch += c.DirectDispatch
-		t.SharedDispatch += c.SharedDispatch
-		t.CriticalDispatch += c.CriticalDispatch
-		t.KthreadDispatch += c.KthreadDispatch
-		t.OverdueDispatch += c.OverdueDispatch
-		t.HandoffDispatch += c.HandoffDispatch
-		t.PreemptKicks += c.PreemptKicks
-		t.WakeupPreempts += c.WakeupPreempts
-		t.CriticalDemoted += c.CriticalDemoted
-		t.StarvationRescues += c.StarvationRescues
-		t.EventsDropped += c.EventsDropped
-		t.CPUHotplug += c.CpuHotplug
-		t.WaitMaxNs = max(t.WaitMaxNs, c.WaitMaxNs)
+	t := Stats{
+		Enqueued: c.Enqueued, WaitCount: c.WaitCount, WaitSumNs: c.WaitSumNs, WaitHist: c.WaitHist, WaitMaxNs: c.WaitMaxNs,
+		DirectDispatch: c.DirectDispatch, SharedDispatch: c.SharedDispatch, CriticalDispatch: c.CriticalDispatch,
+		KthreadDispatch: c.KthreadDispatch, OverdueDispatch: c.OverdueDispatch, HandoffDispatch: c.HandoffDispatch,
+		PreemptKicks: c.PreemptKicks, WakeupPreempts: c.WakeupPreempts, CriticalDemoted: c.CriticalDemoted,
+		StarvationRescues: c.StarvationRescues, EventsDropped: c.EventsDropped, CPUHotplug: c.CpuHotplug,
 	}
 	_ = s.objs.QueuedCritical.Get(&t.QueuedCritical)
 	_ = s.objs.QueuedShared.Get(&t.QueuedShared)

@@ -29,6 +29,8 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
+
+	"github.com/swiftlane/swiftlane/internal/percpu"
 )
 
 // DefaultFunctions are the GTP-U functions worth tracing (spec §2): the
@@ -515,17 +517,7 @@ func (t *Tracer) Forget(tgid uint32) error {
 
 // Drops is the number of events lost because the ring was full (the
 // counts still include them).
-func (t *Tracer) Drops() (uint64, error) {
-	var per []uint64
-	if err := t.drops.Lookup(uint32(0), &per); err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, v := range per {
-		n += v
-	}
-	return n, nil
-}
+func (t *Tracer) Drops() (uint64, error) { return percpu.Sum[uint64](t.drops, uint32(0)) }
 
 // Close detaches and releases everything.
 func (t *Tracer) Close() error {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/swiftlane/swiftlane/internal/percpu"
 )
 
 // Stats are the program's counters summed over CPUs (struct lb_stats).
@@ -30,27 +32,9 @@ var DropReasons = []string{"no_backend", "no_port", "session_map", "frag", "fib"
 
 // Stats reads and sums the per-CPU counters.
 func (d *Datapath) Stats() (Stats, error) {
-	var per []lbLbStats
-	if err := d.objs.Stats.Lookup(uint32(0), &per); err != nil {
+	t, err := percpu.Sum[lbLbStats](d.objs.Stats, uint32(0))
+	if err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
-	}
-	var t lbLbStats
-	for _, c := range per {
-		t.FwdPackets += c.FwdPackets
-		t.ReplyPackets += c.ReplyPackets
-		t.IcmpTranslated += c.IcmpTranslated
-		t.FragTranslated += c.FragTranslated
-		t.SessionsCreated += c.SessionsCreated
-		t.SnatAllocations += c.SnatAllocations
-		t.StaleBackend += c.StaleBackend
-		t.AffinityHits += c.AffinityHits
-		t.NeighRedirects += c.NeighRedirects
-		t.PassedToStack += c.PassedToStack
-		t.DropNoBackend += c.DropNoBackend
-		t.DropNoPort += c.DropNoPort
-		t.DropSessionMap += c.DropSessionMap
-		t.DropFrag += c.DropFrag
-		t.DropFib += c.DropFib
 	}
 	s := Stats{
 		FwdPackets: t.FwdPackets, ReplyPackets: t.ReplyPackets,
@@ -67,13 +51,9 @@ func (d *Datapath) Stats() (Stats, error) {
 		},
 	}
 	for i := uint32(0); i <= SNATTries; i++ {
-		var per []uint64
-		if err := d.objs.PortTries.Lookup(i, &per); err != nil {
+		n, err := percpu.Sum[uint64](d.objs.PortTries, i)
+		if err != nil {
 			return Stats{}, fmt.Errorf("read port_tries[%d]: %w", i, err)
-		}
-		var n uint64
-		for _, v := range per {
-			n += v
 		}
 		if i < SNATTries {
 			s.PortTries[i] = n
