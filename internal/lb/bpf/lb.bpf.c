@@ -706,6 +706,14 @@ static __always_inline int pull(struct __sk_buff *skb, __u32 len)
 	return 0;
 }
 
+// The IP header (after Ethernet), or NULL if the packet is shorter than size.
+static __always_inline void *ip_header(struct __sk_buff *skb, __u32 size)
+{
+	void *ip = pkt_data(skb) + IP_OFF;
+
+	return ip + size > pkt_end(skb) ? NULL : ip;
+}
+
 // The ports of the TCP or UDP header at l4off and, for TCP, its flags;
 // -1 if the packet is shorter (truncated: the stack drops it).
 static __always_inline int load_ports(struct __sk_buff *skb, __u32 l4off, __u8 proto, __be16 *sport,
@@ -769,11 +777,12 @@ static __always_inline bool routed(long rc)
 	return redirect;
 }
 
-static __always_inline void set_macs(void *data, const struct bpf_fib_lookup *p, long rc)
+static __always_inline void set_macs(struct __sk_buff *skb, const struct bpf_fib_lookup *p, long rc)
 {
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	struct ethhdr *eth = pkt_data(skb);
+
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || (void *)(eth + 1) > pkt_end(skb))
 		return;
-	struct ethhdr *eth = data;
 	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
 }
@@ -844,14 +853,12 @@ static __always_inline int send_on(struct __sk_buff *skb, const struct bpf_fib_l
 static __always_inline int translate4(struct __sk_buff *skb, __u32 l4off, __u8 l4proto,
 				      const struct flow *old, const struct session *to)
 {
+	struct iphdr *ip = ip_header(skb, sizeof(*ip));
 	struct bpf_fib_lookup p = {};
 	long rc = -1;
 
-	void *data = pkt_data(skb), *end = pkt_end(skb);
-	struct iphdr *ip = data + IP_OFF;
-	if ((void *)(ip + 1) > end)
+	if (!ip)
 		return TC_ACT_SHOT;
-
 	if (fib_redirect && ip->ttl > 1) { // TTL 1: the stack sends Time Exceeded
 		p.family = AF_INET;
 		p.tos = ip->tos;
@@ -876,7 +883,7 @@ static __always_inline int translate4(struct __sk_buff *skb, __u32 l4off, __u8 l
 		__u16 before = *ttl_proto;
 		ip->ttl--;
 		l3_diff = csum_add(l3_diff, csum_add(~before & 0xffff, *ttl_proto));
-		set_macs(data, &p, rc);
+		set_macs(skb, &p, rc);
 	}
 	if (addrs || redirect)
 		ip->check = csum_fold(csum_add(l3_diff, ~(__u32)ip->check));
@@ -896,14 +903,12 @@ static __always_inline int translate4(struct __sk_buff *skb, __u32 l4off, __u8 l
 // of stack.
 static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const struct session6 *to)
 {
+	struct ipv6hdr *ip6 = ip_header(skb, sizeof(*ip6));
 	struct bpf_fib_lookup p = {};
 	long rc = -1;
 
-	void *data = pkt_data(skb), *end = pkt_end(skb);
-	struct ipv6hdr *ip6 = data + IP_OFF;
-	if ((void *)(ip6 + 1) > end)
+	if (!ip6)
 		return TC_ACT_SHOT;
-
 	if (fib_redirect && ip6->hop_limit > 1) {
 		p.family = AF_INET6;
 		p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
@@ -922,7 +927,7 @@ static __noinline int translate6(struct __sk_buff *skb, __u8 l4proto, const stru
 	addr_set(ip6->daddr.in6_u.u6_addr32, to->daddr);
 	if (redirect) {
 		ip6->hop_limit--;
-		set_macs(data, &p, rc);
+		set_macs(skb, &p, rc);
 	}
 
 	if (l4proto && rewrite_l4(skb, L4_OFF6, l4proto, l4proto != IPPROTO_ICMPV6, 0, addrs, addr_diff,
