@@ -4,10 +4,8 @@ package noderuntime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 
@@ -124,26 +122,9 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler, us
 			// Process events feed the applier on their own goroutine; the
 			// dispatch loop runs on this one, and reports the exit itself.
 			events := make(chan struct{})
-			if err := a.TrackProcesses(); err != nil { // events keep the index from here on
-				log.Warn("process index: strategy changes re-read /proc", "err", err)
-			}
 			go func() {
 				defer close(events)
-				for {
-					ev, err := s.ReadProcessEvent()
-					if errors.Is(err, os.ErrClosed) {
-						return // CloseEvents, below
-					}
-					if err != nil {
-						// One bad record must not end strategy matching for
-						// the rest of the run, silently.
-						log.Warn("process event", "err", err)
-						continue
-					}
-					if err := schedext.ApplyEvent(a, ev); err != nil {
-						log.Warn("apply strategy", "pid", ev.TGID, "err", err)
-					}
-				}
+				schedext.PumpEvents(s.ReadProcessEvent, a, log)
 			}()
 			defer func() { s.CloseEvents(); <-events }()
 			return s.Run(ctx, p)

@@ -127,31 +127,20 @@ func (s *Scheduler) Close() error {
 // the scheduler is closed.
 func (s *Scheduler) ReadEvent() (schedext.Event, error) { return s.links.ReadEvent() }
 
-// RunEvents feeds process events to the applier until the scheduler exits
-// (it returns the kernel's exit record) or ctx ends (it returns ctx's error).
+// RunEvents feeds process events to the applier (schedext.PumpEvents)
+// until the scheduler exits (it returns the kernel's exit record) or ctx
+// ends (it returns ctx's error).
 func (s *Scheduler) RunEvents(ctx context.Context, a *applier.Applier) (*schedext.ExitInfo, error) {
 	stop := context.AfterFunc(ctx, func() { s.links.CloseEvents() })
 	defer stop()
-	// From here on exec/fork/exit events keep the applier's process index,
-	// so strategy changes match in memory instead of re-reading /proc.
-	if err := a.TrackProcesses(); err != nil {
-		s.log.Warn("process index: strategy changes re-read /proc", "err", err)
+	exited, err := schedext.PumpEvents(s.ReadEvent, a, s.log)
+	switch {
+	case exited:
+		return s.Exit()
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
 	}
-	for {
-		ev, err := s.ReadEvent()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-		if ev.Type == schedext.EventSchedExit {
-			return s.Exit()
-		}
-		if err := schedext.ApplyEvent(a, ev); err != nil {
-			s.log.Warn("apply strategy", "pid", ev.TGID, "err", err)
-		}
-	}
+	return nil, err
 }
 
 // Exit returns the exit record the BPF side kept, or nil if it has none yet.

@@ -13,8 +13,9 @@
 //   - APILevel, OpenSpec: which sched_ext kfunc names the running kernel
 //     has, and so which of a scheduler's objects to load; Spec sets its
 //     constants and loads it.
-//   - Links: the process-event programs and their ring (Event,
-//     ApplyEvent), and the struct_ops that Attach and Detach.
+//   - Links: the process-event programs and their ring (Event), and the
+//     struct_ops that Attach and Detach; PumpEvents, both modes' loop from
+//     that ring to the Applier.
 //   - StrategyMaps: strategies into the strategy maps (an applier.Target).
 //   - ExitInfo, ReadExit: why the kernel stopped a scheduler.
 //
