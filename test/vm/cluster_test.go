@@ -270,7 +270,7 @@ func stopClusterNode() {
 // this guest's kubelet, which slirp does not allow: the kubelet's files are
 // read instead.
 func (n *node) dumpLogs(t *testing.T) {
-	out, _ := n.command("kubectl", "get", "pods", "--all-namespaces", "-o", "wide").CombinedOutput()
+	out, _ := n.command("kubectl", "get", "pods", "--all-namespaces", "--request-timeout=20s", "-o", "wide").CombinedOutput()
 	t.Logf("=== pods\n%s", out)
 	// Whether the node was starved or short of memory, and which pod.
 	state, ops := readState()
@@ -299,7 +299,7 @@ func (n *node) dumpLogs(t *testing.T) {
 	t.Logf("=== runnable (R) and blocked (D) threads\n%s", strings.Join(stuck, "\n"))
 	// The agent's scheduler counters (both modes): dispatch paths, user
 	// space's round trips, rescues.
-	ips, _ := n.command("kubectl", "get", "pods", "-n", "swiftlane-system", "-o", "jsonpath={.items[*].status.podIP}").Output()
+	ips, _ := n.command("kubectl", "get", "pods", "-n", "swiftlane-system", "--request-timeout=20s", "-o", "jsonpath={.items[*].status.podIP}").Output()
 	for _, ip := range strings.Fields(string(ips)) {
 		if m, err := httpGetText("http://" + ip + ":9461/metrics"); err == nil {
 			var lines []string
