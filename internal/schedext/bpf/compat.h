@@ -41,7 +41,7 @@ s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, 
 bool bpf_cpumask_test_cpu(u32 cpu, const struct cpumask *cpumask) __ksym;
 struct cgroup *bpf_cgroup_ancestor(struct cgroup *cgrp, int level) __ksym;
 void bpf_cgroup_release(struct cgroup *cgrp) __ksym;
-/* Walking a dispatch queue (6.12 ..): see swl_rescue_overdue(). */
+/* Walking a dispatch queue (6.12 ..): see rescue_overdue() in overdue.h. */
 int bpf_iter_scx_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym;
 struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym;
 void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym;
