@@ -34,6 +34,7 @@ func newAPICmd() *cobra.Command {
 	var sans []string
 	var insecureHTTP, debug bool
 	var storeKind, kubeconfig, namespace string
+	var auditMax int
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Serve the control plane: REST API, strategy watch, web UI",
@@ -84,6 +85,7 @@ format, token lifetimes, the signing key's path and default strategies
 			set("store", func() { cfg.Store.Kind = storeKind })
 			set("kubeconfig", func() { cfg.Store.Kubeconfig = kubeconfig })
 			set("namespace", func() { cfg.Store.Namespace = namespace })
+			set("audit-max-entries", func() { cfg.Audit.MaxEntries = auditMax })
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("flags: %w", err)
 			}
@@ -102,6 +104,7 @@ format, token lifetimes, the signing key's path and default strategies
 	f.StringVar(&storeKind, "store", "bolt", "where strategies and nodes live: bolt (a file in --data-dir) or kubernetes (SchedulingStrategy and SchedulingNode objects)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --store kubernetes (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&namespace, "namespace", "", "namespace of the strategies for --store kubernetes (default: the pod's namespace, else "+defaultNamespace+")")
+	f.IntVar(&auditMax, "audit-max-entries", store.DefaultAuditSize, "entries the audit history keeps (GET /api/v2/audit); the oldest are dropped first")
 	return cmd
 }
 
@@ -112,7 +115,7 @@ func runAPI(ctx context.Context, cfg config.APIServer) error {
 	if err != nil {
 		return fmt.Errorf("data_dir %s: %w", cfg.DataDir, err)
 	}
-	st, err := openStore(ctx, cfg.Store.Kind, cfg.DataDir, cfg.Store.Kubeconfig, cfg.Store.Namespace, log)
+	st, err := openStore(ctx, cfg.Store.Kind, cfg.DataDir, cfg.Store.Kubeconfig, cfg.Store.Namespace, cfg.Audit.MaxEntries, log)
 	if err != nil {
 		return err
 	}
@@ -180,14 +183,15 @@ const (
 	podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 )
 
-// openStore opens the --store backend.
-func openStore(ctx context.Context, kind, dataDir, kubeconfig, namespace string, log *slog.Logger) (store.Store, error) {
+// openStore opens the --store backend; auditSize bounds its audit history
+// (0: the default).
+func openStore(ctx context.Context, kind, dataDir, kubeconfig, namespace string, auditSize int, log *slog.Logger) (store.Store, error) {
 	switch kind {
 	case "bolt":
 		if kubeconfig != "" || namespace != "" {
 			return nil, errors.New("--kubeconfig and --namespace are for --store kubernetes; drop them or add --store kubernetes")
 		}
-		return store.Open(dataDir)
+		return store.OpenWith(dataDir, store.Options{AuditSize: auditSize})
 	case "kubernetes":
 	default:
 		return nil, fmt.Errorf("--store %q is unknown: use bolt or kubernetes", kind)
@@ -204,7 +208,7 @@ func openStore(ctx context.Context, kind, dataDir, kubeconfig, namespace string,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st, err := crdstore.Open(ctx, crdstore.Options{Config: cfg, Namespace: namespace, Log: log})
+	st, err := crdstore.Open(ctx, crdstore.Options{Config: cfg, Namespace: namespace, AuditSize: auditSize, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("--store kubernetes (server %s, --namespace %s): %w", cfg.Host, namespace, err)
 	}

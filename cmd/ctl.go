@@ -18,6 +18,7 @@ import (
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // clientFlags are the connection flags shared by ctl and token.
@@ -59,7 +60,7 @@ func newCtlCmd() *cobra.Command {
 	var output string
 	ctl := &cobra.Command{
 		Use:   "ctl",
-		Short: "Control-plane CLI: get/apply/delete strategies, get nodes, workloads and GTP-U carriers, log in",
+		Short: "Control-plane CLI: get/apply/delete strategies, get nodes, workloads and GTP-U carriers, read the audit history, log in",
 	}
 	ctl.PersistentFlags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
 	persist := func(c *cobra.Command) *cobra.Command {
@@ -214,11 +215,71 @@ func newCtlCmd() *cobra.Command {
 			return nil
 		},
 	}
-	for _, c := range []*cobra.Command{get, apply, del, login} {
+	for _, c := range []*cobra.Command{get, apply, del, login, newCtlAuditCmd(&cf, &output)} {
 		ctl.AddCommand(persist(c))
 	}
 	ctl.AddCommand(newTokenCmd())
 	return ctl
+}
+
+// newCtlAuditCmd is `ctl audit`: a page of the audit history (cf: ctl's
+// connection flags, added by ctl).
+func newCtlAuditCmd(cf *clientFlags, output *string) *cobra.Command {
+	var q store.AuditQuery
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Show the audit history, newest first: who changed which strategy, token or node, and how it ended (admin token)",
+		Long: `Prints a page of the control plane's audit history (GET /api/v2/audit):
+every strategy created, updated or deleted, token issued, renewed or
+revoked and node deleted, with the caller's subject, role and node, the
+object and the outcome. The last line names the --continue value that
+prints the next, older page.
+
+  swiftlane ctl audit --kind strategy --name gnb
+  swiftlane ctl audit --subject alice -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.ListAudit(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			err = show(cmd.OutOrStdout(), *output, l, func(w io.Writer) {
+				fmt.Fprintln(w, "TIME\tSUBJECT\tROLE\tNODE\tOPERATION\tOBJECT\tOUTCOME\tDETAIL")
+				for _, e := range l.Entries {
+					outcome, detail := e.Outcome, e.Detail
+					if e.Outcome != apitypes.AuditOK {
+						outcome += fmt.Sprintf(" (%d)", e.Status)
+						detail = e.Error
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", e.Time.Local().Format(time.DateTime), e.Subject, e.Role,
+						orDash(e.Node), e.Operation, e.Object.Kind, e.Object.Name, outcome, detail)
+				}
+			})
+			if err == nil && l.Continue != "" && (*output == "table" || *output == "") {
+				fmt.Fprintf(cmd.ErrOrStderr(), "older entries: swiftlane ctl audit --continue %s\n", l.Continue)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&q.Limit, "limit", 0, "entries to print (1..1000; default the server's, 100)")
+	f.StringVar(&q.Before, "continue", "", "print the entries older than this (the value the previous page ended with)")
+	f.StringVar(&q.Subject, "subject", "", "only changes by this token subject")
+	f.StringVar(&q.Operation, "operation", "", "only this operation: strategy.create, strategy.update, strategy.delete, token.issue, token.renew, token.revoke, node.delete")
+	f.StringVar(&q.Kind, "kind", "", "only changes to this kind of object: strategy, token, node")
+	f.StringVar(&q.Name, "name", "", "only changes to the object of this name (a strategy or node name, a token id)")
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // clock prints a node's timestamp in local time, "-" when it has none. It

@@ -3,10 +3,7 @@
 package cmd
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,37 +11,13 @@ import (
 	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // TestCtlGetCarriers: `swiftlane ctl get carriers NODE` lists what a node's
 // agent last reported automatic mode prioritises, from a real API server
 // over HTTP, as a table and as JSON.
 func TestCtlGetCarriers(t *testing.T) {
-	dir := t.TempDir()
-	a, _, err := auth.LoadOrCreate(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := api.New(api.Options{Store: st, Auth: a, Version: "ctl-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { srv.Serve(ctx, ln, nil); close(served) }()
-	defer func() { cancel(); <-served }()
-	url := "http://" + ln.Addr().String()
-
+	a, url, ctx := ctlServer(t)
 	agentTok, _, _ := a.Issue("ctl-test", auth.Agent, "n1", time.Hour)
 	ag := api.NewClient(url, agentTok, nil)
 	if _, err := ag.RegisterNode(ctx, "n1", apitypes.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
@@ -58,15 +31,9 @@ func TestCtlGetCarriers(t *testing.T) {
 	}
 
 	viewerTok, _, _ := a.Issue("ctl-test", auth.Viewer, "", time.Hour)
-	t.Setenv("SWIFTLANE_TOKEN", viewerTok)
 	ctl := func(args ...string) (string, error) {
-		c := newCtlCmd()
-		var out bytes.Buffer
-		c.SetOut(&out)
-		c.SetErr(&out)
-		c.SetArgs(append(args, "--server", url))
-		err := c.ExecuteContext(ctx)
-		return out.String(), err
+		out, errOut, err := runCtl(ctx, t, url, viewerTok, args...)
+		return out + errOut, err
 	}
 	out, err := ctl("get", "carriers", "n1")
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,7 +133,7 @@ would have expired.
 					return err
 				}
 			}
-			st, err := openStore(cmd.Context(), storeKind, dataDir, kubeconfig, namespace, slog.New(slog.DiscardHandler))
+			st, err := openStore(cmd.Context(), storeKind, dataDir, kubeconfig, namespace, 0, slog.New(slog.DiscardHandler))
 			if err != nil {
 				if storeKind == "bolt" {
 					return fmt.Errorf("%w\nrevoke through the running server instead: swiftlane token revoke %s --server URL (admin token in --token-file or $SWIFTLANE_TOKEN)", err, id)
@@ -142,6 +144,13 @@ would have expired.
 			until, err := auth.Revoke(cmd.Context(), st, id, exp, "cli", time.Now())
 			if err != nil {
 				return err
+			}
+			// Not through the API, so no server records it: the command does.
+			host, _ := os.Hostname()
+			if _, err := st.AppendAudit(cmd.Context(), apitypes.AuditEntry{Time: time.Now().UTC(), Subject: "cli:" + osUser(), Role: apitypes.RoleLocal,
+				Operation: apitypes.AuditTokenRevoke, Object: apitypes.AuditObject{Kind: "token", Name: id}, Outcome: apitypes.AuditOK,
+				Detail: fmt.Sprintf("swiftlane token revoke --store %s; on the deny list until %s", storeKind, until.UTC().Format(time.RFC3339)), Server: host}); err != nil {
+				fmt.Fprintf(os.Stderr, "swiftlane: the token is revoked, but the audit history did not take the entry: %v\n", err)
 			}
 			fmt.Printf("token %s revoked in the %s store (deny list entry until %s)\n", id, storeKind, until.Format(time.RFC3339))
 			return nil
@@ -154,4 +163,12 @@ would have expired.
 	f.StringVar(&namespace, "namespace", "", "namespace of the API's objects for --store kubernetes (default: the pod's namespace, else "+defaultNamespace+")")
 	cf.add(revoke)
 	return revoke
+}
+
+// osUser names who ran the command, for the audit history.
+func osUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(os.Getuid())
 }

@@ -5,10 +5,13 @@ package cmd
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore/crdtest"
 )
@@ -52,6 +55,21 @@ func TestTokenRevokeKubernetes(t *testing.T) {
 		}
 		if time.Since(start) > time.Second {
 			t.Fatalf("still accepted %s after the revoke: %v", time.Since(start), err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The command recorded the revocation in the audit history the
+	// replica serves (appended before the command returned, delivered by
+	// the replica's watch since: the deny list's object came first).
+	id, _, _ := a.TokenID(tok)
+	start = time.Now()
+	for {
+		h, _, err := replica.ListAudit(ctx, store.AuditQuery{Operation: apitypes.AuditTokenRevoke})
+		if err == nil && len(h) == 1 && h[0].Object.Name == id && h[0].Role == apitypes.RoleLocal && strings.HasPrefix(h[0].Subject, "cli:") {
+			break
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("the replica's audit history after %s: %+v %v", time.Since(start), h, err)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -3,7 +3,9 @@
 package cmd
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,19 @@ func TestTokenRevokeCommand(t *testing.T) {
 	}
 	if _, err := server.Verify(keep); err != nil {
 		t.Errorf("other token refused: %v", err)
+	}
+	// No server saw the revocations: the command put them in the history.
+	aID, _, _ := server.TokenID(a)
+	hist, _, err := st.ListAudit(context.Background(), store.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range hist {
+		got = append(got, fmt.Sprintf("%s %s/%s %s %s %v", e.Operation, e.Object.Kind, e.Object.Name, e.Role, e.Outcome, strings.HasPrefix(e.Subject, "cli:")))
+	}
+	if want := []string{"token.revoke token/" + bID + " local ok true", "token.revoke token/" + aID + " local ok true"}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("audit history:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The store is open (as a running server holds it).
 	cmd := newTokenCmd()

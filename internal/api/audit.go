@@ -115,7 +115,7 @@ func (s *Server) record(r *http.Request, rec *auditRec, status int, err error) {
 	case rec.caller != nil:
 		c := rec.caller
 		base.Subject, base.Role, base.Node, base.TokenID = c.Subject, string(c.Role), c.Node, c.ID
-	case rec.subject != "" && err == nil:
+	case rec.subject != "": // the login, past its password check
 		base.Subject, base.Role, keep = rec.subject, rec.role, true
 	}
 	entries := rec.entries
@@ -218,6 +218,9 @@ func auditQuery(v url.Values) (store.AuditQuery, error) {
 	for _, p := range auditParams() {
 		if !v.Has(p.name) {
 			continue
+		}
+		if len(v[p.name]) > 1 {
+			return q, errorf(http.StatusBadRequest, p.name, "give "+p.name+" once", "%s: given %d times", p.name, len(v[p.name]))
 		}
 		val := v.Get(p.name)
 		switch p.name {

@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -32,6 +33,7 @@ type APIServer struct {
 	Log      Log      `yaml:"log"`
 	Tokens   Tokens   `yaml:"tokens"`
 	Store    Store    `yaml:"store"`
+	Audit    Audit    `yaml:"audit"`
 	// DefaultStrategies are created at start when no strategy has their
 	// name; existing ones (edited or not) are left alone.
 	DefaultStrategies []strategy.Strategy `yaml:"default_strategies"`
@@ -90,6 +92,12 @@ type Store struct {
 	Namespace  string `yaml:"namespace"`
 }
 
+// Audit is the audit history of changes (GET /api/v2/audit).
+type Audit struct {
+	// MaxEntries is how many entries the store keeps; the oldest go first.
+	MaxEntries int `yaml:"max_entries"`
+}
+
 // Token lifetime bounds (the signer's: internal/auth.MinTTL, MaxTTL).
 const (
 	minTokenTTL = time.Minute
@@ -109,6 +117,7 @@ func DefaultAPIServer() APIServer {
 		Log:      Log{Level: "info", Format: "text"},
 		Tokens:   Tokens{LoginTTL: 12 * time.Hour, AgentTTL: 24 * time.Hour, TTL: 12 * time.Hour},
 		Store:    Store{Kind: "bolt"},
+		Audit:    Audit{MaxEntries: store.DefaultAuditSize},
 	}
 }
 
@@ -187,6 +196,9 @@ func (c *APIServer) Validate() error {
 	case "kubernetes":
 	default:
 		return &strategy.FieldError{Field: "store.kind", Msg: fmt.Sprintf("%q is unknown: use bolt or kubernetes", c.Store.Kind)}
+	}
+	if n := c.Audit.MaxEntries; n < 1 || n > store.MaxAuditSize {
+		return &strategy.FieldError{Field: "audit.max_entries", Msg: fmt.Sprintf("%d is out of range: use 1..%d, e.g. %d", n, store.MaxAuditSize, store.DefaultAuditSize)}
 	}
 	names := map[string]int{}
 	for i := range c.DefaultStrategies {

@@ -21,6 +21,7 @@ tokens:
   login_ttl: 1h
   agent_ttl: 720h
   signing_key: /etc/swiftlane/signing.key
+audit: {max_entries: 500}
 default_strategies:
   - name: gnb
     class: critical
@@ -31,10 +32,10 @@ default_strategies:
 	}
 	if c.Listen != "0.0.0.0:9443" || c.TLS.Key != "/etc/tls/api.key" || c.Timeouts.ReadHeader != 5*time.Second || c.Timeouts.Write != 30*time.Second ||
 		c.Timeouts.Idle != 2*time.Minute || c.Log.Format != "json" || c.Tokens.AgentTTL != 720*time.Hour || c.Tokens.TTL != 12*time.Hour ||
-		c.Tokens.SigningKey != "/etc/swiftlane/signing.key" || len(c.DefaultStrategies) != 1 || c.DefaultStrategies[0].Name != "gnb" || c.Store.Kind != "bolt" {
+		c.Tokens.SigningKey != "/etc/swiftlane/signing.key" || len(c.DefaultStrategies) != 1 || c.DefaultStrategies[0].Name != "gnb" || c.Store.Kind != "bolt" || c.Audit.MaxEntries != 500 {
 		t.Fatalf("parsed: %+v", c)
 	}
-	if d, err := ParseAPIServer(nil); err != nil || d.Listen != "127.0.0.1:8443" {
+	if d, err := ParseAPIServer(nil); err != nil || d.Listen != "127.0.0.1:8443" || d.Audit.MaxEntries != 10000 {
 		t.Fatalf("empty file: %+v %v", d, err)
 	}
 }
@@ -52,6 +53,7 @@ func TestAPIServerErrorsNameKeyAndLine(t *testing.T) {
 		{"listen: nowhere\n", "listen (line 1): \"nowhere\" is not host:port"},
 		{"tls:\n  cert: a.crt\n", "tls.key (line 1): tls.cert and tls.key go together"},
 		{"store:\n  kind: etcd\n", "store.kind (line 2)"},
+		{"audit:\n  max_entries: 0\n", "audit.max_entries (line 2): 0 is out of range: use 1..100000"},
 		{"default_strategies:\n  - class: high\n    command_regex: x\n", "default_strategies[0].name (line 2): missing"},
 		{"default_strategies:\n  - name: a\n    class: high\n    command_regex: '('\n", "default_strategies[0].command_regex (line 4)"},
 		{"default_strategies:\n  - name: a\n    class: high\n    command_regex: x\n    execution_time: 10\n", "default_strategies[0].execution_time (line 5): 10 ns is out of range"},

@@ -337,6 +337,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"automatic class", []string{"--set", "agent.config.automatic.class=urgent"}, []string{"/agent/config/automatic/class", "'critical', 'high', 'normal', 'background'"}},
 		{"automatic slice", []string{"--set", "agent.config.automatic.slice_ns=10"}, []string{"/agent/config/automatic/slice_ns", "must be 0", "want 50,000"}},
 		{"automatic idle timeout", []string{"--set", "agent.config.automatic.idle_timeout_ms=5"}, []string{"/agent/config/automatic/idle_timeout_ms", "want 100"}},
+		{"audit bound", []string{"--set", "api.audit.maxEntries=0"}, []string{"/api/audit/maxEntries", "want 1"}},
 		{"automatic function name", []string{"--set", "agent.config.automatic.functions={gtp encap}"}, []string{"/agent/config/automatic/functions/0", "does not match pattern"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
