@@ -48,15 +48,17 @@ manifest=$src/test/utils/image/manifest.go
 # registry: e.g. PromoterE2eRegistry -> registry.k8s.io/e2e-test-images
 registry() { sed -n "s/^[[:space:]]*$1:[[:space:]]*\"\([^\"]*\)\",.*/\1/p" "$manifest" | head -1; }
 # image ID -> registry/name:version, from configs[ID] = Config{list.REG, "name", "version"}
+# (a function run in $(...) cannot stop the script: it prints nothing instead)
 image() {
-	local line reg
-	line=$(grep -E "^[[:space:]]*configs\[$1\] = Config\{" "$manifest") || die "manifest.go has no configs[$1]"
-	[[ $line =~ list\.([A-Za-z]+),\ \"([^\"]+)\",\ \"([^\"]+)\" ]] || die "cannot read configs[$1]: $line"
+	local line reg re='list\.([A-Za-z0-9]+), "([^"]+)", "([^"]+)"'
+	line=$(grep -E "^[[:space:]]*configs\[$1\] = Config\{" "$manifest") || return 0
+	[[ $line =~ $re ]] || return 0
 	reg=$(registry "${BASH_REMATCH[1]}")
-	[[ -n $reg ]] || die "manifest.go has no registry ${BASH_REMATCH[1]}"
-	echo "$reg/${BASH_REMATCH[2]}:${BASH_REMATCH[3]}"
+	[[ -z $reg ]] || echo "$reg/${BASH_REMATCH[2]}:${BASH_REMATCH[3]}"
 }
 agnhost=$(image Agnhost) busybox=$(image BusyBox) pause=$(image Pause)
+[[ -n $agnhost && -n $busybox && -n $pause ]] ||
+	die "cannot read the Agnhost, BusyBox and Pause images from $manifest (got '$agnhost' '$busybox' '$pause')"
 
 mkdir -p "$out"
 debs=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static curl netcat-openbsd)
