@@ -137,38 +137,16 @@ func (n *node) runE2E(t *testing.T, ctx context.Context, e2e, dir string) {
 	}
 }
 
-// serveEgress answers HTTP CONNECT on addr: the API server's way into the
-// node's network (the kubelet, pods, Service IPs). Only the host's
-// loopback reaches it, through QEMU's port forward.
+// serveEgress serves kubetest.ConnectProxy on addr: the API server's way
+// into the node's network. Only the host's loopback reaches it, through
+// QEMU's port forward.
 func serveEgress(t *testing.T, addr string) {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodConnect {
-			http.Error(w, "only CONNECT", http.StatusMethodNotAllowed)
-			return
-		}
-		up, err := net.DialTimeout("tcp", r.Host, 10*time.Second)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer up.Close()
-		c, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			return
-		}
-		// Once one side ends, the deferred closes end the other copy.
-		go func() { io.Copy(up, buf); up.(*net.TCPConn).CloseWrite() }()
-		io.Copy(c, up)
-	})}
+	srv := &http.Server{Handler: kubetest.ConnectProxy}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 }

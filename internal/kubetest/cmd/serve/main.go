@@ -19,7 +19,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -81,7 +80,7 @@ func run(opts kubetest.Options, extraIPs []net.IP, dir, kc, guestKC, egress stri
 		opts.ExtraIPs = append(opts.ExtraIPs, net.ParseIP(kubetest.GuestHost))
 	}
 	if egress != "" {
-		arg, err := forwardEgress(ctx, dir, egress)
+		arg, err := kubetest.ForwardEgress(ctx, dir, egress)
 		if err != nil {
 			return err
 		}
@@ -124,56 +123,4 @@ func abs(p string) string {
 		return a
 	}
 	return p
-}
-
-// forwardEgress relays the apiserver's "cluster" egress (kube-apiserver
-// --egress-selector-config-file) to the proxy at addr and returns the flag.
-// The apiserver speaks HTTP CONNECT over TCP only with TLS client
-// certificates, or over a unix socket without: this relays the socket.
-func forwardEgress(ctx context.Context, dir, addr string) (string, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", fmt.Errorf("-egress-forward %q: want HOST:PORT: %w", addr, err)
-	}
-	sock := filepath.Join(dir, "egress.sock")
-	os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		return "", err
-	}
-	context.AfterFunc(ctx, func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", addr)
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "serve: egress: %v\n", err)
-					return
-				}
-				defer up.Close()
-				// Once the proxy's side ends, closing both ends the other copy.
-				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
-				io.Copy(c, up)
-			}()
-		}
-	}()
-	cfg := filepath.Join(dir, "egress-selector.yaml")
-	yaml := fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
-kind: EgressSelectorConfiguration
-egressSelections:
-- name: cluster
-  connection:
-    proxyProtocol: HTTPConnect
-    transport:
-      uds:
-        udsName: %s
-`, sock)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		return "", err
-	}
-	return "--egress-selector-config-file=" + cfg, nil
 }
