@@ -48,6 +48,8 @@ test-unit: ## Go unit tests (no kernel features needed; the LB's root tests run 
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /internal/lb/ -e /bench/lb)
 
 .PHONY: test
+# CI's cluster subset (mk/cluster.mk); a CLUSTER_RUN on the command line wins.
+test: CLUSTER_RUN = $(CLUSTER_RUN_CI)
 test: deps vet verify-generate test-unit test-api-schema test-vm test-k8s test-cluster test-lb test-ui ## Everything CI runs
 
 include $(wildcard mk/*.mk)

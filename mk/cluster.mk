@@ -16,12 +16,14 @@ PAUSE_IMAGE := localhost/swiftlane-pause:lab
 PAUSE_TAR   := $(BUILD)/pause-image.tar
 CLUSTER_RESULTS ?= $(BUILD)/cluster.json
 # The tests, sharing one node: TestCluster (kernel mode, install, upgrade,
-# uninstall), then TestClusterAutomatic (the chart's automatic mode with its
-# capabilities). TestClusterUserspace is not in the default run: it does not
-# pass yet (no pod's sandbox started under the user-space policy in the
-# runs so far, docs/kubernetes.md); run it with
-# make test-cluster CLUSTER_RUN='^TestClusterUserspace$$' ($ is written $$).
-CLUSTER_RUN ?= ^TestCluster$$|^TestClusterAutomatic$$
+# uninstall), TestClusterAutomatic (the chart's automatic mode with its
+# capabilities) and TestClusterUserspace (user-space mode, ~15 min under
+# TCG). `make test` runs the first two (CLUSTER_RUN_CI, set on the test
+# target below): with the third CI would pass its time limit. Pick others
+# with e.g. make test-cluster CLUSTER_RUN='^TestClusterUserspace$$' ($ is
+# written $$).
+CLUSTER_RUN ?= ^TestCluster$$|^TestClusterAutomatic$$|^TestClusterUserspace$$
+CLUSTER_RUN_CI := ^TestCluster$$|^TestClusterAutomatic$$
 
 .PHONY: cluster-bins
 cluster-bins: ## Build the node's binaries too (kubelet, kube-proxy, controllers, containerd v2) into .cache/k8s/bin (~3 min after k8s-bins, then < 1 s)
