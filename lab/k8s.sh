@@ -12,16 +12,18 @@
 # CNI plugins come from Debian (make deps).
 #
 # --e2e adds the upstream conformance suite at the cluster's release (make
-# test-conformance): e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and
+# test-conformance): e2e.test (`go test -c k8s.io/kubernetes/test/e2e`),
 # agnhost (k8s.io/kubernetes/test/images/agnhost), the binary of the image
-# its tests run.
+# its tests run, and the cluster DNS add-on the Service tests resolve names
+# with, CoreDNS (github.com/coredns/coredns, kubeadm's version for the release).
 #
 # Usage: lab/k8s.sh [--cluster] [--e2e] [--force]
 #
 # Binaries land in ${SWIFTLANE_CACHE:-.cache}/k8s/bin, each with a stamp of the
 # module version it was built from; a rerun with every stamp current only
 # prints the dir. Versions can be overridden with SWIFTLANE_K8S_VERSION,
-# SWIFTLANE_ETCD_VERSION, SWIFTLANE_HELM_VERSION and SWIFTLANE_CONTAINERD_VERSION.
+# SWIFTLANE_ETCD_VERSION, SWIFTLANE_HELM_VERSION, SWIFTLANE_CONTAINERD_VERSION
+# and SWIFTLANE_COREDNS_VERSION.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 log() { echo "k8s: $*" >&2; }
@@ -31,6 +33,7 @@ K8S_VERSION=${SWIFTLANE_K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${SWIFTLANE_ETCD_VERSION:-v3.6.16} # newest v3.6 on the proxy that builds with Go 1.26
 HELM_VERSION=${SWIFTLANE_HELM_VERSION:-v3.22.0} # newest v3 on the proxy
 CONTAINERD_VERSION=${SWIFTLANE_CONTAINERD_VERSION:-v2.4.2}
+COREDNS_VERSION=${SWIFTLANE_COREDNS_VERSION:-v1.14.2} # kubeadm's CoreDNSVersion in v1.36
 K8S_CACHE=$CACHE/k8s
 BIN=$K8S_CACHE/bin
 
@@ -68,7 +71,8 @@ if [[ $cluster = 1 ]]; then
 fi
 if [[ $e2e = 1 ]]; then
 	targets+=("e2e.test k8s.io/kubernetes $K8S_VERSION k8s.io/kubernetes/test/e2e"
-		"agnhost k8s.io/kubernetes $K8S_VERSION k8s.io/kubernetes/test/images/agnhost")
+		"agnhost k8s.io/kubernetes $K8S_VERSION k8s.io/kubernetes/test/images/agnhost"
+		"coredns github.com/coredns/coredns $COREDNS_VERSION github.com/coredns/coredns")
 fi
 
 stamp_of() { echo "$2@$3 $4"; } # name module version package -> stamp text

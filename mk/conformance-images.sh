@@ -10,15 +10,18 @@
 #            at /agnhost, as upstream, over the tools the tests run in it:
 #            busybox (sh, wget, ...), curl and OpenBSD nc (-v -u -w), with
 #            their libraries, from this host's Debian packages;
-#   busybox  Debian's static busybox, entrypoint /bin/busybox.
+#   busybox  Debian's static busybox, entrypoint /bin/busybox;
+#   coredns  the cluster DNS add-on (lab/k8s.sh builds it), at /coredns as
+#            upstream, named as kubeadm would pull it.
 #
 # The e2e pause image is the lab's pause (mk/conformance.mk: it needs the
 # swiftlane binary). Other images of the suite are not built; the tests
 # that use them are named in docs/lb.md.
 #
 # Usage: mk/conformance-images.sh K8S_BIN_DIR OUT_DIR
-# Writes OUT_DIR/{agnhost,busybox}.tar and OUT_DIR/images.env (shell
-# assignments: AGNHOST_IMAGE, BUSYBOX_IMAGE, PAUSE_IMAGE, K8S_RELEASE). Each
+# Writes OUT_DIR/{agnhost,busybox,coredns}.tar and OUT_DIR/images.env (shell
+# assignments: AGNHOST_IMAGE, BUSYBOX_IMAGE, COREDNS_IMAGE, PAUSE_IMAGE,
+# K8S_RELEASE). Each
 # tarball is rebuilt only when its stamp (release, image version, the Debian
 # packages' versions) changes.
 set -euo pipefail
@@ -37,7 +40,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 
 stamp=$bin/.e2e.test.stamp
-[[ -f $stamp && -x $bin/agnhost ]] || die "no e2e.test/agnhost in $bin: run bash lab/k8s.sh --cluster --e2e"
+[[ -f $stamp && -x $bin/agnhost && -f $bin/.coredns.stamp ]] || die "no e2e.test, agnhost or coredns in $bin: run bash lab/k8s.sh --cluster --e2e"
 # "k8s.io/kubernetes@v1.36.3 k8s.io/kubernetes/test/e2e"
 read -r modver _ <"$stamp"
 release=${modver#*@}
@@ -111,16 +114,24 @@ fill_agnhost() {
 	ln -s agnhost "$root/agnhost-2"
 }
 fill_busybox() { applets "$1" "busybox"; }
+# CoreDNS needs no tools; the layer holds what a resolver reads.
+fill_coredns() { mkdir -p "$1/etc" && echo "hosts: files dns" >"$1/etc/nsswitch.conf"; }
 
 build agnhost "$agnhost" "$agnhost $(cat "$bin/.agnhost.stamp") $debs" fill_agnhost \
 	-binary "linux/amd64=$bin/agnhost" -path /agnhost -cmd pause -version "${agnhost##*:}"
 build busybox "$busybox" "$busybox $debs" fill_busybox \
 	-binary linux/amd64=/usr/bin/busybox -path /bin/busybox -cmd sh -version "${busybox##*:}"
+# "github.com/coredns/coredns@v1.14.2 github.com/coredns/coredns"
+read -r coredns_mod _ <"$bin/.coredns.stamp"
+coredns=registry.k8s.io/coredns/coredns:${coredns_mod#*@}
+build coredns "$coredns" "$coredns" fill_coredns \
+	-binary "linux/amd64=$bin/coredns" -path /coredns -version "${coredns##*:}"
 
 cat >"$out/images.env" <<EOF
 K8S_RELEASE=$release
 AGNHOST_IMAGE=$agnhost
 BUSYBOX_IMAGE=$busybox
+COREDNS_IMAGE=$coredns
 PAUSE_IMAGE=$pause
 EOF
 echo "$out/images.env"

@@ -19,6 +19,9 @@ CONFORMANCE_EGRESS_PORT ?= 18131
 # (the guest's environment is split on them), e.g. 'Services.*NodePort'.
 CONFORMANCE_FOCUS ?=
 E2E_PAUSE_TAR := $(BUILD)/e2e-pause-image.tar
+# The kube-dns Service's IP (CoreDNS): the tenth of kubetest's 10.96.0.0/12,
+# as kubeadm picks it.
+CONFORMANCE_DNS := 10.96.0.10
 
 .PHONY: conformance-bins
 conformance-bins: cluster-bins ## Build e2e.test + agnhost at the cluster's release and the images its tests run into .cache/ (cold ~30 min, then < 1 s)
@@ -35,18 +38,18 @@ test-conformance: deps conformance-bins image vm-bins ## Upstream sig-network co
 	$(GO) build -o $(BUILD)/kubetest-serve ./internal/kubetest/cmd/serve
 	rm -rf $(CONFORMANCE_DIR) && mkdir -p $(CONFORMANCE_DIR)
 	@echo '{}' > $(CONFORMANCE_DIR)/k8s.json
-	@status=0; \
+	@status=0; . $(CONFORMANCE_CACHE)/images.env; \
 	K8S_CONTROLLERS=1 K8S_APPLY_CRDS=0 K8S_TEST_TIMEOUT=4h \
 	K8S_APISERVER_ARGS="--advertise-address=10.0.2.2 --endpoint-reconciler-type=lease --kubelet-preferred-address-types=InternalIP" \
 	K8S_SERVE_ARGS="-egress-forward 127.0.0.1:$(CONFORMANCE_EGRESS_PORT)" \
 	K8S_VM_ARGS="--memory 4G --timeout 15000 --hostfwd $(CONFORMANCE_EGRESS_PORT):8131" \
 	K8S_GUEST_ENV="SWL_K8S_BIN=$(K8S_BIN) SWL_REQUIRE_CLUSTER=1 SWL_REQUIRE_CONFORMANCE=1 \
-	  SWL_CLUSTER_IMAGES=$(IMAGE_TAR),$(PAUSE_TAR),$(E2E_PAUSE_TAR),$(CONFORMANCE_CACHE)/agnhost.tar,$(CONFORMANCE_CACHE)/busybox.tar \
+	  SWL_CLUSTER_IMAGES=$(IMAGE_TAR),$(PAUSE_TAR),$(E2E_PAUSE_TAR),$(CONFORMANCE_CACHE)/agnhost.tar,$(CONFORMANCE_CACHE)/busybox.tar,$(CONFORMANCE_CACHE)/coredns.tar \
+	  SWL_CLUSTER_DNS=$(CONFORMANCE_DNS) SWL_CONFORMANCE_COREDNS_IMAGE=$$COREDNS_IMAGE \
 	  SWL_CLUSTER_IMAGE=$(IMAGE) SWL_CLUSTER_PAUSE=$(PAUSE_IMAGE) SWL_CLUSTER_LOGS=$(CONFORMANCE_DIR)/node-logs \
 	  SWL_CONFORMANCE_E2E=$(K8S_BIN)/e2e.test SWL_CONFORMANCE_DIR=$(CONFORMANCE_DIR) SWL_CONFORMANCE_EGRESS=:8131 \
 	  SWL_CONFORMANCE_FOCUS=$(CONFORMANCE_FOCUS)" \
 	  bash mk/k8s-vm.sh $(BUILD) $(K8S_BIN) $(CLUSTER_KERNEL) $(CONFORMANCE_DIR)/k8s.json '^TestConformance$$' || status=$$?; \
-	. $(CONFORMANCE_CACHE)/images.env; \
 	for col in kube_proxy swiftlane; do \
 	  [ -f $(CONFORMANCE_DIR)/$$col/junit_01.xml ] || continue; \
 	  $(GO) run ./test/conformance/cmd/report -junit $(CONFORMANCE_DIR)/$$col/junit_01.xml -column $$col \

@@ -195,6 +195,7 @@ type clusterEnv struct {
 	image      string   // the swiftlane image, for the workload pods
 	pause      string   // the pod sandbox image
 	logs       string   // where the node's daemons log
+	dns        string   // SWL_CLUSTER_DNS: the cluster DNS Service's IP the kubelet gives pods; none if empty
 }
 
 func clusterEnvFrom(t *testing.T) clusterEnv {
@@ -205,6 +206,7 @@ func clusterEnvFrom(t *testing.T) clusterEnv {
 		image:      os.Getenv("SWL_CLUSTER_IMAGE"),
 		pause:      os.Getenv("SWL_CLUSTER_PAUSE"),
 		logs:       os.Getenv("SWL_CLUSTER_LOGS"),
+		dns:        os.Getenv("SWL_CLUSTER_DNS"),
 	}
 	if e.kubeconfig == "" || e.bin == "" || len(e.images) == 0 || e.image == "" || e.pause == "" || e.logs == "" {
 		if os.Getenv("SWL_REQUIRE_CLUSTER") != "" {
@@ -487,7 +489,7 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, criSocket, caFile))
+`, criSocket, caFile)+clusterDNS(env.dns))
 	n.startDaemon(t, "kube-proxy", nil, filepath.Join(env.bin, "kube-proxy"),
 		"--kubeconfig", env.kubeconfig, "--hostname-override", nodeName, "--proxy-mode", "iptables",
 		"--cluster-cidr", podCIDR, "--conntrack-max-per-core", "0",
@@ -513,6 +515,15 @@ serializeImagePulls: false
 		return resp.StatusCode == http.StatusOK
 	})
 	return n
+}
+
+// clusterDNS is the kubelet's setting for a cluster DNS add-on at ip
+// (make test-conformance deploys CoreDNS there), none if ip is empty.
+func clusterDNS(ip string) string {
+	if ip == "" {
+		return ""
+	}
+	return "clusterDNS: [" + ip + "]\n"
 }
 
 // startDaemon runs a node process with its output in env.logs (stopped

@@ -16,6 +16,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/swiftlane/swiftlane/internal/kubetest"
 	"github.com/swiftlane/swiftlane/test/conformance"
 )
@@ -43,6 +49,9 @@ func TestConformance(t *testing.T) {
 	}
 	ctx := runCtx(t, 4*time.Hour)
 	n := clusterNode(t, ctx)
+	if n.env.dns != "" {
+		n.deployCoreDNS(t, ctx, os.Getenv("SWL_CONFORMANCE_COREDNS_IMAGE"))
+	}
 	serveEgress(t, egress)
 	// The whole path the tests' exec takes: API server, egress proxy, kubelet.
 	n.waitUntil(t, "the API server to reach the kubelet through the egress proxy", time.Minute, func() bool {
@@ -149,4 +158,97 @@ func serveEgress(t *testing.T, addr string) {
 	srv := &http.Server{Handler: kubetest.ConnectProxy}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
+}
+
+// deployCoreDNS runs the cluster DNS add-on as kubeadm would: CoreDNS in
+// kube-system behind the kube-dns Service at the IP the kubelet gives
+// pods. The Service tests reach Services by name; names outside the
+// cluster are not resolved (the guest has no way out).
+func (n *node) deployCoreDNS(t *testing.T, ctx context.Context, image string) {
+	t.Helper()
+	if image == "" {
+		t.Fatal("SWL_CLUSTER_DNS is set but not SWL_CONFORMANCE_COREDNS_IMAGE")
+	}
+	const ns, name = "kube-system", "coredns"
+	labels := map[string]string{"k8s-app": "kube-dns"}
+	cs := n.core
+	_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err == nil {
+		_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"endpoints", "services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+			},
+		}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:coredns"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
+		}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Data: map[string]string{"Corefile": `.:53 {
+    errors
+    health :8080
+    ready :8181
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 30
+}
+`},
+		}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Labels: labels},
+			Spec: corev1.ServiceSpec{ClusterIP: n.env.dns, Selector: labels, Ports: []corev1.ServicePort{
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP},
+			}},
+		}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		one := int32(1)
+		_, err = cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: &one,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						ServiceAccountName: name,
+						DNSPolicy:          corev1.DNSDefault,
+						Containers: []corev1.Container{{
+							Name: name, Image: image, ImagePullPolicy: corev1.PullNever,
+							Args: []string{"-conf", "/etc/coredns/Corefile"},
+							Ports: []corev1.ContainerPort{
+								{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+								{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
+							},
+							ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+								HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8181)}}},
+							VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						}},
+						Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+							ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}}},
+					},
+				},
+			},
+		}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("deploy CoreDNS: %v", err)
+	}
+	n.waitUntil(t, "CoreDNS to be ready", 5*time.Minute, func() bool {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 1
+	})
 }
