@@ -17,6 +17,7 @@ import (
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
+	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // TestAPIConfigFile runs `swiftlane api` as a config file says: the listen
@@ -40,6 +41,7 @@ tls: {insecure_http: true}
 log: {level: warn, format: json}
 timeouts: {write: 5s}
 tokens: {login_ttl: 2h, ttl: 3h, signing_key: `+key+`}
+audit: {max_entries: 4}
 default_strategies:
   - {name: gnb, class: critical, command_regex: nr-gnb}
 `), 0o600)
@@ -98,6 +100,23 @@ default_strategies:
 	if _, err := admin.PutStrategy(context.Background(), gnb.Strategy); err != nil {
 		t.Fatal(err)
 	}
+	// The audit history has every change, the server's own included.
+	history := func() string {
+		t.Helper()
+		l, err := admin.ListAudit(context.Background(), store.AuditQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range l.Entries {
+			out = append(out, e.Operation+" "+e.Object.Kind+"/"+map[bool]string{true: e.Object.Name}[e.Object.Kind != "token"]+" "+e.Subject)
+		}
+		return strings.Join(out, "; ")
+	}
+	want := "strategy.update strategy/gnb admin; token.issue token/ admin; token.issue token/ admin; strategy.create strategy/gnb config:default_strategies"
+	if got := history(); got != want {
+		t.Errorf("audit history:\n%s\nwant:\n%s", got, want)
+	}
 	stop()
 	stop = start()
 	defer stop()
@@ -113,6 +132,14 @@ default_strategies:
 		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
 			t.Fatalf("after restart: %v", err)
 		}
+	}
+	// audit.max_entries: a fifth change pushes the oldest out.
+	if _, err := admin.DeleteStrategy(context.Background(), "gnb"); err != nil {
+		t.Fatal(err)
+	}
+	want = "strategy.delete strategy/gnb admin; " + strings.TrimSuffix(want, "; strategy.create strategy/gnb config:default_strategies")
+	if got := history(); got != want {
+		t.Errorf("audit history after a restart and a delete (audit.max_entries 4):\n%s\nwant:\n%s", got, want)
 	}
 }
 
