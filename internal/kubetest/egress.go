@@ -35,24 +35,7 @@ func ForwardEgress(ctx context.Context, dir, addr string) (string, error) {
 		return "", err
 	}
 	context.AfterFunc(ctx, func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.DialTimeout("tcp", addr, 10*time.Second)
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "kubetest: egress: %v\n", err)
-					return
-				}
-				defer up.Close()
-				splice(c, up, c)
-			}()
-		}
-	}()
+	go relay(l, addr)
 	cfg := filepath.Join(dir, "egress-selector.yaml")
 	yaml := fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
 kind: EgressSelectorConfiguration
@@ -93,6 +76,26 @@ var ConnectProxy http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *
 	}
 	splice(c, up, buf)
 })
+
+// relay pipes each connection accepted on l to addr until l is closed.
+func relay(l net.Listener, addr string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kubetest: relay to %s: %v\n", addr, err)
+				return
+			}
+			defer up.Close()
+			splice(c, up, c)
+		}()
+	}
+}
 
 // splice copies between c and up (c's bytes read from in) until up's side
 // ends; the callers' closes then end the other copy.

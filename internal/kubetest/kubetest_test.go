@@ -5,7 +5,6 @@ package kubetest
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -130,27 +129,7 @@ func forward(t *testing.T, listen, target string) string {
 		t.Fatalf("listen %s: %v", listen, err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go func() {
-					io.Copy(u, c)
-					u.(*net.TCPConn).CloseWrite()
-				}()
-				io.Copy(c, u)
-			}()
-		}
-	}()
+	go relay(l, target)
 	return l.Addr().String()
 }
 
