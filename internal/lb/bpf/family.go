@@ -168,7 +168,7 @@ func (k flowKey[A]) flow() Flow {
 	}
 }
 
-// session_val.flags (SESS_F_* in lb.h).
+// struct session flags (SESS_F_* in lb.h).
 const (
 	sessReply   = 0x1
 	sessSNAT    = 0x2
