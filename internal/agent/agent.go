@@ -5,7 +5,9 @@
 // last revision it saw, never by polling), applies them through the
 // scheduler-core Applier, and heartbeats the scheduler's counters and the
 // processes each strategy resolved to. When the server is unreachable it
-// keeps applying the last strategies it knew and reconnects with backoff.
+// keeps applying the last strategies it knew and reconnects with backoff;
+// given several servers (API replicas sharing the Kubernetes store), it moves
+// to the next one instead, and its watch resumes there.
 package agent
 
 import (
@@ -19,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
@@ -39,11 +42,16 @@ const (
 
 // Options configure an Agent.
 type Options struct {
-	Client  *api.Client
-	Node    string
-	Labels  map[string]string
-	Version string
-	Kernel  string
+	Client *api.Client
+	// Failover are further servers: replicas of Client's server on one
+	// Kubernetes store, whose revisions are the same etcd revisions, so a
+	// watch resumes on any of them. When the current server fails, the agent
+	// moves to the next one at once, and backs off only after all failed.
+	Failover []*api.Client
+	Node     string
+	Labels   map[string]string
+	Version  string
+	Kernel   string
 	// Interval is the heartbeat period (default 5 s).
 	Interval time.Duration
 	// Applier applies strategies: to the scheduler's maps, or to a
@@ -77,7 +85,9 @@ type Options struct {
 
 // Agent is one node's agent. Run it once.
 type Agent struct {
-	o Options
+	o       Options
+	servers []*api.Client // Client, then Failover
+	cur     atomic.Int32  // index of the server in use
 
 	mu         sync.Mutex
 	strategies map[string]apitypes.Strategy
@@ -117,7 +127,7 @@ func New(o Options) (*Agent, error) {
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
 	}
-	a := &Agent{o: o, strategies: map[string]apitypes.Strategy{}, warned: map[string]bool{}}
+	a := &Agent{o: o, servers: append([]*api.Client{o.Client}, o.Failover...), strategies: map[string]apitypes.Strategy{}, warned: map[string]bool{}}
 	if o.StateFile != "" {
 		data, err := os.ReadFile(o.StateFile)
 		switch {
@@ -164,10 +174,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
+// client is the server in use.
+func (a *Agent) client() *api.Client { return a.servers[a.cur.Load()] }
+
+// Server is the index of the server in use: 0 for Client, i+1 for Failover[i].
+func (a *Agent) Server() int { return int(a.cur.Load()) }
+
 func (a *Agent) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.o.Client.RegisterNode(rctx, a.o.Node, apitypes.Registration{
+	_, err := a.client().RegisterNode(rctx, a.o.Node, apitypes.Registration{
 		Labels: a.o.Labels, Version: a.o.Version, Kernel: a.o.Kernel, Mode: a.o.Mode, Reason: a.o.Reason,
 		HeartbeatSeconds: int(max(a.o.Interval.Round(time.Second), time.Second) / time.Second),
 	})
@@ -180,6 +196,7 @@ func (a *Agent) register(ctx context.Context) error {
 func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 	backoff := a.o.BackoffMin
 	once := sync.Once{}
+	failed := 0 // servers failed in a row
 	for ctx.Err() == nil {
 		err := a.register(ctx)
 		if err == nil {
@@ -187,9 +204,9 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 			a.mu.Lock()
 			since := a.rev
 			a.mu.Unlock()
-			err = a.o.Client.Watch(ctx, since, func() {
-				backoff = a.o.BackoffMin
-				a.o.Log.Info("watching strategies", "from_revision", since)
+			err = a.client().Watch(ctx, since, func() {
+				backoff, failed = a.o.BackoffMin, 0
+				a.o.Log.Info("watching strategies", "from_revision", since, "server", a.Server())
 			}, a.handle)
 		}
 		if ctx.Err() != nil {
@@ -197,9 +214,16 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 		}
 		if api.IsStatus(err, http.StatusUnauthorized) || api.IsStatus(err, http.StatusForbidden) {
 			a.o.Log.Error("the server refuses this agent's token; fix --token-file (swiftlane token create --role agent --node "+a.o.Node+")", "err", err)
+		} else if failed+1 < len(a.servers) {
+			a.o.Log.Warn("server unreachable; moving to the next", "server", a.Server(), "err", err)
 		} else {
 			a.o.Log.Warn("control plane unreachable; still applying the last known strategies", "err", err, "retry_in", backoff)
 		}
+		a.cur.Store(int32((int(a.cur.Load()) + 1) % len(a.servers)))
+		if failed++; failed < len(a.servers) {
+			continue // another replica may be up: no delay
+		}
+		failed = 0
 		// Jitter spreads a fleet's reconnections after a server restart.
 		delay := backoff/2 + rand.N(backoff/2+1)
 		select {
@@ -353,10 +377,11 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.o.Client.Heartbeat(hctx, a.o.Node, hb)
+	c := a.client()
+	_, err := c.Heartbeat(hctx, a.o.Node, hb)
 	if api.IsStatus(err, http.StatusNotFound) { // the server forgot us (node deleted)
 		if err = a.register(ctx); err == nil {
-			_, err = a.o.Client.Heartbeat(hctx, a.o.Node, hb)
+			_, err = c.Heartbeat(hctx, a.o.Node, hb)
 		}
 	}
 	if err != nil {

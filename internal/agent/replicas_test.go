@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/store/crdstore"
+	"github.com/swiftlane/swiftlane/internal/store/crdstore/crdtest"
+)
+
+func TestMain(m *testing.M) { crdtest.Main(m) }
+
+// serveReplica runs an API server on loopback over the Kubernetes store in
+// namespace ns, signing with the key in dir (replicas share it, as the
+// chart's do through its Secret).
+func serveReplica(t *testing.T, a *auth.Authority, cfgNS string) *server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := crdstore.Open(ctx, crdstore.Options{Config: crdtest.Cluster(t).RESTConfig(), Namespace: cfgNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Options{Store: st, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(sctx, ln, nil); close(done) }()
+	s := &server{addr: ln.Addr().String()}
+	var once sync.Once
+	// Stopping closes the listener and ends every watch stream, as a
+	// replica's pod going away does.
+	s.stop = func() { once.Do(func() { scancel(); <-done; st.Close() }) }
+	t.Cleanup(s.stop)
+	return s
+}
+
+// applyLog is what one agent applied: each revision, when.
+type applyLog struct {
+	mu   sync.Mutex
+	revs []uint64
+	at   []time.Time
+}
+
+// fleet tracks every agent's applies and wakes waiters on each.
+type fleet struct {
+	mu    sync.Mutex
+	logs  []*applyLog
+	agent []*Agent
+	wake  chan struct{}
+}
+
+func (f *fleet) record(i int) func(uint64) {
+	return func(rev uint64) {
+		now := time.Now()
+		l := f.logs[i]
+		l.mu.Lock()
+		l.revs, l.at = append(l.revs, rev), append(l.at, now)
+		l.mu.Unlock()
+		f.mu.Lock()
+		close(f.wake)
+		f.wake = make(chan struct{})
+		f.mu.Unlock()
+	}
+}
+
+// waitAll waits until every agent has applied rev, and returns when the
+// last of them did.
+func (f *fleet) waitAll(t *testing.T, rev uint64) time.Time {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		f.mu.Lock()
+		wake := f.wake
+		f.mu.Unlock()
+		var last time.Time
+		all := true
+		for _, l := range f.logs {
+			l.mu.Lock()
+			i := slices.IndexFunc(l.revs, func(r uint64) bool { return r >= rev })
+			if i < 0 {
+				all = false
+			} else if l.at[i].After(last) {
+				last = l.at[i]
+			}
+			l.mu.Unlock()
+		}
+		if all {
+			return last
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			t.Fatalf("not every agent applied revision %d within 30 s", rev)
+		}
+	}
+}
+
+// TestAgentsAcrossReplicas: two API servers on one Kubernetes store (the
+// real kube-apiserver test control plane), four REST agents split between
+// them, each told of the other replica as its failover.
+//
+// A change through either replica reaches every agent (the p99 from the
+// write to the last agent's apply is logged). Then one replica stops while
+// changes go on through the other: its agents move over and resume their
+// watch, and every agent has applied each change exactly once, in order
+// (the revisions are etcd's, the same on both replicas).
+//
+// The agents run in observe mode with an applier.Recorder as the target:
+// the host has no sched_ext, and what is tested is the control plane's
+// delivery; the Recorder holds what the BPF maps would.
+func TestAgentsAcrossReplicas(t *testing.T) {
+	cluster := crdtest.Cluster(t)
+	ns := crdtest.Namespace(t, cluster)
+	crdtest.Kubectl(t, cluster, "", "delete", "schedulingnodes", "--all", "--wait=true")
+	dir := t.TempDir()
+	a, _, err := auth.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := []*server{serveReplica(t, a, ns), serveReplica(t, a, ns)}
+	urls := []string{"http://" + reps[0].addr, "http://" + reps[1].addr}
+	adminTok := token(t, dir, auth.Admin, "")
+	admins := []*api.Client{api.NewClient(urls[0], adminTok, nil), api.NewClient(urls[1], adminTok, nil)}
+
+	const agents = 4
+	f := &fleet{wake: make(chan struct{})}
+	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
+	for i := range agents {
+		f.logs = append(f.logs, &applyLog{})
+		home := i % 2
+		node := fmt.Sprintf("n%d", i)
+		tok := token(t, dir, auth.Agent, node)
+		h := startAgentWith(t, urls[home], tok, proc, func(o *Options) {
+			o.Node = node
+			o.Failover = []*api.Client{api.NewClient(urls[1-home], tok, nil)}
+			o.OnApplied = f.record(i)
+			o.OnHeartbeat = nil
+		})
+		f.agent = append(f.agent, h.agent)
+	}
+	f.waitAll(t, 0) // each agent's initial sync
+	var written []uint64
+	ctx := context.Background()
+	// change makes the i-th change through admin: create, update or delete
+	// of one of a few strategies, so all three kinds are timed.
+	change := func(admin *api.Client, i int) (uint64, error) {
+		name := fmt.Sprintf("s%d", i/3%5)
+		switch i % 3 {
+		case 0:
+			s, err := admin.CreateStrategy(ctx, crit(name, fmt.Sprintf("create-%d", i)))
+			return s.Revision, err
+		case 1:
+			s, err := admin.PutStrategy(ctx, crit(name, fmt.Sprintf("update-%d", i)))
+			return s.Revision, err
+		default:
+			d, err := admin.DeleteStrategy(ctx, name)
+			return d.Revision, err
+		}
+	}
+
+	n := 300
+	if testing.Short() {
+		n = 60
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		start := time.Now()
+		rev, err := change(admins[i%2], i)
+		if err != nil {
+			t.Fatalf("change %d through replica %d: %v", i, i%2, err)
+		}
+		written = append(written, rev)
+		lat = append(lat, f.waitAll(t, rev).Sub(start))
+	}
+	slices.Sort(lat)
+	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(float64(len(lat))*q))] }
+	t.Logf("BenchmarkTwoReplicaPropagation\t%d changes\t%d agents\tp50 %.2f ms\tp99 %.2f ms\tmax %.2f ms",
+		n, agents, ms(p(0.50)), ms(p(0.99)), ms(lat[len(lat)-1]))
+
+	// Stop replica 0 while a writer makes changes through replica 1, then
+	// make more once it is gone.
+	const during, after = 40, 20
+	errc := make(chan error, 1)
+	revs := make(chan []uint64, 1)
+	go func() {
+		var got []uint64
+		for i := range during {
+			rev, err := change(admins[1], n+i)
+			if err != nil {
+				errc <- fmt.Errorf("change %d during the stop: %w", i, err)
+				return
+			}
+			got = append(got, rev)
+		}
+		errc <- nil
+		revs <- got
+	}()
+	reps[0].stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, <-revs...)
+	for i := range after {
+		rev, err := change(admins[1], n+during+i)
+		if err != nil {
+			t.Fatalf("change %d after the stop: %v", i, err)
+		}
+		written = append(written, rev)
+	}
+	f.waitAll(t, written[len(written)-1])
+
+	// Each agent: its initial sync, then every change exactly once, in
+	// order; the ones that watched replica 0 now watch replica 1.
+	for i, l := range f.logs {
+		l.mu.Lock()
+		got := slices.Clone(l.revs)
+		l.mu.Unlock()
+		if len(got) == 0 || !slices.Equal(got[1:], written) {
+			t.Errorf("agent n%d applied revisions %v after its sync at %v; the changes were %v", i, got[1:], got[:1], written)
+		}
+		// Server 0 is the agent's own replica, 1 its failover.
+		if want := 1 - i%2; f.agent[i].Server() != want {
+			t.Errorf("agent n%d on server %d, want %d (its replica was %d)", i, f.agent[i].Server(), want, i%2)
+		}
+	}
+	// Every agent holds what the surviving replica lists.
+	l, err := admins[1].ListStrategies(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ag := range f.agent {
+		ag.mu.Lock()
+		names := make([]string, 0, len(ag.strategies))
+		for name := range ag.strategies {
+			names = append(names, name)
+		}
+		ag.mu.Unlock()
+		want := make([]string, 0, len(l.Strategies))
+		for _, s := range l.Strategies {
+			want = append(want, s.Name)
+		}
+		slices.Sort(names)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("agent n%d holds %v; replica 1 lists %v", i, names, want)
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
