@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,9 +27,9 @@ import (
 )
 
 func newAgentCmd() *cobra.Command {
-	var cfgPath, server, node, tokenFile, caFile, dataDir, stateFile string
+	var cfgPath, node, tokenFile, caFile, dataDir, stateFile string
 	var source, kubeconfig, sysNamespace, kubeletCgroupRoot, kubeletCgroupDriver, metricsAddr string
-	var labels []string
+	var labels, servers []string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Node agent: the scheduler plus the control plane's strategies, pushed",
@@ -61,7 +62,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 				return err
 			}
 			if !cmd.Flags().Changed("server") {
-				server = cfg.API.URL
+				servers = []string{cfg.API.URL}
 			}
 			lbl, err := parseLabels(labels)
 			if err != nil {
@@ -88,7 +89,10 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			if err != nil {
 				return err
 			}
-			if caFile == "" && dataDir != "" && strings.HasPrefix(server, "https:") {
+			if err := checkServers(servers); err != nil {
+				return err
+			}
+			if caFile == "" && dataDir != "" && strings.HasPrefix(servers[0], "https:") {
 				caFile = filepath.Join(dataDir, auth.CertFile)
 			}
 			tlsCfg, err := auth.ClientTLS(caFile)
@@ -102,7 +106,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			}
 			log := newLogger(cfg.Debug)
 			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
-				client := api.NewClient(server, token, tlsCfg)
+				client := api.NewClient(servers[0], token, tlsCfg)
 				src := func() (string, error) { return token, nil }
 				if tokenFile != "" {
 					// Re-read when it changes: a rotated token is used
@@ -113,8 +117,12 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 				// no restart.
 				renewer := api.NewRenewer(client, src, tokenFile, log)
 				client = client.WithTokenSource(renewer.Token)
+				var failover []*api.Client
+				for _, s := range servers[1:] {
+					failover = append(failover, api.NewClient(s, token, tlsCfg).WithTokenSource(renewer.Token))
+				}
 				a, err := agent.New(agent.Options{
-					Client: client, Node: node, Labels: lbl, Version: version,
+					Client: client, Failover: failover, Node: node, Labels: lbl, Version: version,
 					Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
 					Log: log, Applier: rt.Applier, Mode: rt.Mode, Reason: rt.Reason, Stats: rt.Stats, SchedulerState: rt.SchedulerState,
 					Carriers: rt.Carriers,
@@ -131,7 +139,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 	}
 	f := cmd.Flags()
 	f.StringVarP(&cfgPath, "config", "c", "", "config file (scheduler tunables and mode, automatic mode, api.url, api.interval)")
-	f.StringVar(&server, "server", config.DefaultAPIURL, "control-plane URL (default: api.url from --config if given)")
+	f.StringSliceVar(&servers, "server", []string{config.DefaultAPIURL}, "control-plane URL (default: api.url from --config if given); several, comma-separated, are API replicas on one Kubernetes store: the agent moves to the next when one fails")
 	f.StringVar(&node, "node", "", "node name (default: the host name)")
 	f.StringSliceVar(&labels, "labels", nil, "node labels, k=v,... (strategies' node_selector matches them)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding this node's agent token (re-read when it changes: rotate by replacing it)")
@@ -240,6 +248,19 @@ func parseLabels(kvs []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// checkServers refuses a --server list the agent could not fail over along.
+func checkServers(servers []string) error {
+	if len(servers) == 0 {
+		return errors.New("--server is empty: give the API server's URL, e.g. https://127.0.0.1:8443")
+	}
+	for _, s := range servers {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--server %q is not an http(s) URL: give each replica's URL, comma-separated, e.g. https://10.0.0.1:8443,https://10.0.0.2:8443", s)
+		}
+	}
+	return nil
 }
 
 func agentToken(dataDir, tokenFile, node string) (string, error) {
