@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/swiftlane/swiftlane/internal/agent"
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
 	"github.com/swiftlane/swiftlane/internal/kubeagent"
@@ -106,20 +106,20 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			}
 			log := newLogger(cfg.Debug)
 			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
-				client := api.NewClient(servers[0], token, tlsCfg)
+				client := apiclient.NewClient(servers[0], token, tlsCfg)
 				src := func() (string, error) { return token, nil }
 				if tokenFile != "" {
 					// Re-read when it changes: a rotated token is used
 					// from the next request on, without a restart.
-					src = api.TokenFile(tokenFile)
+					src = apiclient.TokenFile(tokenFile)
 				}
 				// Renewed before it expires, so short-lived tokens need
 				// no restart.
-				renewer := api.NewRenewer(client, src, tokenFile, log)
+				renewer := apiclient.NewRenewer(client, src, tokenFile, log)
 				client = client.WithTokenSource(renewer.Token)
-				var failover []*api.Client
+				var failover []*apiclient.Client
 				for _, s := range servers[1:] {
-					failover = append(failover, api.NewClient(s, token, tlsCfg).WithTokenSource(renewer.Token))
+					failover = append(failover, apiclient.NewClient(s, token, tlsCfg).WithTokenSource(renewer.Token))
 				}
 				a, err := agent.New(agent.Options{
 					Client: client, Failover: failover, Node: node, Labels: lbl, Version: version,

@@ -104,7 +104,7 @@ format, token lifetimes, the signing key's path and default strategies
 	f.StringVar(&storeKind, "store", "bolt", "where strategies and nodes live: bolt (a file in --data-dir) or kubernetes (SchedulingStrategy and SchedulingNode objects)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --store kubernetes (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&namespace, "namespace", "", "namespace of the strategies for --store kubernetes (default: the pod's namespace, else "+defaultNamespace+")")
-	f.IntVar(&auditMax, "audit-max-entries", store.DefaultAuditSize, "entries the audit history keeps (GET /api/v2/audit); the oldest are dropped first")
+	f.IntVar(&auditMax, "audit-max-entries", apitypes.DefaultAuditSize, "entries the audit history keeps (GET /api/v2/audit); the oldest are dropped first")
 	return cmd
 }
 

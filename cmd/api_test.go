@@ -13,11 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // TestAPIConfigFile runs `swiftlane api` as a config file says: the listen
@@ -61,7 +60,7 @@ default_strategies:
 		}
 	}
 	stop := start()
-	c := api.NewClient("http://"+addr, "", nil)
+	c := apiclient.NewClient("http://"+addr, "", nil)
 	// Wait for the listener: connection refused until runAPI listens.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -103,7 +102,7 @@ default_strategies:
 	// The audit history has every change, the server's own included.
 	history := func() string {
 		t.Helper()
-		l, err := admin.ListAudit(context.Background(), store.AuditQuery{})
+		l, err := admin.ListAudit(context.Background(), apitypes.AuditQuery{})
 		if err != nil {
 			t.Fatal(err)
 		}

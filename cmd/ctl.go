@@ -15,10 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // clientFlags are the connection flags shared by ctl and token.
@@ -39,7 +38,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func (f *clientFlags) client() (*api.Client, error) {
+func (f *clientFlags) client() (*apiclient.Client, error) {
 	tok := os.Getenv("SWIFTLANE_TOKEN")
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
@@ -52,7 +51,7 @@ func (f *clientFlags) client() (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClient(f.server, tok, tlsCfg), nil
+	return apiclient.NewClient(f.server, tok, tlsCfg), nil
 }
 
 func newCtlCmd() *cobra.Command {
@@ -225,7 +224,7 @@ func newCtlCmd() *cobra.Command {
 // newCtlAuditCmd is `ctl audit`: a page of the audit history (cf: ctl's
 // connection flags, added by ctl).
 func newCtlAuditCmd(cf *clientFlags, output *string) *cobra.Command {
-	var q store.AuditQuery
+	var q apitypes.AuditQuery
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Show the audit history, newest first: who changed which strategy, token or node, and how it ended (admin token)",

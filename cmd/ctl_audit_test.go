@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -67,7 +68,7 @@ func runCtl(ctx context.Context, t *testing.T, url, token string, args ...string
 func TestCtlAudit(t *testing.T) {
 	a, url, ctx := ctlServer(t)
 	adminTok, _, _ := a.Issue("alice", auth.Admin, "", time.Hour)
-	admin := api.NewClient(url, adminTok, nil)
+	admin := apiclient.NewClient(url, adminTok, nil)
 	if _, err := admin.CreateStrategy(ctx, apitypes.Strategy{Strategy: strategy.Strategy{Name: "gnb", Class: new(strategy.High), CommandRegex: "nr-gnb"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 )
@@ -19,7 +19,7 @@ import (
 func TestCtlGetCarriers(t *testing.T) {
 	a, url, ctx := ctlServer(t)
 	agentTok, _, _ := a.Issue("ctl-test", auth.Agent, "n1", time.Hour)
-	ag := api.NewClient(url, agentTok, nil)
+	ag := apiclient.NewClient(url, agentTok, nil)
 	if _, err := ag.RegisterNode(ctx, "n1", apitypes.Registration{Mode: "schedule", HeartbeatSeconds: 5}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore/crdtest"
 )
@@ -64,7 +63,7 @@ func TestTokenRevokeKubernetes(t *testing.T) {
 	id, _, _ := a.TokenID(tok)
 	start = time.Now()
 	for {
-		h, _, err := replica.ListAudit(ctx, store.AuditQuery{Operation: apitypes.AuditTokenRevoke})
+		h, _, err := replica.ListAudit(ctx, apitypes.AuditQuery{Operation: apitypes.AuditTokenRevoke})
 		if err == nil && len(h) == 1 && h[0].Object.Name == id && h[0].Role == apitypes.RoleLocal && strings.HasPrefix(h[0].Subject, "cli:") {
 			break
 		}

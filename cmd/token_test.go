@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
 )
@@ -51,7 +52,7 @@ func TestTokenRevokeCommand(t *testing.T) {
 	}
 	// No server saw the revocations: the command put them in the history.
 	aID, _, _ := server.TokenID(a)
-	hist, _, err := st.ListAudit(context.Background(), store.AuditQuery{})
+	hist, _, err := st.ListAudit(context.Background(), apitypes.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/auth"
@@ -188,7 +189,7 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 		}
 		return t
 	}
-	admin := api.NewClient(url, mint(auth.Admin, ""), tlsCfg)
+	admin := apiclient.NewClient(url, mint(auth.Admin, ""), tlsCfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -243,7 +244,7 @@ func run(changes, agents, fanoutChanges int, heartbeat time.Duration) (*result, 
 	return res, nil
 }
 
-func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string, admin *api.Client, n int) (lat, put []float64, err error) {
+func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string, admin *apiclient.Client, n int) (lat, put []float64, err error) {
 	applied := make(chan uint64, 16)
 	// As in schedule mode: the process index, not a /proc rescan per change
 	// (no scheduler here to send exec/exit events, so nothing updates it
@@ -253,7 +254,7 @@ func propagation(ctx context.Context, url string, tlsCfg *tls.Config, tok string
 		return nil, nil, err
 	}
 	a, err := agent.New(agent.Options{
-		Client: api.NewClient(url, tok, tlsCfg), Node: "bench-agent", Version: "bench", Interval: time.Minute,
+		Client: apiclient.NewClient(url, tok, tlsCfg), Node: "bench-agent", Version: "bench", Interval: time.Minute,
 		Applier: app, Mode: agent.ModeObserve,
 		OnApplied: func(rev uint64) {
 			select {
@@ -385,7 +386,7 @@ func stages(ctx context.Context, url string, tlsCfg *tls.Config, agentTok, admin
 	marks := map[uint64]*mark{}
 	applied := make(chan uint64, 16)
 	a, err := agent.New(agent.Options{
-		Client: api.NewClient(url, agentTok, tlsCfg), Node: "bench-stages", Version: "bench", Interval: time.Hour,
+		Client: apiclient.NewClient(url, agentTok, tlsCfg), Node: "bench-stages", Version: "bench", Interval: time.Hour,
 		Applier: app, Mode: agent.ModeObserve,
 		OnReceived: func(rev uint64) {
 			target.take() // writes before this event are not its own
@@ -489,7 +490,7 @@ type fanoutResult struct {
 	cpu, rss, peak float64
 }
 
-func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.Role, string) string, admin *api.Client,
+func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.Role, string) string, admin *apiclient.Client,
 	agents, changes int, heartbeat time.Duration, serverPID int) (*fanoutResult, error) {
 	// recv[i][rev] is when agent i saw revision rev. Once the last change's
 	// revision is known, agents that have it are counted; allDone closes
@@ -517,7 +518,7 @@ func fanout(ctx context.Context, url string, tlsCfg *tls.Config, mint func(auth.
 	for i := range agents {
 		recv[i] = map[uint64]time.Time{}
 		node := fmt.Sprintf("sim-%d", i)
-		c := api.NewClient(url, mint(auth.Agent, node), tlsCfg)
+		c := apiclient.NewClient(url, mint(auth.Agent, node), tlsCfg)
 		go func() {
 			if _, err := c.RegisterNode(wctx, node, apitypes.Registration{Version: "sim", Mode: agent.ModeObserve, HeartbeatSeconds: max(1, int(heartbeat.Seconds()))}); err != nil {
 				log.Printf("%s: register: %v", node, err)

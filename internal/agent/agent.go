@@ -24,7 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
@@ -42,12 +42,12 @@ const (
 
 // Options configure an Agent.
 type Options struct {
-	Client *api.Client
+	Client *apiclient.Client
 	// Failover are further servers: replicas of Client's server on one
 	// Kubernetes store, whose revisions are the same etcd revisions, so a
 	// watch resumes on any of them. When the current server fails, the agent
 	// moves to the next one at once, and backs off only after all failed.
-	Failover []*api.Client
+	Failover []*apiclient.Client
 	Node     string
 	Labels   map[string]string
 	Version  string
@@ -86,8 +86,8 @@ type Options struct {
 // Agent is one node's agent. Run it once.
 type Agent struct {
 	o       Options
-	servers []*api.Client // Client, then Failover
-	cur     atomic.Int32  // index of the server in use
+	servers []*apiclient.Client // Client, then Failover
+	cur     atomic.Int32        // index of the server in use
 
 	mu         sync.Mutex
 	strategies map[string]apitypes.Strategy
@@ -127,7 +127,7 @@ func New(o Options) (*Agent, error) {
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
 	}
-	a := &Agent{o: o, servers: append([]*api.Client{o.Client}, o.Failover...), strategies: map[string]apitypes.Strategy{}, warned: map[string]bool{}}
+	a := &Agent{o: o, servers: append([]*apiclient.Client{o.Client}, o.Failover...), strategies: map[string]apitypes.Strategy{}, warned: map[string]bool{}}
 	if o.StateFile != "" {
 		data, err := os.ReadFile(o.StateFile)
 		switch {
@@ -175,7 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // client is the server in use.
-func (a *Agent) client() *api.Client { return a.servers[a.cur.Load()] }
+func (a *Agent) client() *apiclient.Client { return a.servers[a.cur.Load()] }
 
 // Server is the index of the server in use: 0 for Client, i+1 for Failover[i].
 func (a *Agent) Server() int { return int(a.cur.Load()) }
@@ -212,7 +212,7 @@ func (a *Agent) watch(ctx context.Context, registered chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		if api.IsStatus(err, http.StatusUnauthorized) || api.IsStatus(err, http.StatusForbidden) {
+		if apiclient.IsStatus(err, http.StatusUnauthorized) || apiclient.IsStatus(err, http.StatusForbidden) {
 			a.o.Log.Error("the server refuses this agent's token; fix --token-file (swiftlane token create --role agent --node "+a.o.Node+")", "err", err)
 		} else if failed+1 < len(a.servers) {
 			a.o.Log.Warn("server unreachable; moving to the next", "server", a.Server(), "err", err)
@@ -379,7 +379,7 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	defer cancel()
 	c := a.client()
 	_, err := c.Heartbeat(hctx, a.o.Node, hb)
-	if api.IsStatus(err, http.StatusNotFound) { // the server forgot us (node deleted)
+	if apiclient.IsStatus(err, http.StatusNotFound) { // the server forgot us (node deleted)
 		if err = a.register(ctx); err == nil {
 			_, err = c.Heartbeat(hctx, a.o.Node, hb)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/auth"
@@ -110,7 +111,7 @@ func startAgentWith(t *testing.T, url, tok, procRoot string, opt func(*Options))
 	h := &harness{target: applier.NewRecorder(), applied: make(chan uint64, 1024), beats: make(chan struct{}, 1024), done: make(chan struct{})}
 	app := applier.New(h.target, procRoot, t.TempDir(), nil)
 	o := Options{
-		Client: api.NewClient(url, tok, nil), Node: "n1", Labels: map[string]string{"zone": "a"},
+		Client: apiclient.NewClient(url, tok, nil), Node: "n1", Labels: map[string]string{"zone": "a"},
 		Version: "test", Kernel: "k", Interval: time.Second, Applier: app, Mode: ModeObserve, Reason: "no sched_ext",
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		OnApplied:   func(rev uint64) { h.applied <- rev },
@@ -163,7 +164,7 @@ func TestAgentAppliesPushAndReports(t *testing.T) {
 	dir := t.TempDir()
 	srv := serve(t, dir, "")
 	url := "http://" + srv.addr
-	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
+	admin := apiclient.NewClient(url, token(t, dir, auth.Admin, ""), nil)
 	proc := fakeProc(t, map[int]string{100: "nr-gnb -c gnb.yaml", 200: "stress-ng -c 20"})
 	h := startAgent(t, url, token(t, dir, auth.Agent, "n1"), proc, "", ModeObserve)
 	h.waitApplied(t, 0) // the initial sync
@@ -218,7 +219,7 @@ func TestAgentReconnectsAfterServerRestart(t *testing.T) {
 	adminTok := token(t, dir, auth.Admin, "")
 	proc := fakeProc(t, map[int]string{100: "nr-gnb", 300: "upf"})
 	h := startAgent(t, url, token(t, dir, auth.Agent, "n1"), proc, filepath.Join(t.TempDir(), "state.json"), ModeSchedule)
-	admin := api.NewClient(url, adminTok, nil)
+	admin := apiclient.NewClient(url, adminTok, nil)
 	s, err := admin.CreateStrategy(context.Background(), crit("gnb", "nr-gnb"))
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestAgentReconnectsAfterServerRestart(t *testing.T) {
 		t.Fatal("strategy dropped while the server is down")
 	}
 	srv = serve(t, dir, srv.addr)
-	admin = api.NewClient(url, adminTok, nil)
+	admin = apiclient.NewClient(url, adminTok, nil)
 	s2, err := admin.CreateStrategy(context.Background(), crit("upf", "upf"))
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestAgentStartsFromStateWhenServerIsDown(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state.json")
 	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
 	h := startAgent(t, url, token(t, dir, auth.Agent, "n1"), proc, state, ModeSchedule)
-	s, err := api.NewClient(url, token(t, dir, auth.Admin, ""), nil).CreateStrategy(context.Background(), crit("gnb", "nr-gnb"))
+	s, err := apiclient.NewClient(url, token(t, dir, auth.Admin, ""), nil).CreateStrategy(context.Background(), crit("gnb", "nr-gnb"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func TestAgentStartsFromStateWhenServerIsDown(t *testing.T) {
 
 	// A new agent process, no server: strategies come from the state file.
 	target := applier.NewRecorder()
-	a, err := New(Options{Client: api.NewClient(url, "x", nil), Node: "n1", Applier: applier.New(target, proc, t.TempDir(), nil), StateFile: state})
+	a, err := New(Options{Client: apiclient.NewClient(url, "x", nil), Node: "n1", Applier: applier.New(target, proc, t.TempDir(), nil), StateFile: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestGeneration1ClientKeepsAdminStrategies(t *testing.T) {
 	h.waitApplied(t, 0)
 
 	adminTok := token(t, dir, auth.Admin, "")
-	admin := api.NewClient(url, adminTok, nil)
+	admin := apiclient.NewClient(url, adminTok, nil)
 	if _, err := admin.CreateStrategy(context.Background(), crit("gnb", "nr-gnb")); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +378,7 @@ func TestAgentTokenRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
-	h := startAgentWith(t, url, "", proc, func(o *Options) { o.Client = o.Client.WithTokenSource(api.TokenFile(file)) })
+	h := startAgentWith(t, url, "", proc, func(o *Options) { o.Client = o.Client.WithTokenSource(apiclient.TokenFile(file)) })
 	h.waitBeat(t)
 	// Rotate (write a new file and rename it over the old, as an operator
 	// or a secret mount does), then revoke the old token.
@@ -388,11 +389,11 @@ func TestAgentTokenRotation(t *testing.T) {
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
-	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
+	admin := apiclient.NewClient(url, token(t, dir, auth.Admin, ""), nil)
 	if _, err := admin.RevokeToken(context.Background(), apitypes.RevokeRequest{Token: oldTok}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.NewClient(url, oldTok, nil).ListStrategies(context.Background()); !api.IsStatus(err, http.StatusUnauthorized) {
+	if _, err := apiclient.NewClient(url, oldTok, nil).ListStrategies(context.Background()); !apiclient.IsStatus(err, http.StatusUnauthorized) {
 		t.Fatalf("the old token still works: %v", err)
 	}
 	// Two more accepted heartbeats (one may have been in flight): only
@@ -405,7 +406,7 @@ func TestAgentTokenRotation(t *testing.T) {
 }
 
 // TestAgentRenewsItsToken: an agent whose token is about to expire renews
-// it (api.Renewer, as `swiftlane agent` runs it) and keeps heartbeating past
+// it (apiclient.Renewer, as `swiftlane agent` runs it) and keeps heartbeating past
 // the old token's expiry, without a restart.
 func TestAgentRenewsItsToken(t *testing.T) {
 	dir := t.TempDir()
@@ -420,7 +421,7 @@ func TestAgentRenewsItsToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := api.NewRenewer(api.NewClient(url, "", nil), func() (string, error) { return tok, nil }, "", nil)
+	r := apiclient.NewRenewer(apiclient.NewClient(url, "", nil), func() (string, error) { return tok, nil }, "", nil)
 	renewed := make(chan struct{}, 16)
 	r.OnRenew = func(apitypes.TokenResponse) { renewed <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -454,7 +455,7 @@ func TestAgentReportsSelectorsUnmatchable(t *testing.T) {
 	dir := t.TempDir()
 	srv := serve(t, dir, "")
 	url := "http://" + srv.addr
-	admin := api.NewClient(url, token(t, dir, auth.Admin, ""), nil)
+	admin := apiclient.NewClient(url, token(t, dir, auth.Admin, ""), nil)
 	proc := fakeProc(t, map[int]string{100: "nr-gnb -c gnb.yaml"})
 	var app *applier.Applier
 	h := startAgentWith(t, url, token(t, dir, auth.Agent, "n1"), proc, func(o *Options) { app = o.Applier })

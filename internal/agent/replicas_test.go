@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore/crdtest"
@@ -136,7 +137,7 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 	reps := []*server{serveReplica(t, a, ns), serveReplica(t, a, ns)}
 	urls := []string{"http://" + reps[0].addr, "http://" + reps[1].addr}
 	adminTok := token(t, dir, auth.Admin, "")
-	admins := []*api.Client{api.NewClient(urls[0], adminTok, nil), api.NewClient(urls[1], adminTok, nil)}
+	admins := []*apiclient.Client{apiclient.NewClient(urls[0], adminTok, nil), apiclient.NewClient(urls[1], adminTok, nil)}
 
 	const agents = 4
 	f := &fleet{wake: make(chan struct{})}
@@ -148,7 +149,7 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 		tok := token(t, dir, auth.Agent, node)
 		h := startAgentWith(t, urls[home], tok, proc, func(o *Options) {
 			o.Node = node
-			o.Failover = []*api.Client{api.NewClient(urls[1-home], tok, nil)}
+			o.Failover = []*apiclient.Client{apiclient.NewClient(urls[1-home], tok, nil)}
 			o.OnApplied = f.record(i)
 			o.OnHeartbeat = nil
 		})
@@ -159,7 +160,7 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
 	// change makes the i-th change through admin: create, update or delete
 	// of one of a few strategies, so all three kinds are timed.
-	change := func(admin *api.Client, i int) (uint64, error) {
+	change := func(admin *apiclient.Client, i int) (uint64, error) {
 		name := fmt.Sprintf("s%d", i/3%5)
 		switch i % 3 {
 		case 0:

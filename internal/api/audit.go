@@ -213,8 +213,8 @@ func auditParams() []param {
 
 // auditQuery reads the history's parameters, refusing what the document
 // does not allow.
-func auditQuery(v url.Values) (store.AuditQuery, error) {
-	var q store.AuditQuery
+func auditQuery(v url.Values) (apitypes.AuditQuery, error) {
+	var q apitypes.AuditQuery
 	for _, p := range auditParams() {
 		if !v.Has(p.name) {
 			continue

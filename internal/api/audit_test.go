@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // lockedBuffer is a log sink the server writes while the test reads it.
@@ -83,7 +83,7 @@ func testAuditHistory(t *testing.T, bk backend) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := admin.CreateStrategy(bg(), critical("b", "z")); !IsStatus(err, 409) {
+	if _, err := admin.CreateStrategy(bg(), critical("b", "z")); !apiclient.IsStatus(err, 409) {
 		t.Fatalf("a second b: %v, want a 409", err)
 	}
 	agentTok, err := admin.CreateToken(bg(), apitypes.TokenRequest{Role: "agent", Node: "n1"})
@@ -124,7 +124,7 @@ func testAuditHistory(t *testing.T, bk backend) {
 		"strategy.update strategy/a by alice (admin) ok 200",
 		"strategy.create strategy/a by alice (admin) ok 201",
 	}
-	l, err := admin.ListAudit(bg(), store.AuditQuery{})
+	l, err := admin.ListAudit(bg(), apitypes.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func testAuditHistory(t *testing.T, bk backend) {
 
 	// Pages of 3 are the history in order; filters.
 	var paged []string
-	q := store.AuditQuery{Limit: 3}
+	q := apitypes.AuditQuery{Limit: 3}
 	for n := 0; ; n++ {
 		p, err := admin.ListAudit(bg(), q)
 		if err != nil {
@@ -195,13 +195,13 @@ func testAuditHistory(t *testing.T, bk backend) {
 		t.Errorf("paged:\n%s", strings.Join(paged, "\n"))
 	}
 	for _, f := range []struct {
-		q    store.AuditQuery
+		q    apitypes.AuditQuery
 		want int
 	}{
-		{store.AuditQuery{Subject: "by:alice"}, 1},
-		{store.AuditQuery{Kind: "strategy"}, 5},
-		{store.AuditQuery{Kind: "strategy", Name: "a"}, 3},
-		{store.AuditQuery{Operation: apitypes.AuditStrategyCreate, Limit: 2}, 2},
+		{apitypes.AuditQuery{Subject: "by:alice"}, 1},
+		{apitypes.AuditQuery{Kind: "strategy"}, 5},
+		{apitypes.AuditQuery{Kind: "strategy", Name: "a"}, 3},
+		{apitypes.AuditQuery{Operation: apitypes.AuditStrategyCreate, Limit: 2}, 2},
 	} {
 		if p, err := admin.ListAudit(bg(), f.q); err != nil || len(p.Entries) != f.want {
 			t.Errorf("%+v: %d entries, want %d (%v)", f.q, len(p.Entries), f.want, err)
@@ -226,7 +226,7 @@ func testAuditHistory(t *testing.T, bk backend) {
 			t.Fatalf("generation-1 post %d: %d %s", i, code, body)
 		}
 	}
-	l2, err := admin.ListAudit(bg(), store.AuditQuery{})
+	l2, err := admin.ListAudit(bg(), apitypes.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func testAuditHistory(t *testing.T, bk backend) {
 	// The same history after a restart.
 	ts.stop()
 	ts2 := startServer(t, dir, serverOpt{backend: bk})
-	l3, err := ts2.client(alice).ListAudit(bg(), store.AuditQuery{})
+	l3, err := ts2.client(alice).ListAudit(bg(), apitypes.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}

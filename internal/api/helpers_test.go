@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store"
@@ -136,7 +137,9 @@ func (ts *testServer) token(role auth.Role, node string) string {
 	return tok
 }
 
-func (ts *testServer) client(token string) *Client { return NewClient(ts.url, token, ts.tls) }
+func (ts *testServer) client(token string) *apiclient.Client {
+	return apiclient.NewClient(ts.url, token, ts.tls)
+}
 
 // raw sends a request and returns the status and the body (streams are cut
 // after the headers).

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // Tests of what only the Kubernetes store does: the API server behind it
@@ -114,14 +114,14 @@ func TestRevocationAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		revoked := time.Now()
-		if _, err := via.client(tr.Token).ListStrategies(bg()); !IsStatus(err, 401) {
+		if _, err := via.client(tr.Token).ListStrategies(bg()); !apiclient.IsStatus(err, 401) {
 			t.Fatalf("the replica that revoked it still accepts it: %v", err)
 		}
 		// Ask the other replica until it refuses: this measures how long
 		// its watch takes, it does not wait for it.
 		for {
 			_, err := other.client(tr.Token).ListStrategies(bg())
-			if IsStatus(err, 401) {
+			if apiclient.IsStatus(err, 401) {
 				break
 			}
 			if err != nil {
@@ -151,11 +151,14 @@ func TestAuditAcrossReplicas(t *testing.T) {
 	var worst time.Duration
 	for i, step := range []struct {
 		via, other *testServer
-		change     func(*Client) error
+		change     func(*apiclient.Client) error
 		want       string
 	}{
-		{r1, r2, func(c *Client) error { _, err := c.CreateStrategy(bg(), critical("gnb", "nr-gnb")); return err }, "strategy.create strategy/gnb by alice (admin) ok 201"},
-		{r2, r1, func(c *Client) error { _, err := c.DeleteStrategy(bg(), "gnb"); return err }, "strategy.delete strategy/gnb by alice (admin) ok 200"},
+		{r1, r2, func(c *apiclient.Client) error {
+			_, err := c.CreateStrategy(bg(), critical("gnb", "nr-gnb"))
+			return err
+		}, "strategy.create strategy/gnb by alice (admin) ok 201"},
+		{r2, r1, func(c *apiclient.Client) error { _, err := c.DeleteStrategy(bg(), "gnb"); return err }, "strategy.delete strategy/gnb by alice (admin) ok 200"},
 	} {
 		if err := step.change(step.via.client(alice)); err != nil {
 			t.Fatal(err)
@@ -163,7 +166,7 @@ func TestAuditAcrossReplicas(t *testing.T) {
 		done := time.Now()
 		// Ask the other replica until it has it: this measures its watch.
 		for {
-			l, err := step.other.client(alice).ListAudit(bg(), store.AuditQuery{Limit: 1})
+			l, err := step.other.client(alice).ListAudit(bg(), apitypes.AuditQuery{Limit: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 )
@@ -36,7 +37,7 @@ func TestTokenRenewal(t *testing.T) {
 		if _, err := renewed.RegisterNode(bg(), "n1", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
 			t.Fatalf("renewed token as its node: %v", err)
 		}
-		if _, err := renewed.RegisterNode(bg(), "n2", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); !IsStatus(err, 403) {
+		if _, err := renewed.RegisterNode(bg(), "n2", apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); !apiclient.IsStatus(err, 403) {
 			t.Fatalf("renewed token as another node: %v", err)
 		}
 		short, err := renewed.RenewToken(bg(), apitypes.RenewRequest{TTLSeconds: 600})
@@ -45,12 +46,12 @@ func TestTokenRenewal(t *testing.T) {
 		}
 		_, err = renewed.RenewToken(bg(), apitypes.RenewRequest{TTLSeconds: int64(auth.DefaultAgentTTL/time.Second) + 1})
 		var e *apitypes.Error
-		if !IsStatus(err, 403) || !errors.As(err, &e) || e.Field != "ttl_seconds" || !strings.Contains(e.Hint, "86400") {
+		if !apiclient.IsStatus(err, 403) || !errors.As(err, &e) || e.Field != "ttl_seconds" || !strings.Contains(e.Hint, "86400") {
 			t.Fatalf("renew for longer than the agent lifetime: %v", err)
 		}
 		// Expired: refused, whoever signed it.
 		expired, _, _ := ts.auth.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) }).Issue("old", auth.Viewer, "", time.Hour)
-		if _, err := ts.client(expired).RenewToken(bg(), apitypes.RenewRequest{}); !IsStatus(err, 401) {
+		if _, err := ts.client(expired).RenewToken(bg(), apitypes.RenewRequest{}); !apiclient.IsStatus(err, 401) {
 			t.Fatalf("renew an expired token: %v", err)
 		}
 		// Revoking the renewed token (whole) revokes the chain: the
@@ -59,7 +60,7 @@ func TestTokenRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tok := range []string{orig.Token, r.Token, short.Token} {
-			if _, err := ts.client(tok).RenewToken(bg(), apitypes.RenewRequest{}); !IsStatus(err, 401) {
+			if _, err := ts.client(tok).RenewToken(bg(), apitypes.RenewRequest{}); !apiclient.IsStatus(err, 401) {
 				t.Errorf("renew a revoked token: %v", err)
 			}
 		}
@@ -81,7 +82,7 @@ func TestRenewer(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := ts.client("")
-	r := NewRenewer(base, TokenFile(file), file, nil)
+	r := apiclient.NewRenewer(base, apiclient.TokenFile(file), file, nil)
 	renewed := make(chan apitypes.TokenResponse, 1)
 	r.OnRenew = func(tr apitypes.TokenResponse) {
 		select {

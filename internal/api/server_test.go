@@ -16,6 +16,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -140,7 +141,7 @@ func testStrategyCRUD(t *testing.T, bk backend) {
 	if err != nil || s1.Revision == 0 {
 		t.Fatalf("create: %+v %v", s1, err)
 	}
-	if _, err := c.CreateStrategy(bg(), critical("gnb", "x")); !IsStatus(err, http.StatusConflict) {
+	if _, err := c.CreateStrategy(bg(), critical("gnb", "x")); !apiclient.IsStatus(err, http.StatusConflict) {
 		t.Fatalf("duplicate: %v", err)
 	}
 	got, err := c.GetStrategy(bg(), "gnb")
@@ -170,14 +171,14 @@ func testStrategyCRUD(t *testing.T, bk backend) {
 	if d, err := c.DeleteStrategy(bg(), "gnb"); err != nil || d.Revision <= list.Revision {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
-	if _, err := c.DeleteStrategy(bg(), "gnb"); !IsStatus(err, http.StatusNotFound) {
+	if _, err := c.DeleteStrategy(bg(), "gnb"); !apiclient.IsStatus(err, http.StatusNotFound) {
 		t.Fatalf("delete again: %v", err)
 	}
-	if _, err := c.GetStrategy(bg(), "gnb"); !IsStatus(err, http.StatusNotFound) {
+	if _, err := c.GetStrategy(bg(), "gnb"); !apiclient.IsStatus(err, http.StatusNotFound) {
 		t.Fatalf("get deleted: %v", err)
 	}
 	// Plain HTTP against the TLS port and an untrusting client both fail.
-	if _, err := NewClient(ts.url, "", nil).Health(bg()); err == nil {
+	if _, err := apiclient.NewClient(ts.url, "", nil).Health(bg()); err == nil {
 		t.Fatal("client without the server's certificate connected")
 	}
 }
@@ -349,13 +350,13 @@ func testAgentSeesOnlyItsNode(t *testing.T, bk backend) {
 	if err != nil || len(l.Strategies) != 2 || l.Strategies[0].Name != "for-a" || l.Strategies[1].Name != "all" {
 		t.Fatalf("agent list: %+v %v", l, err)
 	}
-	if _, err := ag.GetStrategy(bg(), "for-b"); !IsStatus(err, http.StatusNotFound) {
+	if _, err := ag.GetStrategy(bg(), "for-b"); !apiclient.IsStatus(err, http.StatusNotFound) {
 		t.Fatalf("agent get of another node's strategy: %v", err)
 	}
-	if _, err := ag.Heartbeat(bg(), "n2", apitypes.Heartbeat{}); !IsStatus(err, http.StatusForbidden) {
+	if _, err := ag.Heartbeat(bg(), "n2", apitypes.Heartbeat{}); !apiclient.IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("agent heartbeat for another node: %v", err)
 	}
-	if _, err := ag.CreateStrategy(bg(), critical("evil", "x")); !IsStatus(err, http.StatusForbidden) {
+	if _, err := ag.CreateStrategy(bg(), critical("evil", "x")); !apiclient.IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("agent write: %v", err)
 	}
 	n, err := admin.GetNode(bg(), "n1")
@@ -594,10 +595,10 @@ func TestTokenRevocation(t *testing.T) {
 			}
 		}
 		refused(ts)
-		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: "a.b.c"}); !IsStatus(err, 404) {
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{Token: "a.b.c"}); !apiclient.IsStatus(err, 404) {
 			t.Errorf("revoking a token this server did not sign: %v", err)
 		}
-		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: "no/such"}); !IsStatus(err, 400) {
+		if _, err := admin.RevokeToken(bg(), apitypes.RevokeRequest{ID: "no/such"}); !apiclient.IsStatus(err, 400) {
 			t.Errorf("revoking a malformed id: %v", err)
 		}
 		ts.stop()

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 )
 
 // watcher runs Client.Watch in the background and hands events over.
-func watcher(t *testing.T, c *Client, since uint64) (<-chan apitypes.WatchEvent, context.CancelFunc) {
+func watcher(t *testing.T, c *apiclient.Client, since uint64) (<-chan apitypes.WatchEvent, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan apitypes.WatchEvent, 1024)
 	connected := make(chan struct{})

@@ -72,3 +72,55 @@ type AuditList struct {
 	// ?continue=.
 	Continue string `json:"continue,omitempty"`
 }
+
+// DefaultAuditSize is how many entries the audit history keeps.
+const DefaultAuditSize = 10000
+
+// MaxAuditSize bounds a configured audit history: on the Kubernetes store
+// each entry is an object that every API replica holds in memory.
+const MaxAuditSize = 100000
+
+// AuditQuery selects a page of the audit history.
+type AuditQuery struct {
+	// Limit is the page size (at most; <= 0: 100).
+	Limit int
+	// Before takes only entries whose ID sorts below it: the last ID of
+	// the previous page ("": from the newest).
+	Before string
+	// Filters, each exact; "" matches every entry.
+	Subject, Operation, Kind, Name string
+}
+
+// Match reports whether e passes q's filters (not Before).
+func (q AuditQuery) Match(e AuditEntry) bool {
+	return (q.Subject == "" || e.Subject == q.Subject) && (q.Operation == "" || e.Operation == q.Operation) &&
+		(q.Kind == "" || e.Object.Kind == q.Kind) && (q.Name == "" || e.Object.Name == q.Name)
+}
+
+// Page collects q's page from the entries next yields, newest first (ok
+// false: none left): those below Before that match, up to the page size,
+// and whether a further one matches.
+func (q AuditQuery) Page(next func() (e AuditEntry, ok bool, err error)) ([]AuditEntry, bool, error) {
+	out := []AuditEntry{}
+	for {
+		e, ok, err := next()
+		if err != nil || !ok {
+			return out, false, err
+		}
+		if (q.Before != "" && e.ID >= q.Before) || !q.Match(e) {
+			continue
+		}
+		if len(out) == q.PageSize() {
+			return out, true, nil
+		}
+		out = append(out, e)
+	}
+}
+
+// PageSize is Limit, or the default page when it is unset.
+func (q AuditQuery) PageSize() int {
+	if q.Limit <= 0 {
+		return 100
+	}
+	return q.Limit
+}

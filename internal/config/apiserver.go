@@ -15,7 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/swiftlane/swiftlane/internal/store"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
@@ -117,7 +117,7 @@ func DefaultAPIServer() APIServer {
 		Log:      Log{Level: "info", Format: "text"},
 		Tokens:   Tokens{LoginTTL: 12 * time.Hour, AgentTTL: 24 * time.Hour, TTL: 12 * time.Hour},
 		Store:    Store{Kind: "bolt"},
-		Audit:    Audit{MaxEntries: store.DefaultAuditSize},
+		Audit:    Audit{MaxEntries: apitypes.DefaultAuditSize},
 	}
 }
 
@@ -197,8 +197,8 @@ func (c *APIServer) Validate() error {
 	default:
 		return &strategy.FieldError{Field: "store.kind", Msg: fmt.Sprintf("%q is unknown: use bolt or kubernetes", c.Store.Kind)}
 	}
-	if n := c.Audit.MaxEntries; n < 1 || n > store.MaxAuditSize {
-		return &strategy.FieldError{Field: "audit.max_entries", Msg: fmt.Sprintf("%d is out of range: use 1..%d, e.g. %d", n, store.MaxAuditSize, store.DefaultAuditSize)}
+	if n := c.Audit.MaxEntries; n < 1 || n > apitypes.MaxAuditSize {
+		return &strategy.FieldError{Field: "audit.max_entries", Msg: fmt.Sprintf("%d is out of range: use 1..%d, e.g. %d", n, apitypes.MaxAuditSize, apitypes.DefaultAuditSize)}
 	}
 	names := map[string]int{}
 	for i := range c.DefaultStrategies {

@@ -82,7 +82,7 @@ func dropOldestAudit(bk *bolt.Bucket, n int) error {
 
 // ListAudit walks the bucket from the newest key down, or from just below
 // Before when it is an ID of this store (16 hex digits).
-func (b *Bolt) ListAudit(_ context.Context, q AuditQuery) ([]apitypes.AuditEntry, bool, error) {
+func (b *Bolt) ListAudit(_ context.Context, q apitypes.AuditQuery) ([]apitypes.AuditEntry, bool, error) {
 	var out []apitypes.AuditEntry
 	var more bool
 	err := b.db.View(func(tx *bolt.Tx) error {

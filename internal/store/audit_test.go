@@ -31,7 +31,7 @@ func appendAudit(t *testing.T, s Store, subject, kind string) apitypes.AuditEntr
 	return e
 }
 
-func listAudit(t *testing.T, s Store, q AuditQuery) ([]apitypes.AuditEntry, bool) {
+func listAudit(t *testing.T, s Store, q apitypes.AuditQuery) ([]apitypes.AuditEntry, bool) {
 	t.Helper()
 	es, more, err := s.ListAudit(context.Background(), q)
 	if err != nil {
@@ -59,7 +59,7 @@ func TestAuditHistoryBolt(t *testing.T) {
 		}
 		last = e
 	}
-	all, more := listAudit(t, s, AuditQuery{})
+	all, more := listAudit(t, s, apitypes.AuditQuery{})
 	if got := subjects(all); got != "s7,s6,s5,s4,s3" || more {
 		t.Fatalf("history %s (more %v), want the newest 5: s7,s6,s5,s4,s3", got, more)
 	}
@@ -67,7 +67,7 @@ func TestAuditHistoryBolt(t *testing.T) {
 		t.Fatalf("listed %+v\nappended %+v", all[0], last)
 	}
 	var pages []string
-	q := AuditQuery{Limit: 2}
+	q := apitypes.AuditQuery{Limit: 2}
 	for {
 		page, more := listAudit(t, s, q)
 		pages = append(pages, subjects(page))
@@ -79,14 +79,14 @@ func TestAuditHistoryBolt(t *testing.T) {
 	if got := strings.Join(pages, " | "); got != "s7,s6 | s5,s4 | s3" {
 		t.Fatalf("pages %s", got)
 	}
-	if got, _ := listAudit(t, s, AuditQuery{Kind: "token"}); subjects(got) != "s7,s5,s3" {
+	if got, _ := listAudit(t, s, apitypes.AuditQuery{Kind: "token"}); subjects(got) != "s7,s5,s3" {
 		t.Fatalf("kind token: %s", subjects(got))
 	}
-	if got, _ := listAudit(t, s, AuditQuery{Subject: "s4", Operation: "strategy.delete"}); subjects(got) != "s4" {
+	if got, _ := listAudit(t, s, apitypes.AuditQuery{Subject: "s4", Operation: "strategy.delete"}); subjects(got) != "s4" {
 		t.Fatalf("subject s4: %s", subjects(got))
 	}
 	// A position that is no ID of this store still pages by order.
-	if got, _ := listAudit(t, s, AuditQuery{Before: all[1].ID + "0"}); subjects(got) != "s6,s5,s4,s3" {
+	if got, _ := listAudit(t, s, apitypes.AuditQuery{Before: all[1].ID + "0"}); subjects(got) != "s6,s5,s4,s3" {
 		t.Fatalf("before %s0: %s", all[1].ID, subjects(got))
 	}
 	s.Close()
@@ -96,11 +96,11 @@ func TestAuditHistoryBolt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if got, _ := listAudit(t, s, AuditQuery{}); subjects(got) != "s7,s6,s5" {
+	if got, _ := listAudit(t, s, apitypes.AuditQuery{}); subjects(got) != "s7,s6,s5" {
 		t.Fatalf("reopened with a bound of 3: %s", subjects(got))
 	}
 	appendAudit(t, s, "s8", "node")
-	if got, _ := listAudit(t, s, AuditQuery{}); subjects(got) != "s8,s7,s6" {
+	if got, _ := listAudit(t, s, apitypes.AuditQuery{}); subjects(got) != "s8,s7,s6" {
 		t.Fatalf("after an append: %s", subjects(got))
 	}
 }

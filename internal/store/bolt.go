@@ -47,7 +47,7 @@ type Options struct {
 	// (DefaultLogSize).
 	LogSize int
 	// AuditSize is how many entries the audit history keeps
-	// (DefaultAuditSize).
+	// (apitypes.DefaultAuditSize).
 	AuditSize int
 }
 
@@ -67,7 +67,7 @@ func OpenWith(dir string, o Options) (*Bolt, error) {
 		o.LogSize = DefaultLogSize
 	}
 	if o.AuditSize <= 0 {
-		o.AuditSize = DefaultAuditSize
+		o.AuditSize = apitypes.DefaultAuditSize
 	}
 	// A generous initial mapping avoids remaps while the file grows: a remap
 	// waits for every open read, which would stall all watch streams at once.

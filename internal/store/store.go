@@ -66,58 +66,6 @@ type Change struct {
 	Strategy *apitypes.Strategy
 }
 
-// DefaultAuditSize is how many entries the audit history keeps.
-const DefaultAuditSize = 10000
-
-// MaxAuditSize bounds a configured audit history: on the Kubernetes store
-// each entry is an object that every API replica holds in memory.
-const MaxAuditSize = 100000
-
-// AuditQuery selects a page of the audit history.
-type AuditQuery struct {
-	// Limit is the page size (at most; <= 0: 100).
-	Limit int
-	// Before takes only entries whose ID sorts below it: the last ID of
-	// the previous page ("": from the newest).
-	Before string
-	// Filters, each exact; "" matches every entry.
-	Subject, Operation, Kind, Name string
-}
-
-// Match reports whether e passes q's filters (not Before).
-func (q AuditQuery) Match(e apitypes.AuditEntry) bool {
-	return (q.Subject == "" || e.Subject == q.Subject) && (q.Operation == "" || e.Operation == q.Operation) &&
-		(q.Kind == "" || e.Object.Kind == q.Kind) && (q.Name == "" || e.Object.Name == q.Name)
-}
-
-// Page collects q's page from the entries next yields, newest first (ok
-// false: none left): those below Before that match, up to the page size,
-// and whether a further one matches.
-func (q AuditQuery) Page(next func() (e apitypes.AuditEntry, ok bool, err error)) ([]apitypes.AuditEntry, bool, error) {
-	out := []apitypes.AuditEntry{}
-	for {
-		e, ok, err := next()
-		if err != nil || !ok {
-			return out, false, err
-		}
-		if (q.Before != "" && e.ID >= q.Before) || !q.Match(e) {
-			continue
-		}
-		if len(out) == q.PageSize() {
-			return out, true, nil
-		}
-		out = append(out, e)
-	}
-}
-
-// PageSize is Limit, or the default page when it is unset.
-func (q AuditQuery) PageSize() int {
-	if q.Limit <= 0 {
-		return 100
-	}
-	return q.Limit
-}
-
 // Store is the control plane's state. Every write is durable when it
 // returns. Implementations are safe for concurrent use.
 type Store interface {
@@ -159,7 +107,7 @@ type Store interface {
 	AppendAudit(ctx context.Context, e apitypes.AuditEntry) (apitypes.AuditEntry, error)
 	// ListAudit returns up to q.Limit entries matching q, newest first, and
 	// whether older matching entries remain.
-	ListAudit(ctx context.Context, q AuditQuery) ([]apitypes.AuditEntry, bool, error)
+	ListAudit(ctx context.Context, q apitypes.AuditQuery) ([]apitypes.AuditEntry, bool, error)
 
 	Close() error
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/agent"
 	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/auth"
@@ -80,7 +81,7 @@ func TestUIInChromium(t *testing.T) {
 	lastPacket := time.Date(2026, 11, 26, 10, 11, 12, 345e6, time.Local)
 	var tick atomic.Uint64
 	ag, err := agent.New(agent.Options{
-		Client: api.NewClient(url, tok, nil), Node: "n1", Version: "ui-test", Kernel: "6.18.15", Interval: time.Second,
+		Client: apiclient.NewClient(url, tok, nil), Node: "n1", Version: "ui-test", Kernel: "6.18.15", Interval: time.Second,
 		Applier: applier.New(applier.NewRecorder(), proc, t.TempDir(), nil),
 		Mode:    agent.ModeSchedule, SchedulerState: func() string { return "enabled (swiftlane)" },
 		Stats: func() (*apitypes.Counters, error) { return syntheticCounters(tick.Add(1)), nil },

@@ -38,7 +38,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -144,7 +144,7 @@ spec:
 	find(t, objs, "Secret", testRelease+"-swiftlane-api-auth", &authSecret)
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(tlsSecret.Data["ca.crt"])
-	c := api.NewClient("https://"+addr, "", &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	c := apiclient.NewClient("https://"+addr, "", &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 	if _, err := c.Health(ctx); err != nil {
 		t.Fatalf("health over TLS with the chart's CA: %v\napi:\n%s", err, apiProc.log.String())
 	}

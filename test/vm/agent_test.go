@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/api"
+	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -97,7 +97,7 @@ func agentAppliesPushedStrategy(t *testing.T, mode string) {
 
 // startAPI runs `swiftlane api` on addr with a data directory of its own
 // and returns it once it answers an admin client.
-func startAPI(t *testing.T, ctx context.Context, addr string) (server *proc, client *api.Client, data string) {
+func startAPI(t *testing.T, ctx context.Context, addr string) (server *proc, client *apiclient.Client, data string) {
 	t.Helper()
 	data = t.TempDir()
 	server = startProcess(t, "api", swiftlaneBin(t), "api", "--data-dir", data, "--listen", addr)
@@ -114,7 +114,7 @@ func startAPI(t *testing.T, ctx context.Context, addr string) (server *proc, cli
 		if err != nil {
 			return false
 		}
-		client = api.NewClient("https://"+addr, tok, tlsCfg)
+		client = apiclient.NewClient("https://"+addr, tok, tlsCfg)
 		_, err = client.ListStrategies(ctx)
 		return err == nil
 	}, server)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // The audit history is one AuditEntry object per entry in the namespace,
@@ -105,7 +104,7 @@ func (s *Store) pruneAudit(ctx context.Context) {
 
 // ListAudit pages through the newest entries of this replica's copy, up
 // to the bound.
-func (s *Store) ListAudit(_ context.Context, q store.AuditQuery) ([]apitypes.AuditEntry, bool, error) {
+func (s *Store) ListAudit(_ context.Context, q apitypes.AuditQuery) ([]apitypes.AuditEntry, bool, error) {
 	objs := s.audit.idx.List()
 	all := make([]*v1alpha1.AuditEntry, 0, len(objs))
 	for _, o := range objs {

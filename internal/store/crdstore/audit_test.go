@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // TestAuditAcrossReplicas: an entry appended through one store (one API
@@ -43,10 +42,10 @@ func TestAuditAcrossReplicas(t *testing.T) {
 		written = append(written, e)
 		// The other replica: once its watch delivers the entry.
 		if err := other.audit.waitFor(ctx, ns, "entry "+e.ID, func() bool {
-			got, _, err := other.ListAudit(ctx, store.AuditQuery{Limit: 1})
+			got, _, err := other.ListAudit(ctx, apitypes.AuditQuery{Limit: 1})
 			return err == nil && len(got) == 1 && got[0] == e
 		}); err != nil {
-			got, _, _ := other.ListAudit(ctx, store.AuditQuery{Limit: 1})
+			got, _, _ := other.ListAudit(ctx, apitypes.AuditQuery{Limit: 1})
 			t.Fatalf("entry %d: not the other replica's newest: %v\n got %+v\nwant %+v", i, err, got, e)
 		}
 		t.Logf("entry %d appended and in the other replica's history %s after the call", i, time.Since(start))
@@ -56,7 +55,7 @@ func TestAuditAcrossReplicas(t *testing.T) {
 		want += written[i].Subject + ","
 	}
 	for i, r := range rs {
-		all, more, err := r.ListAudit(ctx, store.AuditQuery{})
+		all, more, err := r.ListAudit(ctx, apitypes.AuditQuery{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +74,7 @@ func TestAuditAcrossReplicas(t *testing.T) {
 		t.Errorf("objects %v, want the %d newest from %s", names, bound, written[len(written)-bound].ID)
 	}
 	// Pages through the other replica.
-	q, pages := store.AuditQuery{Limit: 2}, ""
+	q, pages := apitypes.AuditQuery{Limit: 2}, ""
 	for {
 		page, more, err := rs[1].ListAudit(ctx, q)
 		if err != nil {
@@ -93,7 +92,7 @@ func TestAuditAcrossReplicas(t *testing.T) {
 	if pages != "s7,s6,|s5,s4,|s3," {
 		t.Errorf("pages %s", pages)
 	}
-	if got, _, _ := rs[0].ListAudit(ctx, store.AuditQuery{Subject: "s4"}); len(got) != 1 || got[0] != written[4] {
+	if got, _, _ := rs[0].ListAudit(ctx, apitypes.AuditQuery{Subject: "s4"}); len(got) != 1 || got[0] != written[4] {
 		t.Errorf("subject s4: %+v", got)
 	}
 	// Written once: an edit is refused by the CRD.

@@ -70,7 +70,7 @@ type Options struct {
 	// LogSize is how many changes the change log keeps (default store.DefaultLogSize).
 	LogSize int
 	// AuditSize is how many entries the audit history keeps (default
-	// store.DefaultAuditSize).
+	// apitypes.DefaultAuditSize).
 	AuditSize int
 	Log       *slog.Logger
 }
@@ -132,7 +132,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		o.LogSize = store.DefaultLogSize
 	}
 	if o.AuditSize <= 0 {
-		o.AuditSize = store.DefaultAuditSize
+		o.AuditSize = apitypes.DefaultAuditSize
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package api
+package apiclient
 
 import (
 	"bufio"
@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/swiftlane/swiftlane/internal/apitypes"
-	"github.com/swiftlane/swiftlane/internal/store"
 )
 
 // Client talks to the API (used by the agent, `swiftlane ctl` and tests).
@@ -225,7 +224,7 @@ func (c *Client) RevokeToken(ctx context.Context, req apitypes.RevokeRequest) (a
 // ListAudit reads a page of the audit history (admin): q's filters, at
 // most q.Limit entries (0: the server's default), older than q.Before (a
 // previous page's Continue).
-func (c *Client) ListAudit(ctx context.Context, q store.AuditQuery) (apitypes.AuditList, error) {
+func (c *Client) ListAudit(ctx context.Context, q apitypes.AuditQuery) (apitypes.AuditList, error) {
 	v := url.Values{}
 	for _, p := range [][2]string{{"continue", q.Before}, {"subject", q.Subject}, {"operation", q.Operation}, {"kind", q.Kind}, {"name", q.Name}} {
 		if p[1] != "" {
