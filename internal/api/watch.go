@@ -3,6 +3,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,10 @@ import (
 
 // watchBatch bounds how many changes one store read returns.
 const watchBatch = 1000
+
+// aheadWait bounds how long a watch resumed from a revision this server's
+// store has not reached waits for it before resynchronising the client.
+const aheadWait = time.Second
 
 // watch streams strategy changes as server-sent events. The watcher
 // subscribes before it reads the change log, so a write that lands between
@@ -58,6 +63,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 		return err
 	}
 	sync := since == 0
+	// A resume point ahead of the store is, on the Kubernetes store, one
+	// another replica already served (an agent failing over): its watch of
+	// the apiserver is milliseconds behind. Waiting for it keeps the agent
+	// from a sync older than what it applied, then each change again.
+	var ahead <-chan time.Time
+	aheadDone := false
 	keep := time.NewTicker(s.o.KeepAlive)
 	defer keep.Stop()
 	for {
@@ -76,7 +87,20 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 		}
 		changes, err := s.changes(r.Context(), since)
 		if errors.Is(err, store.ErrCompacted) {
-			sync = true
+			if !aheadDone && s.ahead(r.Context(), since) {
+				if ahead == nil {
+					ahead = time.After(aheadWait)
+					fl.Flush() // the headers: the client is connected
+				}
+				select {
+				case <-sub:
+					continue
+				case <-ahead:
+				case <-r.Context().Done():
+					return nil
+				}
+			}
+			aheadDone, sync = true, true
 			continue
 		}
 		if err != nil {
@@ -111,6 +135,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 			return nil
 		}
 	}
+}
+
+// ahead says the store has not reached revision since yet.
+func (s *Server) ahead(ctx context.Context, since uint64) bool {
+	_, head, err := s.o.Store.Changes(ctx, since, 1)
+	return errors.Is(err, store.ErrCompacted) && since > head
 }
 
 func filterForNode(list []apitypes.Strategy, labels map[string]string) []apitypes.Strategy {
