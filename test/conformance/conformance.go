@@ -84,7 +84,7 @@ type Results struct {
 // Case is one spec of a JUnit report.
 type Case struct {
 	Name    string
-	Status  string // Pass, Fail or Skipped
+	Status  string // Pass, Fail, Skipped or NotRun (interrupted in it)
 	Seconds float64
 	Message string // the failure's first line, or the skip's message
 }
@@ -101,6 +101,7 @@ type junitCase struct {
 		Text    string `xml:",chardata"`
 	} `xml:"failure"`
 	Error *struct {
+		Type    string `xml:"type,attr"`
 		Message string `xml:"message,attr"`
 		Text    string `xml:",chardata"`
 	} `xml:"error"`
@@ -129,6 +130,9 @@ func ReadJUnit(path string) ([]Case, error) {
 			name, spec := strings.CutPrefix(jc.Name, "[It] ")
 			c := Case{Name: name, Seconds: jc.Time}
 			switch {
+			case jc.Error != nil && jc.Error.Type == "interrupted":
+				// The run was stopped (SIGINT) in this spec.
+				c.Status, c.Message = NotRun, "interrupted"
 			case jc.Failure != nil:
 				c.Status, c.Message = Fail, firstLine(jc.Failure.Message, jc.Failure.Text)
 			case jc.Error != nil:
@@ -203,6 +207,12 @@ func (r *Results) Merge(column string, cases []Case) error {
 		}
 		t := &r.Tests[i]
 		status := c.Status
+		if status == Skipped && reason == "" && c.Message == "skipped" {
+			// Selected but never reached: a spec that skips itself says
+			// why ("skipped - ..."); this one was left when the run was
+			// interrupted.
+			status = NotRun
+		}
 		switch {
 		case status == Skipped && reason != "":
 			t.Reason = reason
@@ -213,6 +223,8 @@ func (r *Results) Merge(column string, cases []Case) error {
 			}
 		case status == Fail && t.Reason == "":
 			t.Reason = column + ": " + c.Message
+		case status == NotRun && t.Reason == "":
+			t.Reason = column + ": the run was stopped before this test ended"
 		}
 		if column == KubeProxy {
 			t.KubeProxy, t.Seconds = status, c.Seconds

@@ -91,6 +91,26 @@ func TestMergeTwoRuns(t *testing.T) {
 	}
 }
 
+// A run stopped by SIGINT (ginkgo then writes its report): the spec it was
+// in and the selected specs it never reached are "not run", not failed or
+// skipped.
+func TestInterruptedRun(t *testing.T) {
+	cut := strings.Replace(report, `status="failed" time="52"><failure type="failed">[FAILED] affinity broke&#xA;at service.go:1&#xA;</failure>`,
+		`status="interrupted" time="30"><error type="interrupted">Interrupted by User</error>`, 1)
+	cut = strings.Replace(cut, `status="passed" time="41.5"></testcase>`, `status="skipped" time="0"><skipped message="skipped"></skipped></testcase>`, 1)
+	cases, err := ReadJUnit(writeReport(t, cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Results{Release: "v1.36.3"}
+	if err := r.Merge(KubeProxy, cases); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Summary(); s != "conformance (v1.36.3, 4 sig-network tests): kube_proxy 0 pass, 0 fail, 2 skip, 2 not run; swiftlane not run" {
+		t.Errorf("summary %q", s)
+	}
+}
+
 // A failed suite node means no spec ran: the run fails as a whole.
 func TestSuiteFailure(t *testing.T) {
 	bad := strings.Replace(report, `<testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="3.2"></testcase>`,
