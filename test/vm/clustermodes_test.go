@@ -121,6 +121,76 @@ func TestClusterUserspace(t *testing.T) {
 	checkKernelLog(t, mark)
 }
 
+// A capability missing from the agent's pod: the scheduler's load needs
+// CAP_PERFMON beside CAP_BPF. Without it the agent must exit at once with
+// the kernel's refusal in its log, not hang or run half attached, and the
+// node must stay on its default scheduler. The chart cannot be told to drop
+// one of its capabilities, so the test removes it from the DaemonSet, as an
+// admission policy or a hand edit would.
+func TestClusterMissingCapability(t *testing.T) {
+	ctx := runCtx(t, 15*time.Minute)
+	n := clusterNode(t, ctx)
+	requireState(t, "disabled", "")
+	old := n.installAgent(t, ctx)
+	requireState(t, "enabled", "swiftlane")
+
+	dsc := n.core.AppsV1().DaemonSets(modesSysNS)
+	ds, err := dsc.Get(ctx, modesRelease+"-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ds.Spec.Template.Spec.Containers[0]
+	if c.Name != "agent" || c.SecurityContext == nil || c.SecurityContext.Capabilities == nil {
+		t.Fatalf("the DaemonSet's first container is %q without capabilities: the chart changed", c.Name)
+	}
+	add := c.SecurityContext.Capabilities.Add
+	i := slices.Index(add, corev1.Capability("PERFMON"))
+	if i < 0 {
+		t.Fatalf("the chart adds %v, no PERFMON: this test's premise changed", add)
+	}
+	c.SecurityContext.Capabilities.Add = slices.Delete(add, i, i+1)
+	if _, err := dsc.Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The rollout replaces the agent; the new one must exit, not wait.
+	refused := regexp.MustCompile(`(?i)operation not permitted|permission denied`)
+	var log string
+	n.waitUntil(t, "the agent without CAP_PERFMON to exit with the kernel's error", 5*time.Minute, func() bool {
+		pods, err := n.core.CoreV1().Pods(modesSysNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+		if err != nil {
+			return false
+		}
+		for i := range pods.Items {
+			p := &clusterPod{Pod: &pods.Items[i]}
+			if p.UID == old.UID {
+				continue
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if term := terminated(cs); term != nil {
+					if term.ExitCode == 0 {
+						t.Fatalf("the agent without CAP_PERFMON exited 0:\n%s", n.podLog(p, "agent"))
+					}
+					log = n.podLog(p, "agent")
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if !refused.MatchString(log) {
+		t.Fatalf("the agent without CAP_PERFMON exited without the kernel's refusal in its log:\n%s", log)
+	}
+	t.Logf("the agent's last lines:\n%s", lastLines(log, 5))
+	waitState(t, "disabled") // the old agent detached; the new one never attached
+}
+
+// lastLines is the end of a log, for the test's output.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
 const (
 	modesRelease = "swiftlane"
 	modesSysNS   = "swiftlane-system"
