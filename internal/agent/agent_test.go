@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,14 @@ func serve(t *testing.T, dir, addr string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveAPI(t, st, a, addr)
+}
+
+// serveAPI serves an API server over st on loopback at addr ("" picks a
+// port) until stopped or t ends; stopping closes the listener, ends every
+// watch stream (as a server going away does) and closes st.
+func serveAPI(t *testing.T, st store.Store, a *auth.Authority, addr string) *server {
+	t.Helper()
 	srv, err := api.New(api.Options{Store: st, Auth: a})
 	if err != nil {
 		t.Fatal(err)
@@ -54,15 +63,8 @@ func serve(t *testing.T, dir, addr string) *server {
 	done := make(chan struct{})
 	go func() { srv.Serve(ctx, ln, nil); close(done) }()
 	s := &server{addr: ln.Addr().String()}
-	stopped := false
-	s.stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-			st.Close()
-		}
-	}
+	var once sync.Once
+	s.stop = func() { once.Do(func() { cancel(); <-done; st.Close() }) }
 	t.Cleanup(s.stop)
 	return s
 }

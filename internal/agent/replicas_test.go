@@ -5,13 +5,11 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore"
@@ -21,34 +19,17 @@ import (
 func TestMain(m *testing.M) { crdtest.Main(m) }
 
 // serveReplica runs an API server on loopback over the Kubernetes store in
-// namespace ns, signing with the key in dir (replicas share it, as the
-// chart's do through its Secret).
-func serveReplica(t *testing.T, a *auth.Authority, cfgNS string) *server {
+// namespace ns, signing with a (replicas share the key, as the chart's do
+// through its Secret).
+func serveReplica(t *testing.T, a *auth.Authority, ns string) *server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := crdstore.Open(ctx, crdstore.Options{Config: crdtest.Cluster(t).RESTConfig(), Namespace: cfgNS})
+	st, err := crdstore.Open(ctx, crdstore.Options{Config: crdtest.Cluster(t).RESTConfig(), Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Store: st, Auth: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(sctx, ln, nil); close(done) }()
-	s := &server{addr: ln.Addr().String()}
-	var once sync.Once
-	// Stopping closes the listener and ends every watch stream, as a
-	// replica's pod going away does.
-	s.stop = func() { once.Do(func() { scancel(); <-done; st.Close() }) }
-	t.Cleanup(s.stop)
-	return s
+	return serveAPI(t, st, a, "")
 }
 
 // applyLog is what one agent applied: each revision, when.
