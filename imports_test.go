@@ -20,7 +20,7 @@ var importRules = []struct {
 	fix             string
 }{{
 	name: "the API server compiles no node code",
-	from: []string{"internal/api", "internal/store", "internal/store/crdstore", "internal/auth", "internal/apitypes",
+	from: []string{"internal/api", "internal/apiserver", "internal/store", "internal/store/crdstore", "internal/auth", "internal/apitypes",
 		"internal/crdconv", "internal/schema", "internal/strategy", "internal/config", "internal/ui", "apis/swiftlane/v1alpha1"},
 	forbidden: []string{"internal/applier", "internal/podcgroup", "internal/schedext", "internal/sched", "usersched",
 		"internal/userringbuf", "internal/noderuntime", "internal/agent", "internal/kubeagent", "internal/operator",

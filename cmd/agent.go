@@ -4,26 +4,20 @@ package cmd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/swiftlane/swiftlane/internal/agent"
-	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/config"
-	"github.com/swiftlane/swiftlane/internal/kubeagent"
 	"github.com/swiftlane/swiftlane/internal/noderuntime"
-	"github.com/swiftlane/swiftlane/internal/podcgroup"
+	"github.com/swiftlane/swiftlane/internal/schedext"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -64,7 +58,7 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			if !cmd.Flags().Changed("server") {
 				servers = []string{cfg.API.URL}
 			}
-			lbl, err := parseLabels(labels)
+			lbl, err := agent.ParseLabels(labels)
 			if err != nil {
 				return err
 			}
@@ -85,17 +79,8 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 			if !auth.ValidNodeName(node) {
 				return fmt.Errorf("--node %q is not a node name: use lower-case letters, digits, '.', '_' or '-'", node)
 			}
-			token, err := agentToken(dataDir, tokenFile, node)
-			if err != nil {
-				return err
-			}
-			if err := checkServers(servers); err != nil {
-				return err
-			}
-			if caFile == "" && dataDir != "" && strings.HasPrefix(servers[0], "https:") {
-				caFile = filepath.Join(dataDir, auth.CertFile)
-			}
-			tlsCfg, err := auth.ClientTLS(caFile)
+			log := newLogger(cfg.Debug)
+			client, failover, renewer, err := agent.Connect(agent.Servers{URLs: servers, Node: node, TokenFile: tokenFile, DataDir: dataDir, CAFile: caFile, Log: log})
 			if err != nil {
 				return err
 			}
@@ -104,26 +89,10 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 					return fmt.Errorf("--state-file: %w", err)
 				}
 			}
-			log := newLogger(cfg.Debug)
 			return runAgent(cmd.Context(), cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
-				client := apiclient.NewClient(servers[0], token, tlsCfg)
-				src := func() (string, error) { return token, nil }
-				if tokenFile != "" {
-					// Re-read when it changes: a rotated token is used
-					// from the next request on, without a restart.
-					src = apiclient.TokenFile(tokenFile)
-				}
-				// Renewed before it expires, so short-lived tokens need
-				// no restart.
-				renewer := apiclient.NewRenewer(client, src, tokenFile, log)
-				client = client.WithTokenSource(renewer.Token)
-				var failover []*apiclient.Client
-				for _, s := range servers[1:] {
-					failover = append(failover, apiclient.NewClient(s, token, tlsCfg).WithTokenSource(renewer.Token))
-				}
 				a, err := agent.New(agent.Options{
 					Client: client, Failover: failover, Node: node, Labels: lbl, Version: version,
-					Kernel: kernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
+					Kernel: schedext.KernelRelease(), Interval: time.Duration(cfg.API.Interval) * time.Second, StateFile: stateFile,
 					Log: log, Applier: rt.Applier, Mode: rt.Mode, Reason: rt.Reason, Stats: rt.Stats, SchedulerState: rt.SchedulerState,
 					Carriers: rt.Carriers,
 				}) // applies the state file's strategies before attach
@@ -154,141 +123,6 @@ server's key and trusts its generated certificate; elsewhere pass --token-file
 	f.StringVar(&kubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd or cgroupfs (default: try both)")
 	cmd.AddCommand(newAgentCleanupCmd())
 	return cmd
-}
-
-func newAgentCleanupCmd() *cobra.Command {
-	var kubeconfig string
-	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   "cleanup",
-		Short: "Remove what the Kubernetes agents wrote: SchedulingNodes and strategies' node status",
-		Long: `Deletes every SchedulingNode and clears the per-node entries (status.nodes) of
-every SchedulingStrategy; strategies themselves stay. The Helm chart runs it
-as a post-delete hook, after the agent DaemonSet is gone; run it yourself
-after removing the agents another way. Agents still running write their
-records again at their next heartbeat.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			rc, err := kubeConfig(kubeconfig)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			removed, err := kubeagent.Cleanup(ctx, rc)
-			out := cmd.OutOrStdout()
-			for _, n := range removed.Nodes {
-				fmt.Fprintf(out, "deleted SchedulingNode %s\n", n)
-			}
-			for _, s := range removed.Statuses {
-				fmt.Fprintf(out, "cleared node status of SchedulingStrategy %s\n", s)
-			}
-			return err
-		},
-	}
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: the pod's service account, else $KUBECONFIG)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
-	return cmd
-}
-
-// runKubeAgent runs the agent with Kubernetes as the control plane.
-func runKubeAgent(ctx context.Context, cfg config.Config, node, kubeconfig, sysNamespace, cgRoot, cgDriver, metricsAddr string) error {
-	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
-		return fmt.Errorf("--node %q is not a Kubernetes node name: %s", node, strings.Join(msgs, "; "))
-	}
-	switch cgDriver {
-	case "", string(podcgroup.Systemd), string(podcgroup.Cgroupfs):
-	default:
-		return fmt.Errorf("--kubelet-cgroup-driver %q is unknown: use systemd or cgroupfs (as the kubelet's --cgroup-driver)", cgDriver)
-	}
-	rc, err := kubeConfig(kubeconfig)
-	if err != nil {
-		return err
-	}
-	if sysNamespace == "" {
-		sysNamespace = podNamespace()
-	}
-	layout, err := podcgroup.DetectLayout(podcgroup.DefaultMountinfo, podcgroup.DefaultRoot)
-	if err != nil {
-		return fmt.Errorf("cgroup layout: %w", err)
-	}
-	res, err := podcgroup.NewResolver(layout, cgRoot, podcgroup.Driver(cgDriver))
-	if err != nil {
-		return fmt.Errorf("--kubelet-cgroup-root/--kubelet-cgroup-driver: %w", err)
-	}
-	log := newLogger(cfg.Debug)
-	return runAgent(ctx, cfg, log, metricsAddr, func(rt *noderuntime.Node) (noderuntime.Agent, error) {
-		a, err := kubeagent.New(kubeagent.Options{
-			Config: rc, Node: node, SystemNamespace: sysNamespace, Applier: rt.Applier, Cgroups: kubeagent.Resolver{Resolver: res},
-			Mode: rt.Mode, Reason: rt.Reason, Version: version, Kernel: kernelRelease(),
-			Interval: time.Duration(cfg.API.Interval) * time.Second, SchedulerState: rt.SchedulerState, Carriers: rt.Carriers, Log: log,
-		})
-		if err != nil {
-			return nil, err
-		}
-		return a.Run, nil
-	})
-}
-
-// podNamespace is the namespace of the pod we run in, else swiftlane-system.
-func podNamespace() string {
-	if b, err := os.ReadFile(podNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
-		return strings.TrimSpace(string(b))
-	}
-	return defaultNamespace
-}
-
-func parseLabels(kvs []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--labels %q: use key=value", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// checkServers refuses a --server list the agent could not fail over along.
-func checkServers(servers []string) error {
-	if len(servers) == 0 {
-		return errors.New("--server is empty: give the API server's URL, e.g. https://127.0.0.1:8443")
-	}
-	for _, s := range servers {
-		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--server %q is not an http(s) URL: give each replica's URL, comma-separated, e.g. https://10.0.0.1:8443,https://10.0.0.2:8443", s)
-		}
-	}
-	return nil
-}
-
-func agentToken(dataDir, tokenFile, node string) (string, error) {
-	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return "", fmt.Errorf("--token-file: %w", err)
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	if dataDir != "" {
-		a, err := auth.LoadSigner(dataDir)
-		if err != nil {
-			return "", err
-		}
-		tok, _, err := a.Issue("agent:"+node, auth.Agent, node, auth.DefaultAgentTTL)
-		return tok, err
-	}
-	if t := os.Getenv("SWIFTLANE_TOKEN"); t != "" {
-		return t, nil
-	}
-	return "", errors.New("no token: pass --token-file (swiftlane token create --role agent --node NAME), or --data-dir on the server's machine")
-}
-
-func kernelRelease() string {
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	return unix.ByteSliceToString(uts.Release[:])
 }
 
 // runAgent runs an agent on the node runtime: beside the scheduler in the

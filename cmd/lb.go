@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/swiftlane/swiftlane/internal/kubeenv"
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
 	lbbpf "github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/kubesource"
@@ -92,7 +93,7 @@ command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
 			if node == "" {
 				node = os.Getenv("NODE_NAME") // a DaemonSet sets it from spec.nodeName
 			}
-			rc, err := kubeConfig(kubeconfig)
+			rc, err := kubeenv.Config(kubeconfig)
 			if err != nil {
 				return err
 			}

@@ -14,8 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swiftlane/swiftlane/internal/apiserver"
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/auth"
+	"github.com/swiftlane/swiftlane/internal/kubeenv"
 )
 
 func newTokenCmd() *cobra.Command {
@@ -133,7 +135,7 @@ would have expired.
 					return err
 				}
 			}
-			st, err := openStore(cmd.Context(), storeKind, dataDir, kubeconfig, namespace, 0, slog.New(slog.DiscardHandler))
+			st, err := apiserver.OpenStore(cmd.Context(), storeKind, dataDir, kubeconfig, namespace, 0, slog.New(slog.DiscardHandler))
 			if err != nil {
 				if storeKind == "bolt" {
 					return fmt.Errorf("%w\nrevoke through the running server instead: swiftlane token revoke %s --server URL (admin token in --token-file or $SWIFTLANE_TOKEN)", err, id)
@@ -160,7 +162,7 @@ would have expired.
 	f.StringVar(&dataDir, "data-dir", defaultDataDir, "the server's data directory (the signing key, and the bolt store)")
 	f.StringVar(&storeKind, "store", "bolt", "without --server: the store to write, bolt (in --data-dir) or kubernetes")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --store kubernetes (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&namespace, "namespace", "", "namespace of the API's objects for --store kubernetes (default: the pod's namespace, else "+defaultNamespace+")")
+	f.StringVar(&namespace, "namespace", "", "namespace of the API's objects for --store kubernetes (default: the pod's namespace, else "+kubeenv.DefaultNamespace+")")
 	cf.add(revoke)
 	return revoke
 }

@@ -21,6 +21,7 @@ package kubeagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -263,3 +264,23 @@ func (a *Agent) worker() {
 }
 
 func (a *Agent) fieldManager() string { return "swiftlane-agent-" + a.o.Node }
+
+// NewResolver finds pods' cgroups on this node: it detects the cgroup
+// layout and follows the kubelet's --cgroup-root and --cgroup-driver
+// (driver "": try both).
+func NewResolver(cgRoot, driver string) (Resolver, error) {
+	switch driver {
+	case "", string(podcgroup.Systemd), string(podcgroup.Cgroupfs):
+	default:
+		return Resolver{}, fmt.Errorf("--kubelet-cgroup-driver %q is unknown: use systemd or cgroupfs (as the kubelet's --cgroup-driver)", driver)
+	}
+	layout, err := podcgroup.DetectLayout(podcgroup.DefaultMountinfo, podcgroup.DefaultRoot)
+	if err != nil {
+		return Resolver{}, fmt.Errorf("cgroup layout: %w", err)
+	}
+	res, err := podcgroup.NewResolver(layout, cgRoot, podcgroup.Driver(driver))
+	if err != nil {
+		return Resolver{}, fmt.Errorf("--kubelet-cgroup-root/--kubelet-cgroup-driver: %w", err)
+	}
+	return Resolver{res}, nil
+}

@@ -45,12 +45,17 @@ func State() (state, ops string, err error) {
 	return strings.TrimSpace(string(b)), strings.TrimSpace(string(o)), nil
 }
 
+// KernelRelease is the running kernel's release (uname -r).
+func KernelRelease() string {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	return unix.ByteSliceToString(uts.Release[:])
+}
+
 // Check reports whether swiftlane can attach on this machine now, as an
 // *UnsupportedError naming the cause and the fix.
 func Check() error {
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	release := unix.ByteSliceToString(uts.Release[:])
+	release := KernelRelease()
 
 	state, ops, err := State()
 	if err != nil {
