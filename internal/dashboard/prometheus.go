@@ -189,7 +189,7 @@ func (p *Prometheus) poll(ctx context.Context, what string, cond func() (bool, e
 		case <-p.done:
 			return fmt.Errorf("prometheus exited (%v) while waiting for %s:\n%s", p.cmd.ProcessState, what, p.Log())
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w; prometheus:\n%s", what, ctx.Err(), p.Log())
 		case <-tick.C:
 		}
 	}
