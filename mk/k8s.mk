@@ -9,7 +9,7 @@
 K8S_BIN := $(CACHE)/k8s/bin
 K8S_ENV := SWL_K8S_BIN=$(K8S_BIN)
 # Packages whose tests need the control plane (they skip without SWL_K8S_BIN).
-K8S_TEST_PKGS ?= ./internal/kubetest/... ./internal/store/crdstore/... ./internal/api/ ./internal/kubeagent/ ./cmd/
+K8S_TEST_PKGS ?= ./internal/kubetest/... ./internal/store/crdstore/... ./internal/api/ ./internal/agent/ ./internal/kubeagent/ ./cmd/
 # Where the guest's Kubernetes tests write their numbers.
 K8S_RESULTS ?= bench/results/k8s.json
 
