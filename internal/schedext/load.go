@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // Objects are a scheduler's bpf2go loaders, one per API level: Objects[0]
@@ -67,6 +68,13 @@ func (s *Spec) Load(objs any, what string) error {
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) {
 		return fmt.Errorf("BPF verifier rejected %s: %+v", what, ve)
+	}
+	if errors.Is(err, unix.EPERM) {
+		// cilium/ebpf suggests RLIMIT_MEMLOCK for any EPERM, but every
+		// sched_ext kernel charges BPF memory to the cgroup: here the
+		// cause is a capability the process lacks.
+		return fmt.Errorf("load BPF scheduler: %w; the kernel refused a privileged load: run as root with CAP_BPF and CAP_PERFMON "+
+			"(or CAP_SYS_ADMIN); in a pod, check that no securityContext or admission policy drops them", err)
 	}
 	return fmt.Errorf("load BPF scheduler: %w", err)
 }

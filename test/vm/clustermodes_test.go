@@ -178,8 +178,8 @@ func TestClusterMissingCapability(t *testing.T) {
 		}
 		return false
 	})
-	if !refused.MatchString(log) {
-		t.Fatalf("the agent without CAP_PERFMON exited without the kernel's refusal in its log:\n%s", log)
+	if !refused.MatchString(log) || !strings.Contains(log, "CAP_PERFMON") {
+		t.Fatalf("the agent without CAP_PERFMON exited without the kernel's refusal and the capabilities it needs in its log:\n%s", log)
 	}
 	t.Logf("the agent's last lines:\n%s", lastLines(log, 5))
 	waitState(t, "disabled") // the old agent detached; the new one never attached
