@@ -8,8 +8,8 @@
 #
 #   agnhost  k8s.io/kubernetes/test/images/agnhost built from source (lab/k8s.sh)
 #            at /agnhost, as upstream, over the tools the tests run in it:
-#            busybox (sh, wget, ...), curl and OpenBSD nc (-v -u -w), with
-#            their libraries, from this host's Debian packages;
+#            dash as sh, busybox (wget, ...), curl and OpenBSD nc (-v -u -w),
+#            with their libraries, from this host's Debian packages;
 #   busybox  Debian's static busybox, entrypoint /bin/busybox;
 #   coredns  the cluster DNS add-on (lab/k8s.sh builds it), at /coredns as
 #            upstream, named as kubeadm would pull it.
@@ -31,7 +31,7 @@ log() { echo "conformance-images: $*" >&2; }
 die() { echo "conformance-images: error: $*" >&2; exit 1; }
 
 # package:file that proves it is installed
-need=(busybox-static:/usr/bin/busybox curl:/usr/bin/curl netcat-openbsd:/usr/bin/nc.openbsd)
+need=(busybox-static:/usr/bin/busybox curl:/usr/bin/curl netcat-openbsd:/usr/bin/nc.openbsd dash:/usr/bin/dash)
 missing=()
 for p in "${need[@]}"; do [[ -e ${p#*:} ]] || missing+=("${p%%:*}"); done
 if [[ ${#missing[@]} -gt 0 ]]; then
@@ -64,7 +64,7 @@ agnhost=$(image Agnhost) busybox=$(image BusyBox) pause=$(image Pause)
 	die "cannot read the Agnhost, BusyBox and Pause images from $manifest (got '$agnhost' '$busybox' '$pause')"
 
 mkdir -p "$out"
-debs=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static curl netcat-openbsd)
+debs=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static curl netcat-openbsd dash)
 
 # copy FILE into root at the same path, with the libraries it loads.
 copy_with_libs() {
@@ -102,8 +102,12 @@ build() {
 
 fill_agnhost() {
 	local root=$1
-	applets "$root" "nc busybox"
+	# The shell is dash: Debian's static busybox runs its own applets
+	# before searching PATH (nc without -v -u), whatever PATH holds.
+	applets "$root" "nc sh busybox"
 	install -m 0755 /usr/bin/busybox "$root/bin/busybox"
+	copy_with_libs "$root" /usr/bin/dash
+	ln -s ../usr/bin/dash "$root/bin/sh"
 	copy_with_libs "$root" /usr/bin/curl
 	copy_with_libs "$root" /usr/bin/nc.openbsd
 	ln -s nc.openbsd "$root/usr/bin/nc"
