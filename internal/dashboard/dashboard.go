@@ -31,12 +31,13 @@ func (q Query) String() string {
 	return fmt.Sprintf("row %q, panel %q, query %s", q.Row, q.Panel, q.RefID)
 }
 
-// Built-in variables, for a Prometheus scraping every second: rate windows
-// hold a few samples, $__range the whole test.
+// Built-in variables as Grafana sets them for the test Prometheus
+// (ScrapeInterval): $__rate_interval at least four scrapes, so a failed
+// scrape leaves rate() samples; $__range the whole test.
 var builtins = map[string]string{
-	"__rate_interval": "15s",
-	"__interval":      "5s",
-	"__range":         "1m",
+	"__rate_interval": "1m",
+	"__interval":      "10s",
+	"__range":         "5m",
 }
 
 // The fields the checks read; the rest is Grafana's.

@@ -121,7 +121,7 @@ func TestLoadSubstitutes(t *testing.T) {
 	}
 	want := []Query{
 		{Row: "(variables)", Panel: "$instance", RefID: "query", Expr: "count by (instance) (swiftlane_dispatch_total)"},
-		{Row: "R", Panel: "P", RefID: "A", Expr: `rate(x{instance=~".+"}[15s])`},
+		{Row: "R", Panel: "P", RefID: "A", Expr: `rate(x{instance=~".+"}[1m])`},
 	}
 	if len(qs) != len(want) {
 		t.Fatalf("queries %+v, want %+v", qs, want)

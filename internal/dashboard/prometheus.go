@@ -21,6 +21,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// ScrapeInterval is the test Prometheus' scrape interval and timeout.
+const ScrapeInterval = "5s"
+
 // Target is one scrape job of one endpoint.
 type Target struct {
 	Job  string
@@ -31,7 +34,9 @@ type Target struct {
 }
 
 // Prometheus is a Prometheus server (Debian's prometheus package) scraping
-// the targets every second, with its data in a directory of its own.
+// the targets every 5 s, with its data in a directory of its own. A scrape
+// may take 5 s: in a loaded TCG guest a 1 s timeout failed scrapes of the
+// agent, and each failure makes its gauges stale until the next one.
 type Prometheus struct {
 	URL  string
 	api  promv1.API
@@ -85,7 +90,7 @@ func StartPrometheus(ctx context.Context, bin, dir string, targets []Target) (*P
 	}
 	p := &Prometheus{done: make(chan struct{})}
 	for _, t := range targets {
-		sc := scrapeConfig{JobName: t.Job, ScrapeInterval: "1s", ScrapeTimeout: "1s",
+		sc := scrapeConfig{JobName: t.Job, ScrapeInterval: ScrapeInterval, ScrapeTimeout: ScrapeInterval,
 			StaticConfigs: []staticConfig{{Targets: []string{t.Addr}}}}
 		if t.TokenFile != "" {
 			sc.Scheme = "https"
@@ -223,7 +228,7 @@ func (p *Prometheus) WaitScraped(ctx context.Context, n int) error {
 		return fmt.Errorf("%w; targets:%s", err, health)
 	}
 	return p.poll(ctx, fmt.Sprintf("%d scrapes of every target", n), func() (bool, error) {
-		v, _, _, err := p.api.Query(ctx, "count_over_time(up[1m])", time.Now())
+		v, _, _, err := p.api.Query(ctx, "count_over_time(up[5m])", time.Now())
 		if err != nil {
 			return false, nil
 		}
@@ -263,7 +268,9 @@ func (p *Prometheus) Series(ctx context.Context, expr string) (int, error) {
 
 // Check runs every query and returns an error per query that fails or
 // gives no series, each naming its row and panel; keep selects the
-// queries (nil: all). It fails when keep leaves nothing to check.
+// queries (nil: all). It fails when keep leaves nothing to check. A query
+// without series is asked again for up to 15 s, three scrapes (a scrape
+// that failed leaves gauges stale until the next one).
 func Check(ctx context.Context, p *Prometheus, queries []Query, keep func(Query) bool) error {
 	var errs []error
 	n := 0
@@ -272,7 +279,19 @@ func Check(ctx context.Context, p *Prometheus, queries []Query, keep func(Query)
 			continue
 		}
 		n++
-		series, err := p.Series(ctx, q.Expr)
+		var series int
+		var err error
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			series, err = p.Series(ctx, q.Expr)
+			if err != nil || series > 0 || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w\n    %s", q, err, q.Expr))

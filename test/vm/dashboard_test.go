@@ -64,8 +64,10 @@ func TestDashboard(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("api:\n  interval: 1\nautomatic:\n  enabled: true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An agent attaches after registering with the API: on a busy TCG host
+	// that took over attachTimeout.
 	agent := startProc(t, exec.Command(bin, "agent", "--config", cfg, "--data-dir", data, "--server", "https://"+apiAddr,
-		"--node", "vm1", "--state-file", "", "--metrics-addr", "127.0.0.1:0"), "scheduler attached; agent running", "swiftlane", attachTimeout)
+		"--node", "vm1", "--state-file", "", "--metrics-addr", "127.0.0.1:0"), "scheduler attached; agent running", "swiftlane", userAttachTimeout)
 	ue := startTUNUser(t, "uesimtun9", 20*time.Millisecond)
 	waitCarrier(t, agent, ue.Process.Pid)
 	carrier := "swiftlane_gtp_carrier_packets_total{class=critical}{command=swl-tun-user}{pid=" + strconv.Itoa(ue.Process.Pid) + "}"
