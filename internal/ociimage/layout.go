@@ -79,15 +79,7 @@ func WriteLayout(dst string, a Artifact, ref string, mtime time.Time) error {
 // tarDir writes the tree under dir to the tar file dst, sorted by path.
 func tarDir(dir, dst string, mtime time.Time) error {
 	var names []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
+	err := walkTree(dir, func(p, rel string, d fs.DirEntry) error {
 		if d.IsDir() {
 			rel += "/"
 		} else if !d.Type().IsRegular() {

@@ -277,19 +277,12 @@ func layerTar(bin []byte, path string, mtime time.Time) ([]byte, error) {
 // order (parents first), owned by root, with the files' own modes.
 func dirTar(dir string, mtime time.Time) ([]byte, error) {
 	var entries []entry
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
+	err := walkTree(dir, func(p, rel string, d fs.DirEntry) error {
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		e := entry{name: filepath.ToSlash(rel), mode: int64(info.Mode().Perm())}
+		e := entry{name: rel, mode: int64(info.Mode().Perm())}
 		switch {
 		case d.IsDir():
 			e.name += "/"
@@ -315,6 +308,21 @@ func dirTar(dir string, mtime time.Time) ([]byte, error) {
 		return nil, fmt.Errorf("rootfs %s is empty", dir)
 	}
 	return writeTar(entries, mtime)
+}
+
+// walkTree calls fn for each path under dir but dir, in lexical order,
+// with the path relative to dir, slash-separated.
+func walkTree(dir string, fn func(p, rel string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		return fn(p, filepath.ToSlash(rel), d)
+	})
 }
 
 func writeTar(entries []entry, mtime time.Time) ([]byte, error) {
