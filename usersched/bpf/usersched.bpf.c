@@ -212,6 +212,7 @@ struct task_ctx {
 };
 
 #include "schedext.h" /* task and CPU state, strategies, critical class, process events, exit record */
+#include "overdue_cpu.h"
 
 static struct usr_shared *lookup_shared(void)
 {

@@ -147,6 +147,7 @@ struct task_ctx {
 };
 
 #include "schedext.h"      /* task and CPU state, strategies, critical class, process events, exit record */
+#include "overdue_cpu.h"
 #include "cgroup_weight.h" /* task_vweight() and the cgroup ops */
 
 static bool time_before(u64 a, u64 b)
