@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +42,16 @@ import (
 // say what changed.
 
 const maxTortureWait = time.Second
+
+// minHotplugs is how many offline/online cycles of a CPU a case must see
+// under stress; the stress runs on until they happened, up to tortureCap.
+const minHotplugs = 3
+
+// tortureCap bounds a case's stress time when hotplug is slow: 4x the asked
+// time, at least 2 minutes (an unplug took up to 6 s on a loaded host).
+func tortureCap(d time.Duration) time.Duration {
+	return max(4*d, 2*time.Minute)
+}
 
 // tortureStrategies puts every class on the stressors: critical tasks that
 // yield and switch in loops (their CPU budget must hold), background hogs,
@@ -98,9 +109,13 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	}
 	defer cg.Close()
 	// Not --quiet: its few info lines say what it ran and how it ended.
+	// Its own timeout is only a cap: the loop below ends it (SIGINT, a clean
+	// exit) once it has run d and the CPU has gone through minHotplugs
+	// offline/online cycles. On a slow or loaded host an unplug can take 6 s,
+	// and a fixed stress time would then end the torture before it happened.
 	stress := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--aggressive",
 		"--cpu", n, "--fork", n, "--affinity", n, "--affinity-pin", "--schedpolicy", n,
-		"--yield", n, "--switch", n, "--timeout", fmt.Sprintf("%ds", int(d.Seconds())))
+		"--yield", n, "--switch", n, "--timeout", fmt.Sprintf("%ds", int(tortureCap(d).Seconds())))
 	stress.Stdout, stress.Stderr = os.Stderr, os.Stderr
 	// Started inside cgroup a (clone3 with CLONE_INTO_CGROUP): no task of it runs outside.
 	stress.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
@@ -128,6 +143,7 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	stopHotplug := sync.OnceFunc(func() { close(stop) })
 	t.Cleanup(stopHotplug) // also when the test fails before the end
 	hotplugged := make(chan int, 1)
+	var cycles atomic.Int32 // offline/online cycles so far
 	// The longest offline write: the unplug stops every CPU (stop_machine),
 	// so no task runs meanwhile, under any scheduler; under TCG it is slow,
 	// and it adds to the run-queue waits measured below.
@@ -162,6 +178,7 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 			}
 			if state == "1" {
 				n++
+				cycles.Store(int32(n))
 				state = "0"
 			} else {
 				state = "1"
@@ -173,12 +190,21 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	var moves, moved int
 	from, to := a, b
 	var stressErr error
+	wantCycles := int32(minHotplugs)
+	if runtime.NumCPU() < 2 {
+		wantCycles = 0
+	}
+	interrupted := false
 loop:
 	for {
 		select {
 		case stressErr = <-done:
 			break loop
 		case <-tick.C:
+		}
+		if !interrupted && time.Since(started) >= d && moved > 0 && cycles.Load() >= wantCycles {
+			stress.Process.Signal(syscall.SIGINT)
+			interrupted = true
 		}
 		moved += moveTasks(t, p, mark, from, to)
 		moves++
@@ -192,7 +218,7 @@ loop:
 	}
 	t.Logf("%s: stress-ng ran %v; %d cgroup moves (%d tasks), %d offline/online cycles (slowest unplug %v)",
 		mode, time.Since(started).Round(time.Millisecond), moves, moved, hotplugs, slowestUnplug.Round(time.Millisecond))
-	if moved == 0 || (runtime.NumCPU() > 1 && hotplugs < 3) {
+	if moved == 0 || (runtime.NumCPU() > 1 && hotplugs < minHotplugs) {
 		t.Errorf("the torture did not happen: %d tasks moved, %d hotplug cycles", moved, hotplugs)
 	}
 
