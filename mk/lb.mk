@@ -23,10 +23,24 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 # LB_SERVICES=2000; issue 15's goals were measured there with
 # LB_BENCH_FLAGS='-rate 10000 -out ...' (README). After a change to the
 # statistics: bench-lb -reanalyse FILE -out FILE (no measuring).
-bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min)
+#
+# Side by side with a previous build (a change to the LB against what it
+# replaces, in the same rounds): LB_BASELINE=PATH runs that binary exactly
+# like this tree's as the variant swiftlane-baseline, and the report adds a
+# table of the two per path and metric (ratio, per-round ratio, whether the
+# difference is beyond the spread). LB_VARIANTS picks the variants, e.g.
+# LB_VARIANTS=swiftlane,swiftlane-baseline (5 rounds: ~17 min). Such a run
+# writes bench/results/lb-baseline.json and its PNGs under
+# bench/results/lb-baseline/, leaving lb.json to the full comparison.
+LB_BASELINE ?=
+LB_VARIANTS ?=
+LB_OUT      ?= $(if $(LB_BASELINE),bench/results/lb-baseline.json,bench/results/lb.json)
+LB_PNG_DIR  ?= $(if $(LB_BASELINE),bench/results/lb-baseline,bench/results)
+bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swiftlane in netns, 5 interleaved rounds -> bench/results/lb.json (root, ~45 min; LB_BASELINE=old binary side by side)
 	bash mk/lb-deps.sh
-	@mkdir -p bench/results
-	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out bench/results/lb.json -services $(LB_SERVICES) $(LB_BENCH_FLAGS)
+	@mkdir -p bench/results $(LB_PNG_DIR)
+	$(GO) run ./bench/lb -loadgen $(LB_LOADGEN) -swiftlane $(BUILD)/swiftlane -out $(LB_OUT) -png-dir $(LB_PNG_DIR) -services $(LB_SERVICES) \
+	  $(if $(LB_BASELINE),-baseline $(LB_BASELINE)) $(if $(LB_VARIANTS),-variants $(LB_VARIANTS)) $(LB_BENCH_FLAGS)
 
 # IPVS needs the kernel's ip_vs, which a host kernel may lack (this one
 # does): the same benchmark in the VM lab on Debian's sched_ext kernel, whose

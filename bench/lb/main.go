@@ -36,7 +36,12 @@ var allVariants = []string{"none", "iptables", "nftables", "ipvs", "swiftlane"}
 // optionalVariants run only when -variants names them. swiftlane-nosweep is
 // swiftlane with its session sweep held off (--sweep-interval 1h), measured
 // in the same rounds as swiftlane to tell the sweep's share of a tail.
-var optionalVariants = []string{"swiftlane-nosweep"}
+// swiftlane-baseline is swiftlane run the same way from another binary
+// (-baseline, a previous build), so a change to the LB is measured against
+// what it replaces in the same rounds, on the same host load.
+var optionalVariants = []string{"swiftlane-nosweep", baselineVariant}
+
+const baselineVariant = "swiftlane-baseline"
 
 // knownVariants is every name -variants accepts, in report order.
 var knownVariants = append(slices.Clone(allVariants), optionalVariants...)
@@ -50,6 +55,7 @@ type options struct {
 	variants          []string
 	loadgen, wrk      string
 	swiftlane         string
+	baseline          string // a previous swiftlane binary, for baselineVariant
 	clientCPU, dpCPU  int
 	seed              uint64
 	timesDir          string
@@ -80,6 +86,7 @@ func main() {
 	flag.StringVar(&o.loadgen, "loadgen", "", "path of the built bench/lb/loadgen (make bench-lb builds it)")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "wrk binary (Debian package wrk)")
 	flag.StringVar(&o.swiftlane, "swiftlane", "", "the built swiftlane binary, run as `swiftlane lb` for the swiftlane variant (make bench-lb builds it)")
+	flag.StringVar(&o.baseline, "baseline", "", "a previous swiftlane binary, run exactly like -swiftlane as the variant "+baselineVariant+" (added to -variants if they do not name it); the report compares the two side by side")
 	flag.IntVar(&o.clientCPU, "client-cpu", 0, "CPU for the load generators")
 	flag.IntVar(&o.dpCPU, "dp-cpu", 1, "CPU for the data path (RPS), the backends and this program")
 	flag.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the variant order (recorded in the JSON)")
@@ -93,12 +100,14 @@ func main() {
 		}
 		return
 	}
-	for _, v := range strings.Split(variants, ",") {
-		if !slices.Contains(knownVariants, v) {
-			fmt.Fprintf(os.Stderr, "bench-lb: -variants: %q is not one of %s\n", v, strings.Join(knownVariants, ","))
-			os.Exit(2)
-		}
-		o.variants = append(o.variants, v)
+	var err error
+	if o.variants, err = parseVariants(variants, o.baseline); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-lb:", err)
+		os.Exit(2)
+	}
+	if err := checkBinaries(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-lb:", err)
+		os.Exit(2)
 	}
 	if o.services < 1 || o.services > maxServices {
 		fmt.Fprintf(os.Stderr, "bench-lb: -services %d: use 1 to %d\n", o.services, maxServices)
@@ -118,6 +127,50 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-lb:", err)
 		os.Exit(1)
 	}
+}
+
+// parseVariants checks -variants against knownVariants and pairs it with
+// -baseline: a baseline binary adds its variant, and that variant needs one.
+func parseVariants(list, baseline string) ([]string, error) {
+	var vs []string
+	for _, v := range strings.Split(list, ",") {
+		if !slices.Contains(knownVariants, v) {
+			return nil, fmt.Errorf("-variants: %q is not one of %s", v, strings.Join(knownVariants, ","))
+		}
+		if slices.Contains(vs, v) {
+			return nil, fmt.Errorf("-variants: %q is listed twice; name each variant once", v)
+		}
+		vs = append(vs, v)
+	}
+	switch has := slices.Contains(vs, baselineVariant); {
+	case baseline != "" && !has:
+		vs = append(vs, baselineVariant)
+	case baseline == "" && has:
+		return nil, fmt.Errorf("-variants: %s needs -baseline PATH, the previous swiftlane binary to run", baselineVariant)
+	}
+	return vs, nil
+}
+
+// checkBinaries fails before any measuring when a swiftlane variant's
+// binary cannot run: otherwise the mistake shows in whichever round first
+// reaches that variant, minutes in.
+func checkBinaries(o options) error {
+	for _, c := range []struct{ flag, path, variant string }{
+		{"-swiftlane", o.swiftlane, "swiftlane"},
+		{"-swiftlane", o.swiftlane, "swiftlane-nosweep"},
+		{"-baseline", o.baseline, baselineVariant},
+	} {
+		if !slices.Contains(o.variants, c.variant) {
+			continue
+		}
+		if c.path == "" {
+			return fmt.Errorf("%s: required for the %s variant (make bench-lb builds build/swiftlane)", c.flag, c.variant)
+		}
+		if _, err := exec.LookPath(c.path); err != nil {
+			return fmt.Errorf("%s %s: %w (the %s variant runs it as `swiftlane lb`)", c.flag, c.path, err, c.variant)
+		}
+	}
+	return nil
 }
 
 // pinSelf re-executes the program under taskset on cpu, so every thread

@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -96,9 +95,11 @@ func (b *bench) setup(v string) (func(), error) {
 	case "ipvs":
 		return nop, applyIPVS(b.topo, b.o.services)
 	case "swiftlane-nosweep":
-		return b.startSwiftlane("--sweep-interval", "1h")
+		return b.startSwiftlane("-swiftlane", b.o.swiftlane, "--sweep-interval", "1h")
+	case baselineVariant:
+		return b.startSwiftlane("-baseline", b.o.baseline)
 	}
-	return b.startSwiftlane()
+	return b.startSwiftlane("-swiftlane", b.o.swiftlane)
 }
 
 // startSwiftlane runs `swiftlane lb` as its own process in the node's
@@ -106,19 +107,19 @@ func (b *bench) setup(v string) (func(), error) {
 // is scheduled by the kernel beside the backends, not inside this
 // program's Go runtime, and its CPU time counts like any other. Without
 // --pin-dir, stopping it detaches the program and drops every session, so
-// the next variant starts clean.
-func (b *bench) startSwiftlane(extra ...string) (func(), error) {
-	if b.o.swiftlane == "" {
-		return nil, errors.New("-swiftlane: required for the swiftlane variant (make bench-lb builds build/swiftlane)")
+// the next variant starts clean. bin comes from the flag named by flag.
+func (b *bench) startSwiftlane(flag, bin string, extra ...string) (func(), error) {
+	if bin == "" {
+		return nil, fmt.Errorf("%s: required: the path of a built swiftlane binary", flag)
 	}
 	cfg := filepath.Join(b.tmp, "services.yaml")
 	if err := os.WriteFile(cfg, []byte(swiftlaneConfig(b.topo, b.o.services, b.o.sessionsMax)), 0o600); err != nil {
 		return nil, err
 	}
 	args := append([]string{"--config", cfg, "--pin-dir", "", "--metrics-addr", metricsAddr}, extra...)
-	lb, err := labnet.StartLB(b.topo.Node, b.o.swiftlane, 30*time.Second, args...)
+	lb, err := labnet.StartLB(b.topo.Node, bin, 30*time.Second, args...)
 	if err != nil {
-		return nil, fmt.Errorf("-swiftlane %s: %w", b.o.swiftlane, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, bin, err)
 	}
 	return func() {
 		// The data path's own counters: a drop here tells a loss from a tail.

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
@@ -58,6 +60,7 @@ type report struct {
 	Ratios     map[string]map[string]float64 `json:"ratios"`   // swiftlane's mean over each other variant's
 	Findings   []string                      `json:"findings"` // differences whose intervals do not overlap
 	Paired     []string                      `json:"paired"`   // tails compared round by round
+	Baseline   []vsBaseline                  `json:"swiftlane_vs_baseline,omitempty"`
 	Skipped    map[string]string             `json:"skipped"`
 	Histograms []string                      `json:"histograms"`
 	PerfStatus string                        `json:"perf_status"`
@@ -91,11 +94,32 @@ func newReport(o options) *report {
 		Skipped:    map[string]string{},
 		PerfStatus: "no hardware PMU on this machine: instructions per request are not counted (null)",
 	}
+	if o.baseline != "" {
+		r.Settings["baseline"] = o.baseline
+		r.Settings["baseline_sha256"] = fileSHA256(o.baseline)
+		r.Settings["swiftlane_sha256"] = fileSHA256(o.swiftlane)
+		r.Method = append(r.Method, baselineVariant+": swiftlane exactly as above from the binary settings.baseline (a previous build), in the same rounds; swiftlane_vs_baseline sets the two side by side per path and metric, with the per-round ratio's geometric mean and its 95 % interval (Student's t on the logarithms)")
+	}
 	if o.services > 1 {
 		r.Method = append(r.Method, fmt.Sprintf("services: %d dummy Services beside the measured one in every variant (one TCP port each, %d endpoints that nothing routes to, a NodePort while 30000-32767 has one free); iptables: kube-proxy's chains, the measured Service after half of them in KUBE-SERVICES and NodePorts in KUBE-NODEPORTS behind its last rule; nftables: more service-ips map elements; IPVS: more virtual servers; swiftlane: more services",
 			o.services-1, dummyEndpointCount))
 	}
 	return r
+}
+
+// fileSHA256 names the exact binary a variant ran ("" if unreadable: the
+// run itself then fails on it).
+func fileSHA256(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // tCrit is Student's t for a two-sided 95 % interval with df degrees of freedom.
@@ -159,14 +183,17 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[max(0, min(len(sorted)-1, i))]
 }
 
-func summarise(rounds []phase) summary {
-	col := func(f func(phase) float64) []float64 {
-		out := make([]float64, len(rounds))
-		for i, r := range rounds {
-			out[i] = f(r)
-		}
-		return out
+// column is one number of every round, in round order.
+func column(rounds []phase, f func(phase) float64) []float64 {
+	out := make([]float64, len(rounds))
+	for i, r := range rounds {
+		out[i] = f(r)
 	}
+	return out
+}
+
+func summarise(rounds []phase) summary {
+	col := func(f func(phase) float64) []float64 { return column(rounds, f) }
 	var s summary
 	s.CPS, s.CPSci = meanCI(col(func(p phase) float64 { return p.CPS }))
 	s.P50us, s.P50ci = meanCI(col(func(p phase) float64 { return p.P50us }))
@@ -192,21 +219,101 @@ func summarise(rounds []phase) summary {
 	return s
 }
 
-// metric names a summary column for ratios and findings.
+// metric names a summary column for ratios and findings; round is the
+// same number in one round.
 type metric struct {
 	name       string
 	higherGood bool
 	get        func(summary) (float64, *[2]float64)
+	round      func(phase) float64
 }
 
 var metrics = []metric{
-	{"cps", true, func(s summary) (float64, *[2]float64) { return s.CPS, s.CPSci }},
-	{"p50_us", false, func(s summary) (float64, *[2]float64) { return s.P50us, s.P50ci }},
-	{"p99_us", false, func(s summary) (float64, *[2]float64) { return s.P99us, s.P99ci }},
-	{"p99_9_us", false, func(s summary) (float64, *[2]float64) { return s.P999us, s.P999ci }},
-	{"throughput_gbps", true, func(s summary) (float64, *[2]float64) { return s.Gbps, s.GbpsCi }},
-	{"cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.CPUusPerConn, s.CPUci }},
-	{"dp_cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.DpCPUusPerConn, s.DpCPUci }},
+	{"cps", true, func(s summary) (float64, *[2]float64) { return s.CPS, s.CPSci }, func(p phase) float64 { return p.CPS }},
+	{"p50_us", false, func(s summary) (float64, *[2]float64) { return s.P50us, s.P50ci }, func(p phase) float64 { return p.P50us }},
+	{"p99_us", false, func(s summary) (float64, *[2]float64) { return s.P99us, s.P99ci }, func(p phase) float64 { return p.P99us }},
+	{"p99_9_us", false, func(s summary) (float64, *[2]float64) { return s.P999us, s.P999ci }, func(p phase) float64 { return p.P999us }},
+	{"throughput_gbps", true, func(s summary) (float64, *[2]float64) { return s.Gbps, s.GbpsCi }, func(p phase) float64 { return p.Gbps }},
+	{"cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.CPUusPerConn, s.CPUci }, func(p phase) float64 { return p.CPUusPerConn }},
+	{"dp_cpu_us_per_conn", false, func(s summary) (float64, *[2]float64) { return s.DpCPUusPerConn, s.DpCPUci }, func(p phase) float64 { return p.DpCPUusPerConn }},
+}
+
+// apart is whether two 95 % intervals exist and do not overlap: the
+// report's test for a difference beyond the spread of the means.
+func apart(a, b *[2]float64) bool {
+	return a != nil && b != nil && (a[1] < b[0] || b[1] < a[0])
+}
+
+// pairedRatio is the geometric mean of a[i]/b[i] over the rounds both
+// measured, with its 95 % interval (Student's t on the logarithms: host
+// noise multiplies a number rather than adding to it). The interval is nil
+// with fewer than two rounds or a round without a positive value on both
+// sides.
+func pairedRatio(a, b []float64) (float64, *[2]float64) {
+	n := min(len(a), len(b))
+	var logs []float64
+	for i := range n {
+		if a[i] <= 0 || b[i] <= 0 {
+			return 0, nil
+		}
+		logs = append(logs, math.Log(a[i]/b[i]))
+	}
+	if n < 2 {
+		return 0, nil
+	}
+	m, h := meanHalfWidth(logs)
+	return math.Exp(m), &[2]float64{math.Exp(m - h), math.Exp(m + h)}
+}
+
+// vsBaseline is one metric on one path, swiftlane against baselineVariant
+// (a previous binary) measured in the same rounds.
+type vsBaseline struct {
+	Path        string      `json:"path"`
+	Metric      string      `json:"metric"`
+	Baseline    float64     `json:"baseline"`
+	BaselineCI  *[2]float64 `json:"baseline_ci95"`
+	Swiftlane   float64     `json:"swiftlane"`
+	SwiftlaneCI *[2]float64 `json:"swiftlane_ci95"`
+	Ratio       float64     `json:"ratio"`             // swiftlane's mean over the baseline's
+	Paired      float64     `json:"paired_ratio"`      // geometric mean of the per-round ratios
+	PairedCI    *[2]float64 `json:"paired_ratio_ci95"` // null with fewer than two rounds
+	Verdict     string      `json:"verdict"`
+}
+
+// compareBaseline sets swiftlane beside the baseline binary for every
+// metric. A difference is beyond the spread when the means' intervals are
+// apart or the per-round ratio's interval excludes 1 (the sharper test:
+// both ran in every round, minutes apart, so one noisy round moves both);
+// at 95 % each, a run without a change still crosses about one row in 20.
+func compareBaseline(path string, sl, bl summary) []vsBaseline {
+	var rows []vsBaseline
+	for _, m := range metrics {
+		a, aci := m.get(sl)
+		b, bci := m.get(bl)
+		row := vsBaseline{Path: path, Metric: m.name, Baseline: b, BaselineCI: bci, Swiftlane: a, SwiftlaneCI: aci}
+		if b != 0 {
+			row.Ratio = a / b
+		}
+		row.Paired, row.PairedCI = pairedRatio(column(sl.Rounds, m.round), column(bl.Rounds, m.round))
+		var why []string
+		if apart(aci, bci) {
+			why = append(why, "means' 95 % intervals apart")
+		}
+		if c := row.PairedCI; c != nil && (c[0] > 1 || c[1] < 1) {
+			why = append(why, "per-round ratio's 95 % interval excludes 1")
+		}
+		switch {
+		case aci == nil || bci == nil:
+			row.Verdict = "no spread: one round"
+		case len(why) == 0:
+			row.Verdict = "within the spread"
+		default:
+			word := map[bool]string{true: "better", false: "worse"}[(a > b) == m.higherGood]
+			row.Verdict = fmt.Sprintf("beyond the spread, %s (%s)", word, strings.Join(why, "; "))
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // reanalyse recomputes the report in file from its stored rounds (after a
@@ -226,7 +333,7 @@ func reanalyse(file, out string) error {
 		raw["nodeport"][v] = s.Rounds
 	}
 	r.Variants, r.NodePort = map[string]summary{}, map[string]summary{}
-	r.Ratios, r.Findings, r.Paired = map[string]map[string]float64{}, nil, nil
+	r.Ratios, r.Findings, r.Paired, r.Baseline = map[string]map[string]float64{}, nil, nil, nil
 	r.summarise(raw)
 	return r.write(out)
 }
@@ -240,12 +347,17 @@ func (r *report) write(out string) error {
 	return nil
 }
 
+// byPath is one path's summaries by variant.
+func (r *report) byPath(path string) map[string]summary {
+	if path == "nodeport" {
+		return r.NodePort
+	}
+	return r.Variants
+}
+
 func (r *report) summarise(raw map[string]map[string][]phase) {
 	for path, byVariant := range raw {
-		dst := r.Variants
-		if path == "nodeport" {
-			dst = r.NodePort
-		}
+		dst := r.byPath(path)
 		for v, rounds := range byVariant {
 			dst[v] = summarise(rounds)
 		}
@@ -266,7 +378,7 @@ func (r *report) summarise(raw map[string]map[string][]phase) {
 					ratios[m.name] = a / b
 				}
 				// Only differences whose intervals do not overlap are findings.
-				if aci == nil || bci == nil || (aci[0] <= bci[1] && bci[0] <= aci[1]) {
+				if !apart(aci, bci) {
 					continue
 				}
 				better := (a > b) == m.higherGood
@@ -282,6 +394,13 @@ func (r *report) summarise(raw map[string]map[string][]phase) {
 	}
 	slices.Sort(r.Findings)
 	slices.Sort(r.Paired)
+	for _, path := range []string{"clusterip", "nodeport"} {
+		sl, ok := r.byPath(path)["swiftlane"]
+		bl, okb := r.byPath(path)[baselineVariant]
+		if ok && okb {
+			r.Baseline = append(r.Baseline, compareBaseline(path, sl, bl)...)
+		}
+	}
 }
 
 // paired compares swiftlane's p99 with variant v's round by round. Each
@@ -299,15 +418,12 @@ func paired(path string, sl summary, v string, o summary) string {
 	if n < 3 {
 		return ""
 	}
+	p99 := func(p phase) float64 { return p.P99us }
+	a, b := column(sl.Rounds[:n], p99), column(o.Rounds[:n], p99)
 	lower := 0
-	var logs []float64
 	for i := range n {
-		a, b := sl.Rounds[i].P99us, o.Rounds[i].P99us
-		if a < b {
+		if a[i] < b[i] {
 			lower++
-		}
-		if a > 0 && b > 0 {
-			logs = append(logs, math.Log(a/b))
 		}
 	}
 	diff := ""
@@ -315,9 +431,8 @@ func paired(path string, sl summary, v string, o summary) string {
 		diff = fmt.Sprintf(", %+.0f %%", 100*(sl.P99Median/o.P99Median-1))
 	}
 	ratio := ""
-	if len(logs) == n {
-		m, h := meanHalfWidth(logs)
-		ratio = fmt.Sprintf("; ratio %.2g (95 %% interval %.2g-%.2g)", math.Exp(m), math.Exp(m-h), math.Exp(m+h))
+	if m, c := pairedRatio(a, b); c != nil {
+		ratio = fmt.Sprintf("; ratio %.2g (95 %% interval %.2g-%.2g)", m, c[0], c[1])
 	}
 	return fmt.Sprintf("%s p99_us: swiftlane below %s in %d of %d rounds; medians %.4g vs %.4g%s (ranges %.4g-%.4g and %.4g-%.4g)%s",
 		path, v, lower, n, sl.P99Median, o.P99Median, diff, sl.P99Range[0], sl.P99Range[1], o.P99Range[0], o.P99Range[1], ratio)
@@ -359,14 +474,44 @@ func (r *report) printTable(w io.Writer) {
 			why = " (one round gives no interval)"
 		}
 		fmt.Fprintf(w, "\nNo difference between swiftlane and another variant has non-overlapping 95 %% intervals%s.\n", why)
-		r.printPaired(w)
-		return
-	}
-	fmt.Fprintln(w, "\nDifferences whose 95 % intervals do not overlap:")
-	for _, f := range r.Findings {
-		fmt.Fprintln(w, "- "+f)
+	} else {
+		fmt.Fprintln(w, "\nDifferences whose 95 % intervals do not overlap:")
+		for _, f := range r.Findings {
+			fmt.Fprintln(w, "- "+f)
+		}
 	}
 	r.printPaired(w)
+	r.printBaseline(w)
+}
+
+// printBaseline sets swiftlane and the baseline binary side by side.
+func (r *report) printBaseline(w io.Writer) {
+	if len(r.Baseline) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nswiftlane against %s (%v), means with 95 %% intervals; ratios swiftlane / baseline:\n\n", baselineVariant, r.Settings["baseline"])
+	fmt.Fprintln(w, "| path | metric | "+baselineVariant+" | swiftlane | ratio of means | per-round ratio (95 %) | verdict |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---|")
+	short := func(x float64) string { // whole µs and conn/s; three digits below 100
+		if math.Abs(x) >= 100 {
+			return fmt.Sprintf("%.0f", x)
+		}
+		return fmt.Sprintf("%.3g", x)
+	}
+	num := func(x float64, c *[2]float64) string {
+		if c == nil {
+			return short(x)
+		}
+		return fmt.Sprintf("%s (%s–%s)", short(x), short(c[0]), short(c[1]))
+	}
+	for _, b := range r.Baseline {
+		paired := "–"
+		if b.PairedCI != nil {
+			paired = fmt.Sprintf("%.3f (%.3f–%.3f)", b.Paired, b.PairedCI[0], b.PairedCI[1])
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.3f | %s | %s |\n", b.Path, b.Metric,
+			num(b.Baseline, b.BaselineCI), num(b.Swiftlane, b.SwiftlaneCI), b.Ratio, paired, b.Verdict)
+	}
 }
 
 func (r *report) printPaired(w io.Writer) {
