@@ -126,7 +126,7 @@ func Load(c Constants) (*Datapath, error) {
 		}
 	}
 	if !c.IPv6 {
-		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6} {
+		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6, lbMapSrcRanges6} {
 			spec.Maps[m].MaxEntries = 1
 		}
 	}
@@ -235,6 +235,9 @@ const (
 	// FlagMaglev makes the program index the slots by a hash of the flow's
 	// 5-tuple instead of a random number; the slots are then a Maglev table.
 	FlagMaglev ServiceFlags = 0x2
+	// FlagSourceRanges lets new connections in only from a client inside
+	// ServiceEntry.SourceRanges (none: from nobody).
+	FlagSourceRanges ServiceFlags = 0x4
 )
 
 // PutService points frontend fe at e.Slots (backend ids in slot order; one
@@ -242,11 +245,22 @@ const (
 // the ID must not change). Slots are written before the count grows and
 // deleted after it shrinks, so a concurrent packet never reads a slot beyond
 // the count it saw, except a shrink race which the program resolves by
-// falling back to slot 0. Affinity members are added before and removed
-// after the service entry changes, for the same reason.
+// falling back to slot 0. Affinity members and source ranges are added
+// before and removed after the service entry changes, for the same reason:
+// a frontend whose ranges change admits the union of both for that moment,
+// never more, and one that gains the flag has its ranges already.
 func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 	if e.SNATAddr.IsValid() && e.SNATAddr.Is4() != fe.Addr.Is4() {
 		return fmt.Errorf("frontend %v: SNAT address %v: must be of the frontend's family", fe, e.SNATAddr)
+	}
+	for _, p := range e.SourceRanges {
+		if p.Addr().Is4() != fe.Addr.Is4() {
+			return fmt.Errorf("frontend %v: source range %v: must be of the frontend's family", fe, p)
+		}
+	}
+	ranges, oldRanges := e.ranges(), old.ranges()
+	if err := d.putRanges(fe, e.ID, ranges, oldRanges); err != nil {
+		return err
 	}
 	for i, b := range e.Slots {
 		if err := d.objs.BackendSlots.Put(lbSlotKey{SvcId: e.ID, Slot: uint32(i)}, b); err != nil {
@@ -277,7 +291,61 @@ func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 			}
 		}
 	}
+	if err := d.deleteRanges(fe, e.ID, oldRanges, ranges); err != nil {
+		return err
+	}
 	return d.deleteSlots(e.ID, len(e.Slots), len(old.Slots))
+}
+
+// ranges are the prefixes the source-range map holds for the entry: its
+// SourceRanges with the flag, masked; none without it.
+func (e ServiceEntry) ranges() map[netip.Prefix]bool {
+	m := map[netip.Prefix]bool{}
+	if e.Flags&FlagSourceRanges == 0 {
+		return m
+	}
+	for _, p := range e.SourceRanges {
+		m[p.Masked()] = true
+	}
+	return m
+}
+
+// putRanges writes the prefixes of now that before lacks.
+func (d *Datapath) putRanges(fe Frontend, id uint32, now, before map[netip.Prefix]bool) error {
+	for p := range now {
+		if before[p] {
+			continue
+		}
+		var err error
+		if fe.Addr.Is4() {
+			err = d.v4().putRange(id, p)
+		} else {
+			err = d.v6().putRange(id, p)
+		}
+		if err != nil {
+			return fmt.Errorf("service %v source range %v: %w", fe, p, err)
+		}
+	}
+	return nil
+}
+
+// deleteRanges removes the prefixes of before that now lacks.
+func (d *Datapath) deleteRanges(fe Frontend, id uint32, before, now map[netip.Prefix]bool) error {
+	for p := range before {
+		if now[p] {
+			continue
+		}
+		var err error
+		if fe.Addr.Is4() {
+			err = d.v4().deleteRange(id, p)
+		} else {
+			err = d.v6().deleteRange(id, p)
+		}
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete source range %v of service %v: %w", p, fe, err)
+		}
+	}
+	return nil
 }
 
 // members are the backends an affinity entry may still point at.
@@ -317,6 +385,9 @@ func (d *Datapath) DeleteService(fe Frontend, old ServiceEntry) error {
 			return err
 		}
 	}
+	if err := d.deleteRanges(fe, old.ID, old.ranges(), nil); err != nil {
+		return err
+	}
 	return d.deleteSlots(old.ID, 0, len(old.Slots))
 }
 
@@ -352,6 +423,9 @@ type ServiceEntry struct {
 	AffinitySec uint32     // ClientIP affinity timeout in seconds; 0: none
 	SNATAddr    netip.Addr // FlagSNAT source; invalid: the frontend address
 	Slots       []uint32   // backend id per slot 0..count-1; 0 where a slot is missing
+	// SourceRanges are the client prefixes FlagSourceRanges admits, of the
+	// frontend's family (Programmed returns them masked, in no order).
+	SourceRanges []netip.Prefix
 }
 
 // Programmed reads back what the maps hold, which after a restart with
@@ -401,6 +475,9 @@ func (d *Datapath) Programmed() (map[Frontend]ServiceEntry, map[uint32]netip.Add
 		if err := d.deleteMember(m.SvcId, m.BackendId); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := errors.Join(d.v4().readRanges(fes, byID), d.v6().readRanges(fes, byID)); err != nil {
+		return nil, nil, err
 	}
 	bes := map[uint32]netip.AddrPort{}
 	if err := errors.Join(d.v4().readBackends(bes), d.v6().readBackends(bes)); err != nil {

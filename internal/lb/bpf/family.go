@@ -56,7 +56,16 @@ type sessionVal[A addrWords] struct {
 	Flags, Pad   uint32
 }
 
+type srcRangeKey[A addrWords] struct {
+	_         structs.HostLayout
+	Prefixlen uint32 // 32 (SvcId) + the prefix's bits
+	SvcId     uint32
+	Addr      A
+}
+
 var (
+	_ = lbSrcRangeKey(srcRangeKey[uint32]{})
+	_ = lbSrcRangeKey6(srcRangeKey[[4]uint32]{})
 	_ = lbSvcKey(svcKey[uint32]{})
 	_ = lbSvcKey6(svcKey[[4]uint32]{})
 	_ = lbBackend(backendVal[uint32]{})
@@ -207,16 +216,17 @@ type family[A addrWords, V svcValue] struct {
 	name                                     string // in errors: "" or "IPv6 "
 	number                                   uint32 // sweep_args.family
 	services, backends, sessions, sweepBatch *ebpf.Map
+	srcRanges                                *ebpf.Map
 }
 
 func (d *Datapath) v4() family[uint32, lbSvcVal] {
 	o := &d.objs
-	return family[uint32, lbSvcVal]{"", 4, o.Services, o.Backends, o.Sessions, o.SweepBatch}
+	return family[uint32, lbSvcVal]{"", 4, o.Services, o.Backends, o.Sessions, o.SweepBatch, o.SrcRanges}
 }
 
 func (d *Datapath) v6() family[[4]uint32, lbSvcVal6] {
 	o := &d.objs
-	return family[[4]uint32, lbSvcVal6]{"IPv6 ", 6, o.Services6, o.Backends6, o.Sessions6, o.SweepBatch6}
+	return family[[4]uint32, lbSvcVal6]{"IPv6 ", 6, o.Services6, o.Backends6, o.Sessions6, o.SweepBatch6, o.SrcRanges6}
 }
 
 func (f family[A, V]) putBackend(id uint32, ap netip.AddrPort) error {
@@ -244,6 +254,47 @@ func (f family[A, V]) readServices(fes map[Frontend]ServiceEntry, byID map[uint3
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read %sservices: %w", f.name, err)
+	}
+	return nil
+}
+
+func srcRangeKeyOf[A addrWords](id uint32, p netip.Prefix) srcRangeKey[A] {
+	p = p.Masked()
+	return srcRangeKey[A]{Prefixlen: 32 + uint32(p.Bits()), SvcId: id, Addr: wordsOf[A](p.Addr())}
+}
+
+func (f family[A, V]) putRange(id uint32, p netip.Prefix) error {
+	return f.srcRanges.Put(srcRangeKeyOf[A](id, p), uint8(1))
+}
+
+func (f family[A, V]) deleteRange(id uint32, p netip.Prefix) error {
+	return f.srcRanges.Delete(srcRangeKeyOf[A](id, p))
+}
+
+// readRanges adds the family's source ranges to the frontends of fes (by
+// service id) and deletes those of no frontend (an interrupted apply).
+func (f family[A, V]) readRanges(fes map[Frontend]ServiceEntry, byID map[uint32]Frontend) error {
+	var k srcRangeKey[A]
+	var one uint8
+	var orphans []srcRangeKey[A]
+	it := f.srcRanges.Iterate()
+	for it.Next(&k, &one) {
+		fe, ok := byID[k.SvcId]
+		if !ok || k.Prefixlen < 32 || fes[fe].Flags&FlagSourceRanges == 0 {
+			orphans = append(orphans, k)
+			continue
+		}
+		e := fes[fe]
+		e.SourceRanges = append(e.SourceRanges, netip.PrefixFrom(addrOf(k.Addr), int(k.Prefixlen-32)))
+		fes[fe] = e
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %ssource ranges: %w", f.name, err)
+	}
+	for _, k := range orphans {
+		if err := f.srcRanges.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete orphan %ssource range of service %d: %w", f.name, k.SvcId, err)
+		}
 	}
 	return nil
 }

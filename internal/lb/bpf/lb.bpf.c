@@ -42,6 +42,7 @@
 #define MAX_BACKENDS 65536
 #define MAX_SESSIONS 262144 // two entries per connection
 #define MAX_FRAGS 8192
+#define MAX_SRC_RANGES 16384 // per family: (frontend, prefix) pairs
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -107,13 +108,22 @@ const volatile __u64 last_seen_grain_ns = 1000000000ULL;
 // overload. affinity: one entry per (frontend with affinity, client); stale
 // ones are ignored by their timestamp and pushed out by LRU; the loader
 // sizes it like sessions. sweep_batch: the keys user space hands the sweep.
+// src_ranges: loadBalancerSourceRanges (lb.h); an LPM trie is allocated as
+// entries are added, which is all it supports.
 #define FAMILY_MAPS(F)                                                                                   \
 	MAP(BPF_MAP_TYPE_HASH, MAX_SERVICES, struct svc_key##F, struct svc_val##F) services##F SEC(".maps"); \
 	MAP(BPF_MAP_TYPE_HASH, MAX_BACKENDS, __u32, struct backend##F) backends##F SEC(".maps");             \
 	MAP(BPF_MAP_TYPE_LRU_HASH, MAX_SESSIONS, struct flow##F, struct session##F) sessions##F SEC(".maps"); \
 	MAP(BPF_MAP_TYPE_LRU_HASH, MAX_SESSIONS / 2, struct affinity_key##F, struct affinity_val)            \
 	affinity##F SEC(".maps");                                                                        \
-	MAP(BPF_MAP_TYPE_ARRAY, SWEEP_BATCH, __u32, struct flow##F) sweep_batch##F SEC(".maps");
+	MAP(BPF_MAP_TYPE_ARRAY, SWEEP_BATCH, __u32, struct flow##F) sweep_batch##F SEC(".maps");         \
+	struct {                                                                                         \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);                                                     \
+		__uint(max_entries, MAX_SRC_RANGES);                                                     \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                                    \
+		__type(key, struct src_range_key##F);                                                    \
+		__type(value, __u8);                                                                     \
+	} src_ranges##F SEC(".maps");
 
 FAMILY_MAPS()
 FAMILY_MAPS(6)
@@ -550,6 +560,20 @@ static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __
 		return 0;                                                                           \
 	}
 
+// source_allowed: whether a frontend with SVC_F_SOURCE_RANGES takes a new
+// connection from f's source (its longest matching prefix among the
+// frontend's ranges exists). Only new connections pay for the lookup, and
+// only to frontends with ranges; established ones never get here, so a
+// range removed later leaves them be, as conntrack does for kube-proxy.
+#define DEFINE_SOURCE_ALLOWED(F)                                                                  \
+	static __always_inline bool source_allowed##F(const struct flow##F *f, __u32 svc_id)      \
+	{                                                                                         \
+		struct src_range_key##F k = { .prefixlen = 32 + 8 * sizeof(k.addr), .svc_id = svc_id }; \
+                                                                                                  \
+		addr_set(k.addr, f->saddr);                                                       \
+		return bpf_map_lookup_elem(&src_ranges##F, &k) != NULL;                           \
+	}
+
 // session_for: the session of flow f, refreshed, or a new one. It returns
 // TC_ACT_OK with *s the tuple to write, or the packet's verdict:
 // TC_ACT_UNSPEC (not service traffic) or TC_ACT_SHOT. has_l4: the packet
@@ -602,6 +626,10 @@ static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __
 			return TC_ACT_UNSPEC;                                                   \
 		if (!has_l4) {                                                                  \
 			STAT_INC(drop_frag);                                                    \
+			return TC_ACT_SHOT;                                                     \
+		}                                                                               \
+		if ((svc->flags & SVC_F_SOURCE_RANGES) && !source_allowed##F(f, svc->id)) {     \
+			STAT_INC(drop_source_range);                                            \
 			return TC_ACT_SHOT;                                                     \
 		}                                                                               \
 		return create_session##F(f, svc, s) ? TC_ACT_SHOT : TC_ACT_OK;                  \
@@ -686,6 +714,8 @@ DEFINE_RECLAIM_CLOSED()
 DEFINE_RECLAIM_CLOSED(6)
 DEFINE_CREATE_SESSION(, __always_inline)
 DEFINE_CREATE_SESSION(6, __noinline)
+DEFINE_SOURCE_ALLOWED()
+DEFINE_SOURCE_ALLOWED(6)
 DEFINE_SESSION_FOR()
 DEFINE_SESSION_FOR(6)
 DEFINE_SWEEP_ONE()

@@ -23,6 +23,7 @@
 // svc_val.flags
 #define SVC_F_SNAT 0x1   // external traffic: rewrite the source to snat_addr (0: the address reached)
 #define SVC_F_MAGLEV 0x2 // slots are a Maglev table: index by flow hash, not at random
+#define SVC_F_SOURCE_RANGES 0x4 // new connections only from the frontend's src_ranges entries
 
 // session.flags
 #define SESS_F_REPLY 0x1   // entry translates backend -> client packets
@@ -165,6 +166,22 @@ struct affinity_key6 {
 	__be32 client[4];
 };
 
+// loadBalancerSourceRanges: the client prefixes a frontend flagged
+// SVC_F_SOURCE_RANGES takes new connections from, in an LPM trie per
+// family. prefixlen counts the bits after it: 32 for the service id, which
+// must match whole, plus the range's own length.
+struct src_range_key {
+	__u32 prefixlen;
+	__u32 svc_id;
+	__be32 addr;
+};
+
+struct src_range_key6 {
+	__u32 prefixlen;
+	__u32 svc_id;
+	__be32 addr[4];
+};
+
 // The sweep (sweep_delete in lb.bpf.c). User space reads the session maps and
 // hands the entries that look idle to the program in batches of at most
 // SWEEP_BATCH keys; the program decides on the entries as they are then.
@@ -204,6 +221,7 @@ struct lb_stats {
 	__u64 drop_session_map; // forward insert failed after the reply insert
 	__u64 drop_frag;        // later fragment whose first fragment's session is gone
 	__u64 drop_fib;         // route lookup says unreachable/blackhole
+	__u64 drop_source_range; // new connection from outside the frontend's source ranges
 };
 
 #endif

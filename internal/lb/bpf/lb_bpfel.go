@@ -98,6 +98,7 @@ type lbLbStats struct {
 	DropSessionMap  uint64
 	DropFrag        uint64
 	DropFib         uint64
+	DropSourceRange uint64
 }
 
 type lbMemberKey struct {
@@ -134,6 +135,20 @@ type lbSlotKey struct {
 	_     structs.HostLayout
 	SvcId uint32
 	Slot  uint32
+}
+
+type lbSrcRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	SvcId     uint32
+	Addr      uint32
+}
+
+type lbSrcRangeKey6 struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	SvcId     uint32
+	Addr      [4]uint32
 }
 
 type lbSvcKey struct {
@@ -199,6 +214,8 @@ const (
 	lbMapServices6       = "services6"
 	lbMapSessions        = "sessions"
 	lbMapSessions6       = "sessions6"
+	lbMapSrcRanges       = "src_ranges"
+	lbMapSrcRanges6      = "src_ranges6"
 	lbMapStats           = "stats"
 	lbMapSvcMembers      = "svc_members"
 	lbMapSweepBatch      = "sweep_batch"
@@ -277,6 +294,8 @@ type lbMapSpecs struct {
 	Services6    *ebpf.MapSpec `ebpf:"services6"`
 	Sessions     *ebpf.MapSpec `ebpf:"sessions"`
 	Sessions6    *ebpf.MapSpec `ebpf:"sessions6"`
+	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
+	SrcRanges6   *ebpf.MapSpec `ebpf:"src_ranges6"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 	SvcMembers   *ebpf.MapSpec `ebpf:"svc_members"`
 	SweepBatch   *ebpf.MapSpec `ebpf:"sweep_batch"`
@@ -329,6 +348,8 @@ type lbMaps struct {
 	Services6    *ebpf.Map `ebpf:"services6"`
 	Sessions     *ebpf.Map `ebpf:"sessions"`
 	Sessions6    *ebpf.Map `ebpf:"sessions6"`
+	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
+	SrcRanges6   *ebpf.Map `ebpf:"src_ranges6"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 	SvcMembers   *ebpf.Map `ebpf:"svc_members"`
 	SweepBatch   *ebpf.Map `ebpf:"sweep_batch"`
@@ -349,6 +370,8 @@ func (m *lbMaps) Close() error {
 		m.Services6,
 		m.Sessions,
 		m.Sessions6,
+		m.SrcRanges,
+		m.SrcRanges6,
 		m.Stats,
 		m.SvcMembers,
 		m.SweepBatch,

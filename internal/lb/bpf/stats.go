@@ -28,7 +28,7 @@ type Stats struct {
 }
 
 // DropReasons lists the keys of Stats.Drops, in a stable order.
-var DropReasons = []string{"no_backend", "no_port", "session_map", "frag", "fib"}
+var DropReasons = []string{"no_backend", "no_port", "session_map", "frag", "fib", "source_range"}
 
 // Stats reads and sums the per-CPU counters.
 func (d *Datapath) Stats() (Stats, error) {
@@ -43,11 +43,12 @@ func (d *Datapath) Stats() (Stats, error) {
 		StaleBackend: t.StaleBackend, PassedToStack: t.PassedToStack,
 		AffinityHits: t.AffinityHits, NeighRedirects: t.NeighRedirects,
 		Drops: map[string]uint64{
-			"no_backend":  t.DropNoBackend,
-			"no_port":     t.DropNoPort,
-			"session_map": t.DropSessionMap,
-			"frag":        t.DropFrag,
-			"fib":         t.DropFib,
+			"no_backend":   t.DropNoBackend,
+			"no_port":      t.DropNoPort,
+			"session_map":  t.DropSessionMap,
+			"frag":         t.DropFrag,
+			"fib":          t.DropFib,
+			"source_range": t.DropSourceRange,
 		},
 	}
 	for i := uint32(0); i <= SNATTries; i++ {

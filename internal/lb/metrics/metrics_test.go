@@ -32,6 +32,7 @@ swiftlane_lb_drops_total{reason="frag"} 0
 swiftlane_lb_drops_total{reason="no_backend"} 0
 swiftlane_lb_drops_total{reason="no_port"} 2
 swiftlane_lb_drops_total{reason="session_map"} 0
+swiftlane_lb_drops_total{reason="source_range"} 0
 # HELP swiftlane_lb_sessions Live connections (forward+reply session pairs) at the last sweep.
 # TYPE swiftlane_lb_sessions gauge
 swiftlane_lb_sessions 4
