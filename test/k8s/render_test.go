@@ -48,6 +48,8 @@ func TestChartLint(t *testing.T) {
 		{"user-space mode, automatic mode", []string{
 			"--set", "agent.config.scheduler.mode=userspace", "--set", "agent.config.scheduler.policy=fifo", "--set", "agent.config.automatic.enabled=true",
 		}},
+		{"load balancer", lbOn},
+		{"load balancer alone", append(slices.Clone(lbOn), "--set", "agent.enabled=false", "--set", "api.enabled=false")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := run(t, nil, helm, append([]string{"lint", "--strict", chartDir, "--namespace", testNamespace, "--kube-version", kubeVersion}, tc.args...)...)
@@ -339,6 +341,12 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"automatic idle timeout", []string{"--set", "agent.config.automatic.idle_timeout_ms=5"}, []string{"/agent/config/automatic/idle_timeout_ms", "want 100"}},
 		{"audit bound", []string{"--set", "api.audit.maxEntries=0"}, []string{"/api/audit/maxEntries", "want 1"}},
 		{"automatic function name", []string{"--set", "agent.config.automatic.functions={gtp encap}"}, []string{"/agent/config/automatic/functions/0", "does not match pattern"}},
+		{"lb without kube-proxy removed", []string{"--set", "lb.enabled=true", "--set", "lb.apiServer.host=192.0.2.1"},
+			[]string{"lb.kubeProxyRemoved: lb.enabled needs kube-proxy removed first", "kube-proxy --cleanup", "lb.kubeProxyRemoved=true", "lb.serviceProxyName"}},
+		{"lb without the apiserver", []string{"--set", "lb.enabled=true", "--set", "lb.kubeProxyRemoved=true"},
+			[]string{"lb.apiServer.host:", "without Service NAT", "--set lb.apiServer.host="}},
+		{"lb services in the node settings", append(slices.Clone(lbOn), "--set", "lb.config.services[0].name=web"), []string{"/lb/config", "'services' not allowed"}},
+		{"lb without interfaces", append(slices.Clone(lbOn), "--set-json", "lb.config.interfaces=[]"), []string{"/lb/config/interfaces", "minItems"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := template(t, tc.args...)

@@ -73,6 +73,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{- define "swiftlane.lb.serviceAccountName" -}}
+{{- if .Values.lb.serviceAccount.create }}
+{{- default (printf "%s-lb" (include "swiftlane.fullname" .)) .Values.lb.serviceAccount.name }}
+{{- else }}
+{{- required "lb.serviceAccount.name: set the name of an existing ServiceAccount when lb.serviceAccount.create is false" .Values.lb.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- /* Refuses lb.enabled while kube-proxy may still program the same cluster
+IPs, and without an apiserver address the node reaches without Service NAT. */ -}}
+{{- define "swiftlane.lb.validate" -}}
+{{- if not (or .Values.lb.kubeProxyRemoved .Values.lb.serviceProxyName) }}
+{{- fail "lb.kubeProxyRemoved: lb.enabled needs kube-proxy removed first: delete its DaemonSet (kubectl -n kube-system delete daemonset kube-proxy), run `kube-proxy --cleanup` on every node, then set lb.kubeProxyRemoved=true (docs/kubernetes.md, \"Replace kube-proxy\"); or keep kube-proxy and set lb.serviceProxyName to serve only the Services labelled service.kubernetes.io/service-proxy-name with it" }}
+{{- end }}
+{{- if not .Values.lb.apiServer.host }}
+{{- fail "lb.apiServer.host: lb.enabled needs the kube-apiserver's address as nodes reach it without Service NAT (the load balancer serves the kubernetes Service's cluster IP, so it cannot use it): e.g. --set lb.apiServer.host=10.0.0.10 --set lb.apiServer.port=6443 (kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')" }}
+{{- end }}
+{{- end }}
+
 {{- /* Secret holding the API's token signing key and bootstrap admin credential. */ -}}
 {{- define "swiftlane.api.authSecretName" -}}
 {{- default (printf "%s-api-auth" (include "swiftlane.fullname" .)) .Values.api.auth.existingSecret }}
