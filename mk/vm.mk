@@ -43,28 +43,33 @@ peers: deps ## Build scx_bpfland, scx_rustland, scx_layered and scx_lavd from cr
 # torture tally of bench-torture) and the PNG. ~15 min per boot. QUICK=1 is
 # the smoke run: one boot of 3 s phases, into build/bench-sched-quick/, so
 # bench/results/ keeps the real run. A failed boot does not stop the others;
-# the target fails at the end.
+# the target fails at the end. SCHED_PROFILE=heavy runs the heavy
+# saturation profile (bench/sched/profile.go: a busy node's mixed background
+# beside the hogs) into sched-heavy.json, .png and sched-heavy-boots/,
+# beside the default profile's sched.json.
 SCHED_BOOTS       ?= 3
+SCHED_PROFILE     ?= default
 BENCH_SCHED_FLAGS ?=
 SCHED_OUT         := bench/results
 ifeq ($(QUICK),1)
 SCHED_BOOTS       := 1
 SCHED_OUT         := $(BUILD)/bench-sched-quick
-BENCH_SCHED_FLAGS += -quick
+override BENCH_SCHED_FLAGS += -quick
 endif
+SCHED_NAME        := $(if $(filter default,$(SCHED_PROFILE)),sched,sched-$(SCHED_PROFILE))
 
 .PHONY: bench-sched
-bench-sched: deps vm-bins peers ## Scheduler benchmark suite: 7 variants x probe, cyclictest, perf messaging/pipe, hackbench, hogs, nginx; SCHED_BOOTS=3 boots -> bench/results/sched.json + .png (QUICK=1: smoke run)
-	@rm -rf $(SCHED_OUT)/sched-boots && mkdir -p $(SCHED_OUT)/sched-boots
+bench-sched: deps vm-bins peers ## Scheduler benchmark suite: 7 variants x probe, cyclictest, perf messaging/pipe, hackbench, hogs, nginx; SCHED_BOOTS=3 boots -> bench/results/sched.json + .png (SCHED_PROFILE=heavy: sched-heavy.json; QUICK=1: smoke run)
+	@rm -rf $(SCHED_OUT)/$(SCHED_NAME)-boots && mkdir -p $(SCHED_OUT)/$(SCHED_NAME)-boots
 	@failed=0; \
 	for b in $$(seq 1 $(SCHED_BOOTS)); do \
-	  echo "== bench-sched: boot $$b of $(SCHED_BOOTS)"; \
-	  $(VM) --timeout 5400 --kernel $(KERNEL) -- $(BUILD)/bench-sched -boot $$b -swiftlane $(BUILD)/swiftlane \
+	  echo "== bench-sched: profile $(SCHED_PROFILE), boot $$b of $(SCHED_BOOTS)"; \
+	  $(VM) --timeout 5400 --kernel $(KERNEL) -- $(BUILD)/bench-sched -boot $$b -profile $(SCHED_PROFILE) -swiftlane $(BUILD)/swiftlane \
 	    -peers $(CACHE)/peers/bin -peer-errors $(CACHE)/peers/errors.json \
-	    -out $(SCHED_OUT)/sched-boots/boot-$$b.json $(BENCH_SCHED_FLAGS) || { echo "== bench-sched: boot $$b failed"; failed=1; }; \
+	    -out $(SCHED_OUT)/$(SCHED_NAME)-boots/boot-$$b.json $(BENCH_SCHED_FLAGS) || { echo "== bench-sched: boot $$b failed"; failed=1; }; \
 	done; \
-	$(BUILD)/bench-sched -merge -torture bench/results/torture.json -out $(SCHED_OUT)/sched.json $(SCHED_OUT)/sched-boots/boot-*.json && \
-	$(GO) run ./bench/plot -in $(SCHED_OUT)/sched.json -out $(SCHED_OUT)/sched.png -title bench-sched && exit $$failed
+	$(BUILD)/bench-sched -merge -torture bench/results/torture.json -out $(SCHED_OUT)/$(SCHED_NAME).json $(SCHED_OUT)/$(SCHED_NAME)-boots/boot-*.json && \
+	$(GO) run ./bench/plot -in $(SCHED_OUT)/$(SCHED_NAME).json -out $(SCHED_OUT)/$(SCHED_NAME).png -title "bench-sched ($(SCHED_PROFILE) profile)" && exit $$failed
 
 # TestTorture (test/vm/torture_test.go) TORTURE_RUNS times per kernel, each
 # run in a boot of its own (a run that wedges the kernel must not take the

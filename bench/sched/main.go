@@ -35,10 +35,11 @@ var (
 	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with the scx_* peers (built by lab/peers.sh)")
 	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
 	layered   = flag.String("layered-config", "", "scx_layered layer config (default: bench/sched/layered.json, built in)")
-	out       = flag.String("out", "", "JSON output (default: bench/results/sched-boots/boot-N.json; with -merge bench/results/sched.json; with -torture-logs bench/results/torture.json)")
+	out       = flag.String("out", "", "JSON output (default: bench/results/sched-boots/boot-N.json, sched-NAME-boots/ with -profile NAME; with -merge bench/results/sched.json or sched-NAME.json after the boots' profile; with -torture-logs bench/results/torture.json)")
 	boot      = flag.Int("boot", 1, "boot number: the variant order is rotated by boot-1")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	onlyWork  = flag.String("workloads", "", "comma-separated subset of workloads (default: all): "+strings.Join(workloadNames(), ","))
+	profileFl = flag.String("profile", profiles[0].name, "saturation profile beside the hogs: "+strings.Join(profileNames(), ", ")+" (results in bench/results/sched.json, sched-NAME.json for the others; see profile.go)")
 	quick     = flag.Bool("quick", false, "smoke run: 3 s phases and cyclictest, 20 loops, 2000 pipe round trips, one run each (flags given explicitly still win)")
 
 	phase      = flag.Duration("phase", 15*time.Second, "length of a timed phase: probe budget, hogs, wrk")
@@ -102,7 +103,11 @@ type BootReport struct {
 
 // Settings say how a boot was run; the merge refuses to mix different ones.
 type Settings struct {
-	Quick       bool    `json:"quick,omitempty"`
+	Quick bool `json:"quick,omitempty"`
+	// Profile is the saturation profile (omitted for the default, as in the
+	// reports from before profiles); Background its stress-ng beside the hogs.
+	Profile     string  `json:"profile,omitempty"`
+	Background  string  `json:"background,omitempty"`
 	Workloads   string  `json:"workloads"`
 	PhaseS      float64 `json:"phase_s"`
 	Samples     int     `json:"probe_samples"`
@@ -141,9 +146,13 @@ type VariantRun struct {
 func main() {
 	flag.Parse()
 	var err error
+	if loadProfile, err = selectProfile(*profileFl); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	switch {
 	case *merge:
-		err = mergeBoots(flag.Args(), *tortureIn, cmp.Or(*out, "bench/results/sched.json"))
+		err = mergeBoots(flag.Args(), *tortureIn, *out)
 	case *demoHost:
 		err = runDemoHost(flag.Args(), *demoIn, cmp.Or(*out, "bench/results/demo.json"))
 	case *demoRounds > 0:
@@ -152,7 +161,7 @@ func main() {
 		err = tallyTorture(*tortureDir, cmp.Or(*out, "bench/results/torture.json"))
 	default:
 		applyQuick()
-		err = runBoot(cmp.Or(*out, fmt.Sprintf("bench/results/sched-boots/boot-%d.json", *boot)))
+		err = runBoot(cmp.Or(*out, fmt.Sprintf("bench/results/%s-boots/boot-%d.json", resultName(loadProfile.name), *boot)))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -230,7 +239,12 @@ func settings(work []workload) Settings {
 	for _, w := range work {
 		names = append(names, w.name)
 	}
+	prof := loadProfile.name
+	if prof == profiles[0].name {
+		prof = ""
+	}
 	return Settings{
+		Profile: prof, Background: loadProfile.backgroundArgs(runtime.NumCPU()),
 		Quick: *quick, Workloads: strings.Join(names, ","), PhaseS: phase.Seconds(), Samples: *samples,
 		IntervalMs: float64(*interval) / float64(time.Millisecond), CyclictestS: cycDur.Seconds(), Runs: *runs,
 		Groups: *groups, Loops: *loops, PipeLoops: *pipeLoops, HogMethod: *hogMethod, Hogs: nHogs(),

@@ -97,6 +97,9 @@ func mergeBoots(files []string, tortureFile, out string) error {
 	if err != nil {
 		return err
 	}
+	if out == "" {
+		out = "bench/results/" + resultName(rep.Settings.Profile) + ".json"
+	}
 	rep.Torture = readTorture(tortureFile)
 	rep.Goals = goals(rep)
 	printReport(os.Stdout, rep)
@@ -209,7 +212,7 @@ func readTorture(path string) Torture {
 	return t
 }
 
-// Goal is one of issue #18's goals, checked against the medians; Met is nil
+// Goal is one of issue #18's goals (and #39's for the heavy profile), checked against the medians; Met is nil
 // when the numbers it needs are missing.
 type Goal struct {
 	Goal  string `json:"goal"`
@@ -298,6 +301,17 @@ func goals(rep *Report) []Goal {
 	loaded, ok2 = med("swiftlane-critical", "nginx_p99_us")
 	add("nginx critical p99 under saturation <= 2x its idle p99", ok1 && ok2 && idle > 0,
 		fmt.Sprintf("%.2fx", loaded/idle), loaded <= 2*idle)
+	if rep.Settings.Profile == "heavy" {
+		// Issue #39's: the profile saturates EEVDF, and the critical class
+		// keeps the probe well ahead of it.
+		idle, ok1 = med("eevdf", "probe_idle_avg_us")
+		loaded, ok2 = med("eevdf", "probe_loaded_avg_us")
+		add("heavy profile: EEVDF's loaded probe average >= 5x its idle one", ok1 && ok2 && idle > 0,
+			fmt.Sprintf("%.2fx", loaded/idle), loaded >= 5*idle)
+		r, ok = ratio("eevdf", "swiftlane-critical", "probe_loaded_avg_us")
+		add("heavy profile: critical probe average >= 5x better than EEVDF's loaded", ok,
+			fmt.Sprintf("%.2fx better", r), r >= 5)
+	}
 	return gs
 }
 

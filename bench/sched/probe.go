@@ -161,39 +161,74 @@ func startEcho() (stop func(), err error) {
 // CPU always has one waiting.
 func nHogs() int { return 2 * runtime.NumCPU() }
 
-// hogs is stress-ng keeping every CPU busy for a while.
+// hogArgs is stress-ng's command line for nHogs CPU hogs for d seconds,
+// their metrics into yamlPath.
+func hogArgs(d time.Duration, yamlPath string) []string {
+	// Not --quiet: that also drops the metrics from the YAML report.
+	return []string{"--temp-path", os.TempDir(), "--cpu", fmt.Sprint(nHogs()),
+		"--cpu-method", *hogMethod, "--timeout", stressTimeout(d),
+		"--metrics-brief", "--yaml", yamlPath}
+}
+
+func stressTimeout(d time.Duration) string {
+	return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
+}
+
+// hogs is stress-ng keeping every CPU busy for a while, and the profile's
+// background beside it (none in the default profile).
 type hogs struct {
+	cpu, background *stressNG
+	yaml            string
+}
+
+// stressNG is one running stress-ng process.
+type stressNG struct {
 	cmd  *exec.Cmd
-	yaml string
 	done chan error
 }
 
-// startHogs starts nHogs CPU hogs for d and returns once all of them run.
+// startHogs starts nHogs CPU hogs and the profile's background for d and
+// returns once all of their workers run.
 func startHogs(d time.Duration) (*hogs, error) {
-	h := &hogs{yaml: filepath.Join(os.TempDir(), fmt.Sprintf("hogs-%d.yaml", time.Now().UnixNano())), done: make(chan error, 1)}
-	// Not --quiet: that also drops the metrics from the YAML report.
-	h.cmd = exec.Command("stress-ng", "--temp-path", os.TempDir(), "--cpu", fmt.Sprint(nHogs()),
-		"--cpu-method", *hogMethod, "--timeout", fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds())),
-		"--metrics-brief", "--yaml", h.yaml)
-	// A group of its own, so stop reaches every worker.
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := h.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("stress-ng: %w", err)
-	}
-	go func() { h.done <- h.cmd.Wait() }()
-	if err := benchlab.WaitChildren(h.cmd.Process.Pid, nHogs(), 30*time.Second); err != nil {
-		h.stop()
+	h := &hogs{yaml: filepath.Join(os.TempDir(), fmt.Sprintf("hogs-%d.yaml", time.Now().UnixNano()))}
+	var err error
+	if h.cpu, err = startStressNG(hogArgs(d, h.yaml), nHogs()); err != nil {
 		return nil, err
 	}
+	if loadProfile.background != nil {
+		args, workers := loadProfile.background(runtime.NumCPU())
+		args = append([]string{"--temp-path", os.TempDir(), "--quiet", "--timeout", stressTimeout(d)}, args...)
+		if h.background, err = startStressNG(args, workers); err != nil {
+			h.stop()
+			return nil, fmt.Errorf("profile %s's background: %w", loadProfile.name, err)
+		}
+	}
 	return h, nil
+}
+
+// startStressNG starts stress-ng with args and returns once its workers
+// (the main process's children) run.
+func startStressNG(args []string, workers int) (*stressNG, error) {
+	s := &stressNG{cmd: exec.Command("stress-ng", args...), done: make(chan error, 1)}
+	// A group of its own, so stop reaches every worker and what they fork.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("stress-ng: %w", err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	if err := benchlab.WaitChildren(s.cmd.Process.Pid, workers, 30*time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
 }
 
 // wait waits for the hogs' timeout and returns their bogo ops per second of
 // real time and per second of the CPU time they got (user + system).
 func (h *hogs) wait() (perReal, perCPU float64, err error) {
 	select {
-	case err = <-h.done:
-		h.done <- err
+	case err = <-h.cpu.done:
+		h.cpu.done <- err
 	case <-time.After(time.Minute + time.Duration(float64(*phase)*2)):
 		return 0, 0, fmt.Errorf("stress-ng did not end at its timeout")
 	}
@@ -207,21 +242,29 @@ func (h *hogs) wait() (perReal, perCPU float64, err error) {
 	return parseHogYAML(b)
 }
 
-// stop ends the hogs if they still run (SIGTERM to the group, then SIGKILL).
+// stop ends the hogs and their background if they still run.
 func (h *hogs) stop() {
+	if h.background != nil {
+		h.background.stop()
+	}
+	h.cpu.stop()
+}
+
+// stop ends stress-ng if it still runs (SIGTERM to the group, then SIGKILL).
+func (s *stressNG) stop() {
 	select {
-	case err := <-h.done:
-		h.done <- err
+	case err := <-s.done:
+		s.done <- err
 		return
 	default:
 	}
-	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
+	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
 	select {
-	case err := <-h.done:
-		h.done <- err
+	case err := <-s.done:
+		s.done <- err
 	case <-time.After(10 * time.Second):
-		syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-		h.done <- <-h.done
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		s.done <- <-s.done
 	}
 }
 

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -91,7 +92,7 @@ func printProbes(w io.Writer, rep BootReport) {
 // printReport prints the merged medians, their spread (half the min-max
 // range, in % of the median) and the goals.
 func printReport(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "kernel %s, %d CPUs, %d boots; median ±half the min-max range\n", rep.Kernel, rep.CPUs, rep.Boots)
+	fmt.Fprintf(w, "kernel %s, %d CPUs, %d boots, profile %s; median ±half the min-max range\n", rep.Kernel, rep.CPUs, rep.Boots, cmp.Or(rep.Settings.Profile, profiles[0].name))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "metric\t")
 	for _, name := range rep.Order {
@@ -122,7 +123,7 @@ func printReport(w io.Writer, rep *Report) {
 		}
 	}
 	fmt.Fprintf(w, "\ntorture: %d of %d runs survived %s\n", rep.Torture.Survived, rep.Torture.Runs, rep.Torture.Note)
-	fmt.Fprintln(w, "goals (issue #18):")
+	fmt.Fprintf(w, "goals (issue #18%s):\n", map[bool]string{true: ", #39's for the heavy profile"}[rep.Settings.Profile == "heavy"])
 	for _, g := range rep.Goals {
 		mark := "  ?"
 		if g.Met != nil {
