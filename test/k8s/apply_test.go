@@ -19,14 +19,14 @@ import (
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
 )
 
-// The rendered chart applies cleanly to a real API server (server-side
-// apply, twice: the second changes nothing), and each service account can
-// do what its component does and nothing more.
+// The rendered chart, the load balancer on, applies cleanly to a real API
+// server (server-side apply, twice: the second changes nothing), and each
+// service account can do what its component does and nothing more.
 func TestChartApply(t *testing.T) {
 	k := cluster(t)
 	k.applyCRDs(t)
 	k.namespace(t, testNamespace)
-	manifest, err := template(t)
+	manifest, err := template(t, lbOn...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +65,7 @@ func TestChartApply(t *testing.T) {
 	agentSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-agent"
 	apiSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-api"
 	cleanupSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-cleanup"
+	lbSA := "system:serviceaccount:" + testNamespace + ":swl-swiftlane-lb"
 	t.Run("can-i", func(t *testing.T) {
 		for _, c := range []struct {
 			as, verb, resource, sub, ns string
@@ -132,6 +133,20 @@ func TestChartApply(t *testing.T) {
 			{cleanupSA, "patch", "schedulingnodes.swiftlane.io", "status", "", false},
 			{cleanupSA, "get", "secrets", "", testNamespace, false},
 			{cleanupSA, "list", "pods", "", "", false},
+			// The load balancer: Services and their slices everywhere, its Node.
+			{lbSA, "watch", "services", "", "", true},
+			{lbSA, "list", "endpointslices.discovery.k8s.io", "", "tenant-a", true},
+			{lbSA, "get", "nodes", "", "", true},
+			// ... and nothing else: no list of Nodes, no Endpoints, no writes.
+			{lbSA, "list", "nodes", "", "", false},
+			{lbSA, "list", "endpoints", "", "", false},
+			{lbSA, "list", "pods", "", "", false},
+			{lbSA, "get", "secrets", "", testNamespace, false},
+			{lbSA, "get", "configmaps", "", testNamespace, false},
+			{lbSA, "update", "services", "", "tenant-a", false},
+			{lbSA, "patch", "services", "status", "tenant-a", false},
+			{lbSA, "create", "endpointslices.discovery.k8s.io", "", "tenant-a", false},
+			{lbSA, "patch", "nodes", "", "", false},
 		} {
 			args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}
 			if c.sub != "" {
@@ -177,6 +192,7 @@ func TestChartApply(t *testing.T) {
 				"swiftlane.io/tokenrevocations create,delete,get,list,watch", "swiftlane.io/auditentries create,delete,get,list,watch"}, apiNodeRules...)},
 			{apiSA, "tenant-a", apiNodeRules},
 			{cleanupSA, testNamespace, cleanupRules},
+			{lbSA, "tenant-a", []string{"/services get,list,watch", "discovery.k8s.io/endpointslices get,list,watch", "/nodes get"}},
 		} {
 			got := k.rules(t, c.as, c.ns)
 			want := slices.Sorted(slices.Values(c.want))
