@@ -40,15 +40,16 @@ func serve(t *testing.T, dir, addr string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveAPI(t, st, a, addr)
+	return serveAPI(t, api.Options{Store: st, Auth: a}, addr)
 }
 
-// serveAPI serves an API server over st on loopback at addr ("" picks a
+// serveAPI serves an API server with o on loopback at addr ("" picks a
 // port) until stopped or t ends; stopping closes the listener, ends every
-// watch stream (as a server going away does) and closes st.
-func serveAPI(t *testing.T, st store.Store, a *auth.Authority, addr string) *server {
+// watch stream (as a server going away does) and closes o.Store.
+func serveAPI(t *testing.T, o api.Options, addr string) *server {
 	t.Helper()
-	srv, err := api.New(api.Options{Store: st, Auth: a})
+	st := o.Store
+	srv, err := api.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,8 +437,13 @@ func TestAgentRenewsItsToken(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the token was not renewed")
 	}
-	// Accepted heartbeats after the old token expired: only the renewed
-	// token can have sent them.
+	h.waitBeatAfter(t, exp)
+}
+
+// waitBeatAfter waits for a heartbeat accepted after the token that
+// expires at exp has expired: only a renewed token can have sent it.
+func (h *harness) waitBeatAfter(t *testing.T, exp time.Time) {
+	t.Helper()
 	for deadline := time.After(30 * time.Second); ; {
 		select {
 		case <-h.beats:
@@ -445,7 +451,7 @@ func TestAgentRenewsItsToken(t *testing.T) {
 			t.Fatalf("no heartbeat accepted after the first token expired at %s", exp)
 		}
 		if time.Now().After(exp.Add(time.Second)) {
-			break
+			return
 		}
 	}
 }

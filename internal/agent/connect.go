@@ -66,10 +66,10 @@ type Servers struct {
 }
 
 // Connect makes the clients for s.URLs, all sending the token that the
-// returned Renewer keeps fresh; run the renewer beside the agent. With a
-// token file the token is re-read when the file changes, so a rotated
-// token is used from the next request on, and renewals are written back
-// to it.
+// returned Renewer keeps fresh through whichever of them answers; run the
+// renewer beside the agent. With a token file the token is re-read when
+// the file changes, so a rotated token is used from the next request on,
+// and renewals are written back to it.
 func Connect(s Servers) (client *apiclient.Client, failover []*apiclient.Client, renewer *apiclient.Renewer, err error) {
 	token, err := Token(s.DataDir, s.TokenFile, s.Node)
 	if err != nil {
@@ -93,7 +93,9 @@ func Connect(s Servers) (client *apiclient.Client, failover []*apiclient.Client,
 	}
 	renewer = apiclient.NewRenewer(client, src, s.TokenFile, s.Log)
 	for _, u := range s.URLs[1:] {
-		failover = append(failover, apiclient.NewClient(u, token, tlsCfg).WithTokenSource(renewer.Token))
+		c := apiclient.NewClient(u, token, tlsCfg)
+		renewer.Failover = append(renewer.Failover, c)
+		failover = append(failover, c.WithTokenSource(renewer.Token))
 	}
 	return client.WithTokenSource(renewer.Token), failover, renewer, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/internal/api"
 	"github.com/swiftlane/swiftlane/internal/apiclient"
 	"github.com/swiftlane/swiftlane/internal/auth"
 	"github.com/swiftlane/swiftlane/internal/store/crdstore"
@@ -20,8 +21,9 @@ func TestMain(m *testing.M) { crdtest.Main(m) }
 
 // serveReplica runs an API server on loopback over the Kubernetes store in
 // namespace ns, signing with a (replicas share the key, as the chart's do
-// through its Secret).
-func serveReplica(t *testing.T, a *auth.Authority, ns string) *server {
+// through its Secret), with watch keep-alives every keepAlive (0: the
+// default).
+func serveReplica(t *testing.T, a *auth.Authority, ns string, keepAlive time.Duration) *server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -29,7 +31,24 @@ func serveReplica(t *testing.T, a *auth.Authority, ns string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveAPI(t, st, a, "")
+	return serveAPI(t, api.Options{Store: st, Auth: a, KeepAlive: keepAlive}, "")
+}
+
+// twoReplicas starts two API servers on one namespace of the Kubernetes
+// store, signing with the key in dir (keepAlive: see serveReplica), with
+// no SchedulingNode left from other tests.
+func twoReplicas(t *testing.T, keepAlive time.Duration) (dir string, reps []*server, urls []string) {
+	t.Helper()
+	cluster := crdtest.Cluster(t)
+	ns := crdtest.Namespace(t, cluster)
+	crdtest.Kubectl(t, cluster, "", "delete", "schedulingnodes", "--all", "--wait=true")
+	dir = t.TempDir()
+	a, _, err := auth.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps = []*server{serveReplica(t, a, ns, keepAlive), serveReplica(t, a, ns, keepAlive)}
+	return dir, reps, []string{"http://" + reps[0].addr, "http://" + reps[1].addr}
 }
 
 // applyLog is what one agent applied: each revision, when.
@@ -107,16 +126,7 @@ func (f *fleet) waitAll(t *testing.T, rev uint64) time.Time {
 // the host has no sched_ext, and what is tested is the control plane's
 // delivery; the Recorder holds what the BPF maps would.
 func TestAgentsAcrossReplicas(t *testing.T) {
-	cluster := crdtest.Cluster(t)
-	ns := crdtest.Namespace(t, cluster)
-	crdtest.Kubectl(t, cluster, "", "delete", "schedulingnodes", "--all", "--wait=true")
-	dir := t.TempDir()
-	a, _, err := auth.LoadOrCreate(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reps := []*server{serveReplica(t, a, ns), serveReplica(t, a, ns)}
-	urls := []string{"http://" + reps[0].addr, "http://" + reps[1].addr}
+	dir, reps, urls := twoReplicas(t, 0)
 	adminTok := token(t, dir, auth.Admin, "")
 	admins := []*apiclient.Client{apiclient.NewClient(urls[0], adminTok, nil), apiclient.NewClient(urls[1], adminTok, nil)}
 

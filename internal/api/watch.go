@@ -52,6 +52,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
+	h.Set(apitypes.WatchKeepAliveHeader, s.o.KeepAlive.String())
 	w.WriteHeader(http.StatusOK)
 
 	send := func(ev apitypes.WatchEvent) error {
@@ -61,6 +62,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 		}
 		_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Revision, ev.Type, data)
 		return err
+	}
+	keepAlive := func() bool {
+		if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			return false
+		}
+		fl.Flush()
+		return true
 	}
 	sync := since == 0
 	// A resume point ahead of the store is, on the Kubernetes store, one
@@ -95,6 +103,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 				select {
 				case <-sub:
 					continue
+				case <-keep.C: // the client's read deadline runs meanwhile
+					if !keepAlive() {
+						return nil
+					}
+					continue
 				case <-ahead:
 				case <-r.Context().Done():
 					return nil
@@ -127,10 +140,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, c *auth.Claims) e
 		select {
 		case <-sub:
 		case <-keep.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if !keepAlive() {
 				return nil
 			}
-			fl.Flush()
 		case <-r.Context().Done():
 			return nil
 		}

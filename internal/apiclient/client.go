@@ -306,7 +306,25 @@ func (c *Client) Carriers(ctx context.Context, name string) (apitypes.CarrierLis
 // event) to fn until ctx ends, the stream breaks, or fn fails. It returns
 // the error that ended it; the caller reconnects from the last revision fn
 // saw. connected (if non-nil) runs once the server has accepted the stream.
+//
+// A stream on which nothing arrives (no event, no keep-alive comment) for
+// WatchIdle periods of the server's keep-alive ends with an *IdleError: a
+// connection whose peer vanished without a FIN or RST would otherwise be
+// read from forever, TCP never noticing a peer that is only listened to.
 func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn func(apitypes.WatchEvent) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Until the server announces its period, the default one's bound also
+	// covers a server that accepts the connection and never answers.
+	idle := WatchIdle * defaultKeepAlive
+	quiet := time.AfterFunc(idle, func() { cancel(&IdleError{Server: c.base, For: idle}) })
+	defer quiet.Stop()
+	ended := func(err error) error {
+		if cause := context.Cause(ctx); cause != nil && errors.As(cause, new(*IdleError)) {
+			return cause
+		}
+		return err
+	}
 	req, err := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/watch/strategies?revision="+strconv.FormatUint(since, 10), nil)
 	if err != nil {
 		return err
@@ -317,12 +335,16 @@ func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn f
 	}
 	resp, err := c.watch.Do(req)
 	if err != nil {
-		return err
+		return ended(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return decodeResponse(resp, nil)
+		return ended(decodeResponse(resp, nil))
 	}
+	if p, err := time.ParseDuration(resp.Header.Get(apitypes.WatchKeepAliveHeader)); err == nil && p > 0 {
+		idle = WatchIdle * p
+	}
+	quiet.Reset(idle)
 	if connected != nil {
 		connected()
 	}
@@ -330,6 +352,7 @@ func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn f
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	var data []byte
 	for sc.Scan() {
+		quiet.Reset(idle)
 		line := sc.Bytes()
 		switch {
 		case len(line) == 0:
@@ -341,19 +364,39 @@ func (c *Client) Watch(ctx context.Context, since uint64, connected func(), fn f
 				return fmt.Errorf("watch event: %w", err)
 			}
 			data = data[:0]
+			quiet.Stop() // applying is not the server's silence
 			if err := fn(ev); err != nil {
 				return err
 			}
+			quiet.Reset(idle)
 		case bytes.HasPrefix(line, []byte("data:")):
 			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
 		}
 		// id:, event: and ":" comments add nothing: the data repeats them.
 	}
 	if err := sc.Err(); err != nil {
-		return err
+		return ended(err)
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return ended(ctx.Err())
 	}
 	return io.ErrUnexpectedEOF
+}
+
+// WatchIdle is how many of the server's keep-alive periods a watch waits
+// for anything to arrive before it takes the connection for dead.
+const WatchIdle = 3
+
+// defaultKeepAlive is the server's default keep-alive period, assumed
+// before the server's answer says its own (and for servers that do not).
+const defaultKeepAlive = 15 * time.Second
+
+// IdleError ends a watch stream on which nothing arrived for For.
+type IdleError struct {
+	Server string
+	For    time.Duration
+}
+
+func (e *IdleError) Error() string {
+	return fmt.Sprintf("watch on %s: nothing received for %s (%d keep-alive periods): the connection is taken for dead", e.Server, e.For, WatchIdle)
 }

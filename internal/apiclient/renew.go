@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,11 +25,17 @@ import (
 // from then on. A token the source changes (a rotated token file) replaces
 // the renewed one. With a token file, the renewed token is also written
 // back to it when it is writable, so a restarted agent starts with it.
+//
+// Given replicas (Failover), a renewal goes to whichever answers, starting
+// with the last that did, as the agent's watch moves between them: a token
+// must not expire because one replica is down.
 type Renewer struct {
-	c    *Client
-	src  func() (string, error)
-	file string
-	log  *slog.Logger
+	c *Client
+	// Failover are the other replicas of c's server.
+	Failover []*Client
+	src      func() (string, error)
+	file     string
+	log      *slog.Logger
 	// Left is the fraction of a token's lifetime left when it is renewed
 	// (default 1/3: a 24 h token is renewed after 16 h).
 	Left float64
@@ -38,6 +45,7 @@ type Renewer struct {
 	mu   sync.Mutex
 	from string // the source's token the current one descends from
 	cur  string
+	last int // the server that answered the last renewal: 0 c, i+1 Failover[i]
 }
 
 // NewRenewer renews the tokens src gives (file: the token file behind src,
@@ -85,7 +93,7 @@ func (r *Renewer) Run(ctx context.Context) error {
 			wait = min(time.Until(due), recheck)
 		}
 		if err == nil && wait <= 0 {
-			resp, rerr := r.c.WithToken(tok).RenewToken(ctx, apitypes.RenewRequest{})
+			resp, rerr := r.renew(ctx, tok)
 			if rerr == nil {
 				r.mu.Lock()
 				if r.cur == tok { // not rotated meanwhile
@@ -123,6 +131,37 @@ func (r *Renewer) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// renewTimeout bounds one server's renewal, so a replica that accepts
+// connections and never answers does not hold up the next one.
+const renewTimeout = 10 * time.Second
+
+// renew asks the servers in turn, from the last that answered, until one
+// answers. A refusal (4xx: revoked, expired) is an answer every replica
+// would give; an unreachable or failing server (5xx, 429) is passed over.
+func (r *Renewer) renew(ctx context.Context, tok string) (apitypes.TokenResponse, error) {
+	servers := append([]*Client{r.c}, r.Failover...)
+	var errs []error
+	for i := range servers {
+		k := (r.last + i) % len(servers)
+		rctx, cancel := context.WithTimeout(ctx, renewTimeout)
+		resp, err := servers[k].WithToken(tok).RenewToken(rctx, apitypes.RenewRequest{})
+		cancel()
+		if err == nil {
+			if k != r.last {
+				r.log.Info("token renewed through another server", "server", servers[k].base)
+			}
+			r.last = k
+			return resp, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", servers[k].base, err))
+		var ae *apitypes.Error
+		if ctx.Err() != nil || errors.As(err, &ae) && ae.Status < 500 && ae.Status != http.StatusTooManyRequests {
+			break
+		}
+	}
+	return apitypes.TokenResponse{}, errors.Join(errs...)
 }
 
 // due is when tok should be renewed, read from its claims (not verified:

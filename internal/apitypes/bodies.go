@@ -145,6 +145,13 @@ type Deleted struct {
 	Revision uint64 `json:"revision,omitempty"`
 }
 
+// WatchKeepAliveHeader, on a watch stream's response, is the period (a Go
+// duration, e.g. "15s") of the comments the server writes while the stream
+// is idle. A client that reads nothing for several periods knows the
+// connection is dead even when no FIN or RST ever arrives (a replica's host
+// gone, a partition), and reconnects, to another replica if it has one.
+const WatchKeepAliveHeader = "Swiftlane-Watch-Keepalive"
+
 // WatchEvent is the data of one server-sent event on the watch stream. The
 // SSE event name is the Type and the SSE id the Revision, so a reconnecting
 // client resumes with Last-Event-ID (or ?revision=).
