@@ -29,7 +29,8 @@ var importRules = []struct {
 }, {
 	name: "the node side never reaches the server's storage",
 	from: []string{"internal/agent", "internal/kubeagent", "internal/noderuntime", "internal/applier", "internal/sched", "usersched",
-		"internal/trace", "internal/operator", "internal/lb/...", "internal/apiclient"},
+		"internal/trace", "internal/operator", "internal/lb/...", "internal/apiclient", "internal/podcgroup", "internal/schedext",
+		"internal/percpu", "internal/userringbuf/...", "internal/probe", "internal/gtplab", "examples/reservecpu"},
 	forbidden: []string{"internal/store", "internal/api", "go.etcd.io/bbolt"},
 	fix:       "talk to the server through internal/apiclient and share only wire types (internal/apitypes) and pure packages",
 }}

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Error is the body of every error response, and the error api.Client
+// Error is the body of every error response, and the error apiclient.Client
 // returns for one (Status from the response: it is not in the body).
 type Error struct {
 	Status int    `json:"-"`
