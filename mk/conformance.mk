@@ -18,6 +18,11 @@ CONFORMANCE_EGRESS_PORT ?= 18131
 # A subset while working on one test, a regular expression without spaces
 # (the guest's environment is split on them), e.g. 'Services.*NodePort'.
 CONFORMANCE_FOCUS ?=
+# The passes to run, comma-separated, in this order on the same node:
+# kube_proxy (the node's kube-proxy, iptables mode), then swiftlane
+# (kube-proxy stopped and cleaned up, the chart's load balancer installed in
+# its place). One alone merges its column into CONFORMANCE_RESULTS.
+CONFORMANCE_COLUMNS ?= kube_proxy,swiftlane
 E2E_PAUSE_TAR := $(BUILD)/e2e-pause-image.tar
 # The kube-dns Service's IP (CoreDNS): the tenth of kubetest's 10.96.0.0/12,
 # as kubeadm picks it.
@@ -29,7 +34,7 @@ conformance-bins: cluster-bins ## Build e2e.test + agnhost at the cluster's rele
 	@bash mk/conformance-images.sh $(K8S_BIN) $(CONFORMANCE_CACHE) >/dev/null
 
 .PHONY: test-conformance
-test-conformance: deps conformance-bins image vm-bins ## Upstream sig-network conformance tests on the one-node cluster lab with kube-proxy -> bench/results/conformance.json (~1-2 h under TCG)
+test-conformance: deps conformance-bins image vm-bins ## Upstream sig-network conformance tests on the one-node cluster lab, with kube-proxy and then with the chart's swiftlane lb in its place -> bench/results/conformance.json (~1-2 h per pass under TCG)
 	@set -e; . $(CONFORMANCE_CACHE)/images.env; \
 	for p in "$(PAUSE_IMAGE) $(PAUSE_TAR)" "$$PAUSE_IMAGE $(E2E_PAUSE_TAR)"; do set -- $$p; \
 	  $(IMAGE_TOOL) build -out $$2 -name $$1 -args "lab pause" -version $(VERSION) \
@@ -48,7 +53,7 @@ test-conformance: deps conformance-bins image vm-bins ## Upstream sig-network co
 	  SWL_CLUSTER_DNS=$(CONFORMANCE_DNS) SWL_CONFORMANCE_COREDNS_IMAGE=$$COREDNS_IMAGE \
 	  SWL_CLUSTER_IMAGE=$(IMAGE) SWL_CLUSTER_PAUSE=$(PAUSE_IMAGE) SWL_CLUSTER_LOGS=$(CONFORMANCE_DIR)/node-logs \
 	  SWL_CONFORMANCE_E2E=$(K8S_BIN)/e2e.test SWL_CONFORMANCE_DIR=$(CONFORMANCE_DIR) SWL_CONFORMANCE_EGRESS=:8131 \
-	  SWL_CONFORMANCE_FOCUS=$(CONFORMANCE_FOCUS)" \
+	  SWL_CONFORMANCE_FOCUS=$(CONFORMANCE_FOCUS) SWL_CONFORMANCE_COLUMNS=$(CONFORMANCE_COLUMNS)" \
 	  bash mk/k8s-vm.sh $(BUILD) $(K8S_BIN) $(CLUSTER_KERNEL) $(CONFORMANCE_DIR)/k8s.json '^TestConformance$$' || status=$$?; \
 	for col in kube_proxy swiftlane; do \
 	  [ -f $(CONFORMANCE_DIR)/$$col/junit_01.xml ] || continue; \

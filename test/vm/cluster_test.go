@@ -544,6 +544,20 @@ type daemon struct {
 	*kubetest.Proc
 }
 
+// stopDaemon stops the node process named name for good (e.g. kube-proxy,
+// replaced by the load balancer); waitUntil no longer watches it.
+func (n *node) stopDaemon(t *testing.T, name string) {
+	t.Helper()
+	i := slices.IndexFunc(n.daemons, func(d daemon) bool { return d.name == name })
+	if i < 0 {
+		t.Fatalf("no node daemon %s", name)
+	}
+	if err := n.daemons[i].Stop(stateTimeout); err != nil {
+		t.Fatalf("stop %s: %v\n%s", name, err, kubetest.Tail(n.daemons[i].log, 20))
+	}
+	n.daemons = slices.Delete(n.daemons, i, i+1)
+}
+
 // waitUntil polls cond (state behind an API or in sysfs) until it holds,
 // failing early if a node daemon exits.
 func (n *node) waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {

@@ -5,13 +5,18 @@ package vm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/swiftlane/swiftlane/internal/kubetest"
@@ -59,7 +65,16 @@ func TestConformance(t *testing.T) {
 		return err == nil && string(b) == "ok"
 	})
 
+	columns := strings.Split(os.Getenv("SWL_CONFORMANCE_COLUMNS"), ",")
+	for _, c := range columns {
+		if c != "" && !slices.ContainsFunc(conformancePasses, func(p conformancePass) bool { return p.column == c }) {
+			t.Fatalf("SWL_CONFORMANCE_COLUMNS: unknown column %q (want %s and/or %s)", c, conformance.KubeProxy, conformance.Swiftlane)
+		}
+	}
 	for _, p := range conformancePasses {
+		if columns[0] != "" && !slices.Contains(columns, p.column) {
+			continue
+		}
 		t.Run(p.column, func(t *testing.T) {
 			if p.setup != nil {
 				p.setup(t, ctx, n)
@@ -70,17 +85,121 @@ func TestConformance(t *testing.T) {
 }
 
 // A pass is one run of the suite on the same node: first as make
-// test-cluster starts it (kube-proxy, iptables mode). Once the chart
-// installs `swiftlane lb` (issue 40), the second pass is one more entry,
-// whose setup stops the kube-proxy daemon, clears its rules (kube-proxy
-// --cleanup) and helm-installs the chart with the balancer on:
-//
-//	{column: conformance.Swiftlane, setup: replaceKubeProxy},
-var conformancePasses = []struct {
+// test-cluster starts it (kube-proxy, iptables mode), then with kube-proxy
+// removed and the chart's `swiftlane lb` in its place. Each pass starts
+// from the node as it is: SWL_CONFORMANCE_COLUMNS (comma-separated) may
+// run one alone.
+type conformancePass struct {
 	column string
 	setup  func(t *testing.T, ctx context.Context, n *node)
-}{
+}
+
+var conformancePasses = []conformancePass{
 	{column: conformance.KubeProxy},
+	{column: conformance.Swiftlane, setup: replaceKubeProxy},
+}
+
+// replaceKubeProxy does on this node what docs/kubernetes.md ("Replace
+// kube-proxy") tells a user to do: stop kube-proxy, clear its rules
+// (kube-proxy --cleanup), and helm-install the chart with the load balancer
+// on (the release holds nothing else: the agent would change the node's CPU
+// scheduler under the second pass only). It returns once the load balancer
+// serves: its DaemonSet rolled out and CoreDNS, restarted, reached the API
+// server through the kubernetes Service's cluster IP, which only the load
+// balancer translates now.
+func replaceKubeProxy(t *testing.T, ctx context.Context, n *node) {
+	n.stopDaemon(t, "kube-proxy")
+	out, err := exec.CommandContext(ctx, filepath.Join(n.env.bin, "kube-proxy"), "--cleanup").CombinedOutput()
+	t.Logf("kube-proxy --cleanup: %v\n%s", err, lastBytes(out, 2000))
+	// Its exit status also counts IPVS and nftables clean-ups this node has
+	// no use for; what matters is that no rule of it is left.
+	if rules, err := exec.CommandContext(ctx, "iptables-save").CombinedOutput(); err != nil {
+		t.Fatalf("iptables-save: %v\n%s", err, rules)
+	} else if left := regexp.MustCompile(`(?m)^-A .*KUBE-(SERVICES|NODEPORTS|SVC-|SEP-|EXT-).*$`).FindAll(rules, 5); len(left) > 0 {
+		t.Fatalf("kube-proxy's rules left after kube-proxy --cleanup, e.g.:\n%s", bytes.Join(left, []byte("\n")))
+	}
+
+	// The uplink's name (lab/vm.sh takes the virtio NIC as it comes), the
+	// API server's address as the node reaches it without Service NAT.
+	uplink := interfaceWith(t, nodeIP)
+	api, err := url.Parse(n.config.Host)
+	if err != nil || api.Hostname() == "" || api.Port() == "" {
+		t.Fatalf("the API server's address %q: %v", n.config.Host, err)
+	}
+	// slirp, the lab's network, finds a destination on its link only by ARP:
+	// it answered the pods through kube-proxy's masquerade (the CNI's ipMasq
+	// rule). The load balancer's packets bypass netfilter, so a pod's
+	// connection to the kubernetes Service leaves with the pod's address,
+	// and the uplink must answer ARP for the pods, as a real network routes
+	// the pod CIDR to the node. Not needed by the load balancer itself.
+	for _, kv := range [][2]string{{"net/ipv4/conf/" + uplink + "/proxy_arp", "1"}, {"net/ipv4/neigh/" + uplink + "/proxy_delay", "0"}} {
+		if err := os.WriteFile("/proc/sys/"+kv[0], []byte(kv[1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const release, ns = "swiftlane", "swiftlane-system"
+	start := time.Now()
+	n.helm(t, "install", release, "deploy/helm/swiftlane", "--namespace", ns, "--create-namespace",
+		"--set", "agent.enabled=false", "--set", "api.enabled=false",
+		"--set", "lb.enabled=true", "--set", "lb.kubeProxyRemoved=true",
+		"--set", "lb.apiServer.host="+api.Hostname(), "--set", "lb.apiServer.port="+api.Port(),
+		"--set-json", fmt.Sprintf(`lb.config.interfaces=[%q,"veth*"]`, uplink),
+		"--wait", "--timeout", "15m")
+	n.rolloutStatus(t, ns, release+"-lb")
+	t.Logf("helm install: the load balancer's DaemonSet rolled out in %v", time.Since(start).Round(time.Second))
+
+	if n.env.dns == "" {
+		return
+	}
+	// CoreDNS is ready once its informers listed Services from the API
+	// server (its ready plugin waits for the kubernetes plugin), which it
+	// dials at the kubernetes Service's cluster IP. Its connections from
+	// before still hold kube-proxy's conntrack translation: a new pod opens
+	// new ones.
+	cs := n.core
+	pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old []types.UID
+	for _, p := range pods.Items {
+		old = append(old, p.UID)
+		if err := cs.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.waitUntil(t, "a new CoreDNS pod to be ready through the load balancer", 5*time.Minute, func() bool {
+		now, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(now.Items, func(p corev1.Pod) bool {
+			return !slices.Contains(old, p.UID) && p.DeletionTimestamp == nil && slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			})
+		})
+	})
+	t.Logf("the load balancer serves: CoreDNS reached the API server through its cluster IP %v after the install", time.Since(start).Round(time.Second))
+}
+
+// interfaceWith is the name of the interface that has addr.
+func interfaceWith(t *testing.T, addr string) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if p, ok := a.(*net.IPNet); ok && p.IP.String() == addr {
+				return i.Name
+			}
+		}
+	}
+	t.Fatalf("no interface has %s", addr)
+	return ""
 }
 
 // runE2E runs e2e.test with the package's focus and skips, its output in
