@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,24 +129,7 @@ func TestBaselineComparison(t *testing.T) {
 	// -reanalyse rebuilds the comparison from the rounds alone.
 	want0 := r.Baseline[0]
 	r.Baseline = []vsBaseline{{Metric: "stale"}}
-	data, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, outFile := filepath.Join(t.TempDir(), "in.json"), filepath.Join(t.TempDir(), "out.json")
-	if err := os.WriteFile(in, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := reanalyse(in, outFile); err != nil {
-		t.Fatal(err)
-	}
-	var got report
-	if data, err = os.ReadFile(outFile); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &got); err != nil {
-		t.Fatal(err)
-	}
+	got := reanalysed(t, r)
 	if len(got.Baseline) != len(metrics) || got.Baseline[0].Verdict != want0.Verdict || got.Baseline[0].Ratio != want0.Ratio {
 		t.Fatalf("reanalysed comparison %+v, want its first row %+v", got.Baseline, want0)
 	}

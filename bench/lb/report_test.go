@@ -103,6 +103,21 @@ func TestReanalyse(t *testing.T) {
 	r.Paired = []string{"stale"}
 	r.Findings = append(r.Findings, "stale")
 	r.Variants["iptables"] = summary{Rounds: p99Rounds(2600, 5500, 3700)} // rounds only: the rest must be recomputed
+	got := reanalysed(t, r)
+	if strings.Join(got.Paired, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("paired\n%s\nwant\n%s", strings.Join(got.Paired, "\n"), strings.Join(want, "\n"))
+	}
+	if slices.Contains(got.Findings, "stale") || got.Services != 2000 {
+		t.Fatalf("findings %q services %d", got.Findings, got.Services)
+	}
+	if s := got.Variants["iptables"]; s.P99Median != 3700 || s.CPS != 100 {
+		t.Fatalf("iptables not recomputed: %+v", s)
+	}
+}
+
+// reanalysed is r stored as JSON, run through -reanalyse and read back.
+func reanalysed(t *testing.T, r *report) report {
+	t.Helper()
 	data, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -121,13 +136,5 @@ func TestReanalyse(t *testing.T) {
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(got.Paired, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("paired\n%s\nwant\n%s", strings.Join(got.Paired, "\n"), strings.Join(want, "\n"))
-	}
-	if slices.Contains(got.Findings, "stale") || got.Services != 2000 {
-		t.Fatalf("findings %q services %d", got.Findings, got.Services)
-	}
-	if s := got.Variants["iptables"]; s.P99Median != 3700 || s.CPS != 100 {
-		t.Fatalf("iptables not recomputed: %+v", s)
-	}
+	return got
 }
