@@ -35,6 +35,7 @@ var (
 	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with the scx_* peers (built by lab/peers.sh)")
 	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
 	layered   = flag.String("layered-config", "", "scx_layered layer config (default: bench/sched/layered.json, built in)")
+	layeredSt = flag.String("layered-stats", "/var/run/scx/root/stats", "scx_layered's stats socket: read through the probe's loaded phase to check the probe's tasks are in the critical layer")
 	out       = flag.String("out", "", "JSON output (default: bench/results/sched-boots/boot-N.json, sched-NAME-boots/ with -profile NAME; with -merge bench/results/sched.json or sched-NAME.json after the boots' profile; with -torture-logs bench/results/torture.json)")
 	boot      = flag.Int("boot", 1, "boot number: the variant order is rotated by boot-1")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
@@ -138,6 +139,13 @@ type VariantRun struct {
 	// Errors by workload; Error when the variant could not run (on) at all.
 	Errors map[string]string `json:"errors,omitempty"`
 	Error  string            `json:"error,omitempty"`
+	// Layered is scx_layered's own account of the layer the probe's tasks
+	// ran in during the loaded phase (its variant only); a probe outside
+	// the critical layer is also an error under "layered".
+	Layered *LayeredCheck `json:"layered,omitempty"`
+	// watchLoaded, if set, watches the scheduler through the probe's loaded
+	// phase; the func it returns ends the watch and records what it saw.
+	watchLoaded func(r *VariantRun) (end func())
 	// SchedCounters are swiftlane's own counters over all workloads.
 	SchedCounters map[string]float64 `json:"sched_counters,omitempty"`
 	Seconds       float64            `json:"seconds"`
@@ -273,6 +281,7 @@ func runVariant(v variant, work []workload) *VariantRun {
 		}
 		defer s.Stop()
 		r.Ops = s.ops
+		r.watchLoaded = s.watchLoaded
 	}
 	for _, w := range work {
 		fmt.Fprintf(progress, "bench:   %s: %s\n", v.name, w.name)

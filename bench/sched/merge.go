@@ -69,7 +69,9 @@ type Report struct {
 	Metrics    []Metric   `json:"metrics"`
 	// Variants: every key of metrics (a Stat, or null if no boot measured
 	// it), plus description, ops, errors and rtt_us (the loaded probe's
-	// round trips of all boots, as 1000 quantiles, for the CDF plot).
+	// round trips of all boots, as 1000 quantiles, for the CDF plot);
+	// scx_layered's also layered (each boot's LayeredCheck) and
+	// probe_in_critical_layer (true if it was in every boot).
 	Variants map[string]map[string]any `json:"variants"`
 	Torture  Torture                   `json:"torture"`
 	Goals    []Goal                    `json:"goals"`
@@ -150,14 +152,18 @@ func mergeReports(boots []BootReport) (*Report, error) {
 		}
 		var errs []string
 		var rtt []float64
+		var layered []BootLayeredCheck
 		for i, r := range runs {
 			if r.Error != "" {
 				errs = append(errs, fmt.Sprintf("boot %d: %s", bootNo[i], r.Error))
 			}
-			for _, w := range workloadNames() {
+			for _, w := range errorKeys() {
 				if e := r.Errors[w]; e != "" {
 					errs = append(errs, fmt.Sprintf("boot %d: %s: %s", bootNo[i], w, e))
 				}
+			}
+			if r.Layered != nil {
+				layered = append(layered, BootLayeredCheck{bootNo[i], r.Layered})
 			}
 			if r.ProbeLoaded != nil {
 				rtt = append(rtt, r.ProbeLoaded.RTTUs...)
@@ -172,9 +178,22 @@ func mergeReports(boots []BootReport) (*Report, error) {
 		if len(rtt) > 0 {
 			mv["rtt_us"] = quantiles(rtt, 1000)
 		}
+		if len(layered) > 0 {
+			in := true
+			for _, c := range layered {
+				in = in && c.ProbeInCritical
+			}
+			mv["layered"], mv["probe_in_critical_layer"] = layered, in
+		}
 		rep.Variants[v.name] = mv
 	}
 	return rep, nil
+}
+
+// BootLayeredCheck is one boot's LayeredCheck in the merged report.
+type BootLayeredCheck struct {
+	Boot int `json:"boot"`
+	*LayeredCheck
 }
 
 // quantiles reduces samples to n evenly spaced quantiles (all of them if

@@ -72,7 +72,12 @@ func probePhases(r *VariantRun, hogMetrics bool) (map[string]float64, error) {
 		return m, err
 	}
 	defer hog.stop()
+	end := func() {}
+	if r.watchLoaded != nil {
+		end = r.watchLoaded(r)
+	}
 	loaded, err := probe(true)
+	end()
 	if err != nil {
 		return m, fmt.Errorf("loaded: %w", err)
 	}

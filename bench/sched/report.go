@@ -41,10 +41,13 @@ func printBoot(w io.Writer, rep BootReport) {
 		if v.Error != "" {
 			fmt.Fprintf(w, "%s: %s\n", name, v.Error)
 		}
-		for _, wl := range workloadNames() {
+		for _, wl := range errorKeys() {
 			if e := v.Errors[wl]; e != "" {
 				fmt.Fprintf(w, "%s: %s: %s\n", name, wl, e)
 			}
+		}
+		if c := v.Layered; c != nil && c.ProbeInCritical {
+			fmt.Fprintf(w, "%s: %s\n", name, c.Verdict)
 		}
 	}
 }
@@ -120,6 +123,11 @@ func printReport(w io.Writer, rep *Report) {
 			for _, e := range errs {
 				fmt.Fprintf(w, "%s: %s\n", name, e)
 			}
+		}
+	}
+	for _, name := range rep.Order {
+		if in, ok := rep.Variants[name]["probe_in_critical_layer"].(bool); ok {
+			fmt.Fprintf(w, "%s: probe in its critical layer in every boot: %v\n", name, in)
 		}
 	}
 	fmt.Fprintf(w, "\ntorture: %d of %d runs survived %s\n", rep.Torture.Survived, rep.Torture.Runs, rep.Torture.Note)

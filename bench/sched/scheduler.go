@@ -46,6 +46,9 @@ type scheduler struct {
 	*benchlab.Scheduler
 	ops     string // as the kernel names it in /sys/kernel/sched_ext/root/ops
 	metrics bool   // serves swiftlane's metrics on metricsAddr
+	// watchLoaded watches the scheduler's own stats through the probe's
+	// loaded phase (VariantRun.watchLoaded).
+	watchLoaded func(r *VariantRun) (end func())
 }
 
 func startSwiftlane(config string) func() (*scheduler, error) {
@@ -73,8 +76,13 @@ func startPeer(peer string, args ...string) func() (*scheduler, error) {
 }
 
 func startLayered() (*scheduler, error) {
-	path := *layered
-	if path == "" {
+	path, config := *layered, layeredConfig
+	if path != "" {
+		var err error
+		if config, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("-layered-config: %w", err)
+		}
+	} else {
 		f, err := os.CreateTemp("", "layered-*.json")
 		if err != nil {
 			return nil, err
@@ -89,7 +97,19 @@ func startLayered() (*scheduler, error) {
 		path = f.Name()
 	}
 	// "f:" makes scx_layered read the specification from a file.
-	return startPeer("scx_layered", "f:"+path)()
+	s, err := startPeer("scx_layered", "f:"+path)()
+	if s != nil {
+		s.watchLoaded = func(r *VariantRun) func() {
+			end := watchLayered(*layeredSt, config, time.Second)
+			return func() {
+				r.Layered = end()
+				if !r.Layered.ProbeInCritical {
+					r.Errors["layered"] = r.Layered.Verdict
+				}
+			}
+		}
+	}
+	return s, err
 }
 
 // startScheduler starts a sched_ext scheduler and waits until the kernel

@@ -40,6 +40,10 @@ func workloadNames() []string {
 	return names
 }
 
+// errorKeys are the keys of VariantRun.Errors: the workloads', and the
+// scx_layered check's.
+func errorKeys() []string { return append(workloadNames(), "layered") }
+
 func selectWorkloads(list string) ([]workload, error) {
 	if list == "" {
 		return workloads, nil
