@@ -120,7 +120,7 @@ func TestHeavyGoals(t *testing.T) {
 		value string
 		met   bool
 	}{
-		"heavy profile: EEVDF's loaded probe average >= 5x its idle one":          {"6.00x", true},
+		"heavy profile: EEVDF's loaded probe average >= 5x its idle one":         {"6.00x", true},
 		"heavy profile: critical probe average >= 5x better than EEVDF's loaded": {"4.50x better", false},
 	} {
 		g, ok := got[goal]
