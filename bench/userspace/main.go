@@ -62,8 +62,11 @@ type Variant struct {
 }
 
 type Report struct {
-	Kernel         string              `json:"kernel"`
-	CPUs           int                 `json:"cpus"`
+	Kernel string `json:"kernel"`
+	CPUs   int    `json:"cpus"`
+	// Boots is how many boots of the lab the numbers come from: one per
+	// run of this command, which runs every variant in one boot.
+	Boots          int                 `json:"boots"`
 	Date           string              `json:"date"`
 	Note           string              `json:"note"`
 	Workload       string              `json:"workload"`
@@ -110,7 +113,7 @@ func main() {
 	}
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	rep := Report{
-		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
+		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Boots: 1, Date: time.Now().UTC().Format(time.RFC3339),
 		Note:           "QEMU TCG guest: absolute numbers are inflated 20-50x and noisy, and anything else running on the host skews them; compare variants within this run only.",
 		Workload:       fmt.Sprintf("perf bench sched messaging -g %d -l %d (processes over socketpairs), median of %d runs", *groups, *loops, *runs),
 		ThroughputUnit: "messages/s",
