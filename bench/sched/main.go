@@ -41,6 +41,7 @@ var (
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	onlyWork  = flag.String("workloads", "", "comma-separated subset of workloads (default: all): "+strings.Join(workloadNames(), ","))
 	profileFl = flag.String("profile", profiles[0].name, "saturation profile beside the hogs: "+strings.Join(profileNames(), ", ")+" (results in bench/results/sched.json, sched-NAME.json for the others; see profile.go)")
+	bgScale   = flag.Int("background-scale", 1, "the heavy profile's background workers per CPU times this (for calibrating it; recorded in the settings)")
 	quick     = flag.Bool("quick", false, "smoke run: 3 s phases and cyclictest, 20 loops, 2000 pipe round trips, one run each (flags given explicitly still win)")
 
 	phase      = flag.Duration("phase", 15*time.Second, "length of a timed phase: probe budget, hogs, wrk")
@@ -154,6 +155,10 @@ type VariantRun struct {
 func main() {
 	flag.Parse()
 	var err error
+	if *bgScale < 1 {
+		fmt.Fprintf(os.Stderr, "bench: -background-scale %d: must be 1 or more\n", *bgScale)
+		os.Exit(2)
+	}
 	if loadProfile, err = selectProfile(*profileFl); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)

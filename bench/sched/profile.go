@@ -43,7 +43,7 @@ var profiles = []profile{
 // stressors are in stress-ng since long before 0.15 (the lab's, from the
 // host's bookworm) and in trixie's 0.18.
 func heavyBackground(cpus int) ([]string, int) {
-	n := cpus
+	n := cpus * *bgScale
 	args := []string{
 		"--cpu", fmt.Sprint(2 * n), "--cpu-load", "50", "--cpu-load-slice", "3", "--cpu-method", "int64",
 		"--switch", fmt.Sprint(n),

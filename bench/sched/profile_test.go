@@ -40,6 +40,12 @@ func TestProfileCommandLines(t *testing.T) {
 	if got := heavy.backgroundArgs(2); got != "stress-ng "+wantBG {
 		t.Errorf("recorded as %q", got)
 	}
+	// -background-scale multiplies the per-CPU workers, not the fork loop.
+	*bgScale = 2
+	defer func() { *bgScale = 1 }()
+	if args, workers := heavy.background(2); !strings.Contains(strings.Join(args, " "), "--cpu 8 ") || workers != 25 {
+		t.Errorf("scaled by 2: %q, %d workers, want --cpu 8 and 25", args, workers)
+	}
 }
 
 // The installed stress-ng (the lab's: the guest runs the host's) accepts
