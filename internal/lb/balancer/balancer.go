@@ -12,6 +12,7 @@ package balancer
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -56,13 +57,31 @@ type neighEntry struct {
 type frontendState struct {
 	id       uint32
 	flags    bpf.ServiceFlags
-	affinity uint32     // seconds
-	snatAddr netip.Addr // invalid: the frontend's own address
-	slots    []uint32   // backend id per selection slot
+	affinity uint32         // seconds
+	snatAddr netip.Addr     // invalid: the frontend's own address
+	slots    []uint32       // backend id per selection slot
+	ranges   []netip.Prefix // with bpf.FlagSourceRanges: the clients admitted
 }
 
 func (f frontendState) entry() bpf.ServiceEntry {
-	return bpf.ServiceEntry{ID: f.id, Flags: f.flags, AffinitySec: f.affinity, SNATAddr: f.snatAddr, Slots: f.slots}
+	return bpf.ServiceEntry{ID: f.id, Flags: f.flags, AffinitySec: f.affinity, SNATAddr: f.snatAddr, Slots: f.slots, SourceRanges: f.ranges}
+}
+
+// same reports whether programming g over f would change nothing.
+func (f frontendState) same(g frontendState) bool {
+	return f.flags == g.flags && f.affinity == g.affinity && f.snatAddr == g.snatAddr &&
+		slices.Equal(f.slots, g.slots) && samePrefixes(f.ranges, g.ranges)
+}
+
+func samePrefixes(a, b []netip.Prefix) bool {
+	set := func(ps []netip.Prefix) map[netip.Prefix]bool {
+		m := map[netip.Prefix]bool{}
+		for _, p := range ps {
+			m[p.Masked()] = true
+		}
+		return m
+	}
+	return maps.Equal(set(a), set(b))
 }
 
 // Changes counts the map writes one Apply made.
@@ -152,7 +171,7 @@ func (b *Balancer) adopt() error {
 		return err
 	}
 	for fe, e := range fes {
-		b.programmed[fe] = frontendState{id: e.ID, flags: e.Flags, affinity: e.AffinitySec, snatAddr: e.SNATAddr, slots: e.Slots}
+		b.programmed[fe] = frontendState{id: e.ID, flags: e.Flags, affinity: e.AffinitySec, snatAddr: e.SNATAddr, slots: e.Slots, ranges: e.SourceRanges}
 		b.nextSvc = max(b.nextSvc, e.ID)
 	}
 	for id, ap := range bes {
@@ -179,17 +198,23 @@ type want struct {
 	maglev   bool
 	affinity uint32           // seconds; 0: none
 	ready    []netip.AddrPort // receive new connections, sorted
+	// restricted: only clients inside ranges open connections (a
+	// load-balancer IP of a Service with loadBalancerSourceRanges).
+	restricted bool
+	ranges     []netip.Prefix
 }
 
 // desired expands services into frontends, and lists every endpoint that
 // must stay in the backends map (terminating ones keep their connections).
 //
 // Per port, new connections go to the ready endpoints (cluster-wide), or
-// with a Local traffic policy to this node's ready endpoints, falling back
-// to its terminating ones when none is ready (as kube-proxy does); an empty
-// set drops new connections. External traffic (NodePorts, external IPs)
-// with externalTrafficPolicy Cluster is SNATed to a node address; Local
-// keeps the client's address, which is safe because the backend is here.
+// with a Local traffic policy to this node's ready endpoints; either set
+// falls back to its terminating endpoints when none is ready (as
+// kube-proxy does); an empty set drops new connections. External traffic
+// (NodePorts, external and load-balancer IPs) with externalTrafficPolicy
+// Cluster is SNATed to a node address; Local keeps the client's address,
+// which is safe because the backend is here. Load-balancer IPs of a
+// Service with source ranges take new connections from those only.
 func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool) {
 	fes := map[bpf.Frontend]want{}
 	keep := map[netip.AddrPort]bool{}
@@ -213,13 +238,15 @@ func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool
 			}
 			// Each family's frontends get that family's endpoints.
 			for _, v4 := range []bool{true, false} {
-				var ready, local, localTerm []netip.AddrPort
+				var ready, term, local, localTerm []netip.AddrPort
 				for _, e := range s.Endpoints {
 					if e.Address.Is4() != v4 {
 						continue
 					}
 					ap := netip.AddrPortFrom(e.Address, p.TargetPort)
-					if !e.Terminating {
+					if e.Terminating {
+						term = append(term, ap)
+					} else {
 						ready = append(ready, ap)
 					}
 					if c.Local(e) {
@@ -229,6 +256,9 @@ func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool
 							local = append(local, ap)
 						}
 					}
+				}
+				if len(ready) == 0 {
+					ready = term
 				}
 				if len(local) == 0 {
 					local = localTerm
@@ -263,10 +293,34 @@ func desired(c *services.Config) (map[bpf.Frontend]want, map[netip.AddrPort]bool
 						fes[bpf.Frontend{Addr: a, Port: p.Port, Proto: proto}] = ext
 					}
 				}
+				for _, a := range s.LoadBalancerIPs {
+					if a.Is4() == v4 {
+						fes[bpf.Frontend{Addr: a, Port: p.Port, Proto: proto}] = guarded(c, s, a, ext)
+					}
+				}
 			}
 		}
 	}
 	return fes, keep
+}
+
+// guarded is w for load-balancer IP a of s: limited to s's source ranges
+// of a's family if s has any. As kube-proxy does, a range that holds a node
+// address admits a itself as a source too: a node that routes a locally
+// reaches it from a.
+func guarded(c *services.Config, s services.Service, a netip.Addr, w want) want {
+	if len(s.LoadBalancerSourceRanges) == 0 {
+		return w
+	}
+	w.restricted = true
+	w.ranges = s.SourceRanges(a.Is4())
+	for _, r := range w.ranges {
+		if slices.ContainsFunc(c.NodeAddresses, r.Contains) {
+			w.ranges = append(slices.Clip(w.ranges), netip.PrefixFrom(a, a.BitLen()))
+			break
+		}
+	}
+	return w
 }
 
 // Apply programs cfg's services. Only frontends whose backend list changed
@@ -300,9 +354,8 @@ func (b *Balancer) Apply(cfg *services.Config) (Changes, error) {
 	for fe, w := range fes {
 		flags, slots := b.slots(w)
 		cur, ok := b.programmed[fe]
-		next := frontendState{id: cur.id, flags: flags, affinity: w.affinity, snatAddr: w.snatAddr, slots: slots}
-		if ok && cur.flags == next.flags && cur.affinity == next.affinity && cur.snatAddr == next.snatAddr &&
-			slices.Equal(cur.slots, next.slots) {
+		next := frontendState{id: cur.id, flags: flags, affinity: w.affinity, snatAddr: w.snatAddr, slots: slots, ranges: w.ranges}
+		if ok && cur.same(next) {
 			continue
 		}
 		if !ok {
@@ -409,6 +462,9 @@ func (b *Balancer) slots(w want) (bpf.ServiceFlags, []uint32) {
 	var flags bpf.ServiceFlags
 	if w.snat {
 		flags |= bpf.FlagSNAT
+	}
+	if w.restricted {
+		flags |= bpf.FlagSourceRanges
 	}
 	if !w.maglev {
 		ids := make([]uint32, len(w.ready))

@@ -426,10 +426,15 @@ func TestEndToEndKubernetesFeatures(t *testing.T) {
 		c.createService(t, s)
 	}
 	// A cloud controller would publish these; the apiserver takes them.
+	// It allocated local's health check node port (Local policy).
+	var healthPort int32
 	for name, ip := range map[string]string{"local": "203.0.113.51", "ext": "203.0.113.52"} {
 		svc, err := c.cs.CoreV1().Services(c.ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if name == "local" {
+			healthPort = svc.Spec.HealthCheckNodePort
 		}
 		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
 		if _, err := c.cs.CoreV1().Services(c.ns).UpdateStatus(t.Context(), svc, metav1.UpdateOptions{}); err != nil {
@@ -452,14 +457,17 @@ func TestEndToEndKubernetesFeatures(t *testing.T) {
 	a.awaitWith(t, node, `
   - name: ns/ext
     clusterIP: 10.96.0.42
-    externalIPs: [203.0.113.42, 203.0.113.52]
+    externalIPs: [203.0.113.42]
+    loadBalancerIPs: [203.0.113.52]
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30042}]
     endpoints: `+endpoints+`
   - name: ns/local
     clusterIP: 10.96.0.41
     externalTrafficPolicy: Local
     internalTrafficPolicy: Local
-    externalIPs: [203.0.113.41, 203.0.113.51]
+    externalIPs: [203.0.113.41]
+    loadBalancerIPs: [203.0.113.51]
+    healthCheckNodePort: `+fmt.Sprint(healthPort)+`
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30041}]
     endpoints: `+endpoints+`
   - name: ns/sticky

@@ -22,13 +22,17 @@
 //     terminating keep their existing connections but get no new ones
 //     (services.Endpoint.Terminating: they stay in the backends map and out
 //     of the selection slots), unless no endpoint of the port is ready: then,
-//     as kube-proxy does, they take new connections too rather than none.
-//     Anything else (not ready and not serving) is no backend.
+//     as kube-proxy does, the balancer gives them new connections too rather
+//     than none. They stay marked terminating, so a health check node port
+//     does not count them. Anything else (not ready and not serving) is no
+//     backend.
 //
 //   - sessionAffinity ClientIP (with its timeout), the Local traffic
 //     policies (endpoints whose nodeName is this node's, Config.NodeName),
-//     externalIPs and IPv4 load-balancer ingress IPs (except ipMode Proxy)
-//     are served as kube-proxy serves them.
+//     externalIPs and load-balancer ingress IPs (except ipMode Proxy) are
+//     served as kube-proxy serves them; so are a LoadBalancer Service's
+//     loadBalancerSourceRanges (on its ingress IPs only) and, with
+//     externalTrafficPolicy Local, its healthCheckNodePort.
 //
 // What the datapath cannot do (SCTP; IPv6 when off) is reported as a Note
 // instead of being served half right silently.
@@ -119,25 +123,30 @@ func assemble(node *services.Config, per map[string][]services.Service) (*servic
 	var notes []Note
 	for _, k := range keys {
 		for _, s := range per[k] {
-			var ips []netip.Addr
-			for _, a := range s.ExternalIPs {
-				clash := ""
-				for _, p := range s.Ports {
-					if owner, ok := used[fe{a, p.Port, p.Protocol}]; ok {
-						clash = fmt.Sprintf("%v:%d/%s is already %s's", a, p.Port, p.Protocol, owner)
-						break
+			// The IPs of s that no earlier Service (or port) holds.
+			free := func(what string, ips []netip.Addr) []netip.Addr {
+				var out []netip.Addr
+				for _, a := range ips {
+					clash := ""
+					for _, p := range s.Ports {
+						if owner, ok := used[fe{a, p.Port, p.Protocol}]; ok {
+							clash = fmt.Sprintf("%v:%d/%s is already %s's", a, p.Port, p.Protocol, owner)
+							break
+						}
 					}
+					if clash != "" {
+						notes = append(notes, Note{Service: k, Level: slog.LevelWarn, Reason: what + " " + a.String() + " not served: " + clash})
+						continue
+					}
+					for _, p := range s.Ports {
+						used[fe{a, p.Port, p.Protocol}] = s.Name
+					}
+					out = append(out, a)
 				}
-				if clash != "" {
-					notes = append(notes, Note{Service: k, Level: slog.LevelWarn, Reason: "external IP " + a.String() + " not served: " + clash})
-					continue
-				}
-				for _, p := range s.Ports {
-					used[fe{a, p.Port, p.Protocol}] = s.Name
-				}
-				ips = append(ips, a)
+				return out
 			}
-			s.ExternalIPs = ips
+			s.ExternalIPs = free("external IP", s.ExternalIPs)
+			s.LoadBalancerIPs = free("load-balancer ingress IP", s.LoadBalancerIPs)
 			c.Services = append(c.Services, s)
 		}
 	}
@@ -234,19 +243,23 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 		out.InternalTrafficPolicy = local("internalTrafficPolicy")
 	}
-	addExternal := func(what, s string) {
+	addExternal := func(to *[]netip.Addr, what, s string) {
 		a, err := netip.ParseAddr(s)
 		switch {
 		case err != nil:
 			note(slog.LevelWarn, "%s %q is not an IP address; ignored", what, s)
 		case !a.Is4() && !node.IPv6:
 			note(slog.LevelInfo, "%s %s not served (IPv6 is off: set ipv6: true in the node settings)", what, s)
-		case !slices.Contains(out.ExternalIPs, a):
-			out.ExternalIPs = append(out.ExternalIPs, a)
+		case !slices.Contains(*to, a):
+			*to = append(*to, a)
 		}
 	}
 	for _, s := range svc.Spec.ExternalIPs {
-		addExternal("externalIP", s)
+		addExternal(&out.ExternalIPs, "externalIP", s)
+	}
+	isExternal := func(s string) bool {
+		a, err := netip.ParseAddr(s)
+		return err == nil && slices.Contains(out.ExternalIPs, a)
 	}
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		for _, in := range svc.Status.LoadBalancer.Ingress {
@@ -257,24 +270,49 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 				// The load balancer proxies to the NodePorts itself; traffic
 				// to the IP must not be captured on the node (as kube-proxy).
 				note(slog.LevelDebug, "load-balancer ingress %s has ipMode Proxy; served through the NodePorts only", in.IP)
+			case isExternal(in.IP):
+				// Also an externalIP, whose rule kube-proxy matches first:
+				// served as that, without the source ranges.
+				note(slog.LevelInfo, "load-balancer ingress IP %s is also an externalIP; served as one, open to every client", in.IP)
 			default:
-				addExternal("load-balancer ingress IP", in.IP)
+				addExternal(&out.LoadBalancerIPs, "load-balancer ingress IP", in.IP)
+			}
+		}
+		out.LoadBalancerSourceRanges = sourceRanges(node, svc, note)
+		if len(svc.Spec.LoadBalancerSourceRanges) > 0 && len(out.LoadBalancerSourceRanges) == 0 && len(out.LoadBalancerIPs) > 0 {
+			// An empty list would open them to every client.
+			note(slog.LevelError, "load-balancer ingress IPs %v not served: spec.loadBalancerSourceRanges has no usable range, and serving them without one would admit every client", out.LoadBalancerIPs)
+			out.LoadBalancerIPs = nil
+		}
+		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal && svc.Spec.HealthCheckNodePort != 0 {
+			switch hp := svc.Spec.HealthCheckNodePort; {
+			case out.ExternalTrafficPolicy != services.PolicyLocal:
+				note(slog.LevelWarn, "healthCheckNodePort %d not served: externalTrafficPolicy Local is served as Cluster", hp)
+			case hp < 1 || hp > 65535:
+				note(slog.LevelWarn, "healthCheckNodePort %d not served: not a port number", hp)
+			default:
+				out.HealthCheckNodePort = uint16(hp)
 			}
 		}
 	}
 	if out.ExternalTrafficPolicy == services.PolicyCluster {
-		var kept, dropped []netip.Addr
-		for _, a := range out.ExternalIPs {
-			if node.NodeAddress(a.Is4()).IsValid() {
-				kept = append(kept, a)
-			} else {
-				dropped = append(dropped, a)
+		for _, l := range []struct {
+			what string
+			ips  *[]netip.Addr
+		}{{"external IPs", &out.ExternalIPs}, {"load-balancer ingress IPs", &out.LoadBalancerIPs}} {
+			var kept, dropped []netip.Addr
+			for _, a := range *l.ips {
+				if node.NodeAddress(a.Is4()).IsValid() {
+					kept = append(kept, a)
+				} else {
+					dropped = append(dropped, a)
+				}
 			}
+			if len(dropped) > 0 {
+				note(slog.LevelWarn, "%s %v not served: no node address of their family to give their traffic as source (run with --node or set nodeAddresses)", l.what, dropped)
+			}
+			*l.ips = kept
 		}
-		if len(dropped) > 0 {
-			note(slog.LevelWarn, "external IPs %v not served: no node address of their family to give their traffic as source (run with --node or set nodeAddresses)", dropped)
-		}
-		out.ExternalIPs = kept
 	}
 
 	// Endpoints per Service port, keyed by (port name, protocol) as the
@@ -412,10 +450,16 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	}
 	out.Selection = selection
 	res := make([]services.Service, 0, len(groups))
-	for _, g := range groups {
+	for i, g := range groups {
 		sv := out
 		if len(groups) > 1 {
 			sv.Name = key + ":" + strings.Join(g.names, ",")
+		}
+		if i > 0 {
+			// One health check per Service: the first group answers it,
+			// counting its own endpoints (the groups differ only in pods
+			// that lack some named port).
+			sv.HealthCheckNodePort = 0
 		}
 		sv.Ports, sv.Endpoints = g.ports, g.eps
 		res = append(res, sv)
@@ -423,17 +467,35 @@ func translateService(node *services.Config, svc *corev1.Service, eps []*discove
 	return res, notes
 }
 
+// sourceRanges parses a LoadBalancer Service's spec.loadBalancerSourceRanges
+// (padded with blanks, which the apiserver lets through, as kube-proxy
+// trims them). A range that does not parse is left out with an error note
+// naming it; the others still apply. IPv6 ranges are left out silently
+// when IPv6 is off: no IPv6 address of the Service is served then.
+func sourceRanges(node *services.Config, svc *corev1.Service, note func(slog.Level, string, ...any)) []netip.Prefix {
+	var out []netip.Prefix
+	for i, r := range svc.Spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(r))
+		switch {
+		case err != nil:
+			note(slog.LevelError, "spec.loadBalancerSourceRanges[%d] %q is not a CIDR (e.g. 203.0.113.0/24); left out, the other ranges still apply", i, r)
+		case !p.Addr().Is4() && !node.IPv6:
+		case p.Addr().Is4In6():
+			note(slog.LevelError, "spec.loadBalancerSourceRanges[%d] %q: an IPv4-mapped IPv6 range matches no client; write it as IPv4; left out", i, r)
+		default:
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
 // selectEndpoints picks the endpoints of one Service port and the target
-// port they use. Ready endpoints take new connections and serving
-// terminating ones drain; with no ready endpoint the serving terminating
-// ones take new connections (kube-proxy's fallback). A services.Port has a
+// port they use: the ready ones and the serving terminating ones (which
+// drain, or with no ready endpoint take new connections: the balancer's
+// fallback, as kube-proxy's). A services.Port has a
 // single target port, so when endpoints disagree the number with the most
 // ready (then most) endpoints wins; the others are reported in dropped.
 func selectEndpoints(m map[netip.AddrPort]candidate) (eps []services.Endpoint, target uint16, dropped []string) {
-	anyReady := false
-	for _, c := range m {
-		anyReady = anyReady || c.ready
-	}
 	type tally struct{ ready, all int }
 	byPort := map[uint16]*tally{}
 	var usable []candidate
@@ -474,7 +536,7 @@ func selectEndpoints(m map[netip.AddrPort]candidate) (eps []services.Endpoint, t
 		if c.ap.Port() != target {
 			continue
 		}
-		eps = append(eps, services.Endpoint{Address: c.ap.Addr(), Terminating: anyReady && !c.ready, NodeName: c.nodeName})
+		eps = append(eps, services.Endpoint{Address: c.ap.Addr(), Terminating: !c.ready, NodeName: c.nodeName})
 	}
 	slices.SortFunc(eps, func(a, b services.Endpoint) int { return a.Address.Compare(b.Address) })
 	return eps, target, dropped

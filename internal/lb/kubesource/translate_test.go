@@ -3,6 +3,7 @@
 package kubesource
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -213,9 +214,10 @@ services:
 `)
 }
 
-// With nothing ready, serving terminating endpoints take new connections
-// (kube-proxy's fallback) instead of the Service dropping them; once one
-// endpoint is ready again they drain.
+// Serving terminating endpoints stay terminating when nothing is ready:
+// the balancer then gives them new connections (kube-proxy's fallback,
+// TestDesiredTerminatingFallback) while a health check does not count
+// them; once one endpoint is ready again they drain.
 func TestTranslateTerminatingFallback(t *testing.T) {
 	node := nodeConfig(t, nodeYAML)
 	svc := service("web", "10.96.0.10", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 0))
@@ -227,7 +229,7 @@ services:
   - name: ns/web
     clusterIP: 10.96.0.10
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-    endpoints: [{address: 10.244.1.2}]
+    endpoints: [{address: 10.244.1.2, terminating: true}]
 `)
 	starting := endpointSlice("web", "web-b", ports, endpoint("10.244.3.2", no, no, no))
 	got, _ = Translate(node, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{old, starting})
@@ -236,7 +238,7 @@ services:
   - name: ns/web
     clusterIP: 10.96.0.10
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-    endpoints: [{address: 10.244.1.2}]
+    endpoints: [{address: 10.244.1.2, terminating: true}]
 `)
 	next := endpointSlice("web", "web-b", ports, readyEP("10.244.3.2"))
 	got, _ = Translate(node, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{old, next})
@@ -344,7 +346,7 @@ services:
     endpoints: [{address: 10.244.1.2}]
   - name: ns/lb
     clusterIP: 10.96.0.13
-    externalIPs: [192.0.2.60]
+    loadBalancerIPs: [192.0.2.60]
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30081}]
     endpoints: []
   - name: ns/mixed
@@ -379,7 +381,7 @@ services:
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
     endpoints: []
 `)
-	if !noteMatching(notes, "ns/lb", "no node addresses") || !noteMatching(notes, "ns/lb", "external IPs [192.0.2.60] not served: no node address") {
+	if !noteMatching(notes, "ns/lb", "no node addresses") || !noteMatching(notes, "ns/lb", "load-balancer ingress IPs [192.0.2.60] not served: no node address") {
 		t.Fatalf("notes %v: want why the NodePort and the ingress IP are not served", notes)
 	}
 }
@@ -420,6 +422,22 @@ func TestTranslateAlwaysValidates(t *testing.T) {
 			if r.IntN(2) == 0 {
 				svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 				svc.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal)
+			}
+			// Load balancers: ingress IPs from the same pool, source
+			// ranges good and bad, and a health check with Local.
+			if r.IntN(2) == 0 {
+				svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+				for range r.IntN(3) {
+					ip := []string{"203.0.113.1", "203.0.113.2", "198.18.0.1", "2001:db8::1"}[r.IntN(4)]
+					svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+				}
+				for range r.IntN(3) {
+					cidr := []string{"192.0.2.0/24", " 10.0.0.0/8 ", "bogus", "2001:db8::/32", "::ffff:10.0.0.0/104"}[r.IntN(5)]
+					svc.Spec.LoadBalancerSourceRanges = append(svc.Spec.LoadBalancerSourceRanges, cidr)
+				}
+				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+					svc.Spec.HealthCheckNodePort = int32(31000 + s)
+				}
 			}
 			svcs = append(svcs, svc)
 			for k := range r.IntN(3) {
@@ -504,7 +522,8 @@ services:
     sessionAffinityTimeout: 1m
     externalTrafficPolicy: Local
     internalTrafficPolicy: Local
-    externalIPs: [203.0.113.1, 203.0.113.2]
+    externalIPs: [203.0.113.1]
+    loadBalancerIPs: [203.0.113.2]
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
     endpoints: [{address: 10.244.1.2, nodeName: node-a}, {address: 10.244.2.2, nodeName: node-b}]
   - name: ns/zz-other
@@ -518,6 +537,7 @@ services:
 		{"ns/web", "203.0.113.3 has ipMode Proxy"},
 		{"ns/web", `ingress "lb.example.com" has no IP`},
 		{"ns/zz-other", "external IP 203.0.113.1 not served: 203.0.113.1:80/TCP is already ns/web's"},
+		{"ns/web", "ingress IP 203.0.113.1 is also an externalIP"},
 	} {
 		if !noteMatching(notes, want.svc, want.substr) {
 			t.Errorf("no note for %s containing %q in:\n%v", want.svc, want.substr, notes)
@@ -528,6 +548,57 @@ services:
 	got, _ = Translate(nc, []*corev1.Service{web}, nil)
 	if d := got.Services[0].SessionAffinityTimeout; d != 3*time.Hour {
 		t.Fatalf("default affinity timeout %v, want 3h (10800 s)", d)
+	}
+}
+
+// loadBalancerSourceRanges reach the load-balancer IPs: trimmed and
+// masked; a bad one is left out with an error naming the Service and the
+// field, and the rest still apply; none usable leaves the IPs unserved
+// rather than open. healthCheckNodePort comes with externalTrafficPolicy
+// Local.
+func TestTranslateSourceRangesAndHealthCheck(t *testing.T) {
+	const node = "nodeAddresses: [198.18.0.1]\nnodeName: node-a\ninterfaces: [eth0]\n"
+	nc := nodeConfig(t, node)
+	lb := func(name, ip string, ranges ...string) *corev1.Service {
+		svc := nodePortService(name, "10.96.0."+ip, svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080), 30000+int32(len(name))))
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113." + ip}}
+		svc.Spec.LoadBalancerSourceRanges = ranges
+		return svc
+	}
+	guarded := lb("guarded", "1", " 192.0.2.9/24", "not-a-cidr", "2001:db8::/32")
+	guarded.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	guarded.Spec.HealthCheckNodePort = 32100
+	broken := lb("broken-ranges", "2", "10.0.0.0/33")
+	got, notes := Translate(nc, []*corev1.Service{guarded, broken}, nil)
+	checkConfig(t, got, node, `
+services:
+  - name: ns/broken-ranges
+    clusterIP: 10.96.0.2
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30013}]
+    endpoints: []
+  - name: ns/guarded
+    clusterIP: 10.96.0.1
+    externalTrafficPolicy: Local
+    loadBalancerIPs: [203.0.113.1]
+    loadBalancerSourceRanges: [192.0.2.0/24]
+    healthCheckNodePort: 32100
+    ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30007}]
+    endpoints: []
+`)
+	for _, want := range []struct{ svc, substr string }{
+		{"ns/guarded", `spec.loadBalancerSourceRanges[1] "not-a-cidr" is not a CIDR`},
+		{"ns/broken-ranges", `spec.loadBalancerSourceRanges[0] "10.0.0.0/33" is not a CIDR`},
+		{"ns/broken-ranges", "load-balancer ingress IPs [203.0.113.2] not served: spec.loadBalancerSourceRanges has no usable range"},
+	} {
+		if !noteMatching(notes, want.svc, want.substr) {
+			t.Errorf("no note for %s containing %q in:\n%v", want.svc, want.substr, notes)
+		}
+	}
+	for _, n := range notes {
+		if strings.Contains(n.Reason, "loadBalancerSourceRanges[") && n.Level != slog.LevelError {
+			t.Errorf("note %q at level %v, want an error", n, n.Level)
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // time changes (checked every interval); a bad file is rejected and the
 // running services stay. count is how many services the first read found.
 func FileFeed(path string, count int, interval time.Duration, log *slog.Logger) Feed {
-	return func(ctx context.Context, b *balancer.Balancer) error {
+	return func(ctx context.Context, a Applier) error {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
@@ -31,7 +31,7 @@ func FileFeed(path string, count int, interval time.Duration, log *slog.Logger) 
 				log.Error("reload rejected; keeping the current services", "why", why, "err", err)
 				return
 			}
-			ch, err := b.Apply(next)
+			ch, err := a.Apply(next)
 			if err != nil {
 				log.Error("apply", "err", err)
 				return
@@ -94,9 +94,9 @@ func KubeFeed(ctx context.Context, cs kubernetes.Interface, cfg *services.Config
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, b *balancer.Balancer) error {
+	return func(ctx context.Context, a Applier) error {
 		return src.Run(ctx, func(next *services.Config) error {
-			ch, err := b.Apply(next)
+			ch, err := a.Apply(next)
 			if err != nil {
 				return err
 			}

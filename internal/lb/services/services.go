@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -89,8 +90,23 @@ type Service struct {
 	// external traffic (Kubernetes externalIPs and load-balancer ingress
 	// IPs). The network must route them to this node.
 	ExternalIPs []netip.Addr `yaml:"externalIPs"`
-	Ports       []Port       `yaml:"ports"`
-	Endpoints   []Endpoint   `yaml:"endpoints"`
+	// LoadBalancerIPs are served as ExternalIPs are (Kubernetes: a
+	// LoadBalancer Service's ingress IPs), and are what
+	// LoadBalancerSourceRanges guard.
+	LoadBalancerIPs []netip.Addr `yaml:"loadBalancerIPs"`
+	// LoadBalancerSourceRanges, when any are listed, admit new connections
+	// to the LoadBalancerIPs only from clients inside one of them of the
+	// IP's family; an IP whose family has none admits nobody. As with
+	// kube-proxy, the cluster IP, NodePorts and external IPs stay open, and
+	// if a range holds a node address, the LoadBalancerIPs themselves are
+	// admitted as sources (a node reaching an IP it routes locally).
+	LoadBalancerSourceRanges []netip.Prefix `yaml:"loadBalancerSourceRanges"`
+	// HealthCheckNodePort, with externalTrafficPolicy Local, is the TCP
+	// port on which this node answers a load balancer's health check over
+	// HTTP: 200 while it has a ready local endpoint, 503 otherwise.
+	HealthCheckNodePort uint16     `yaml:"healthCheckNodePort"`
+	Ports               []Port     `yaml:"ports"`
+	Endpoints           []Endpoint `yaml:"endpoints"`
 }
 
 // Values of Service.SessionAffinity and the traffic policies, spelled as
@@ -137,6 +153,40 @@ func (s Service) Addresses() []netip.Addr {
 		return s.ClusterIPs
 	}
 	return []netip.Addr{s.ClusterIP}
+}
+
+// SourceRanges are the LoadBalancerSourceRanges of one family (IPv4 when
+// v4), masked, sorted and without duplicates.
+func (s Service) SourceRanges(v4 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range s.LoadBalancerSourceRanges {
+		if p.Addr().Is4() == v4 {
+			out = append(out, p.Masked())
+		}
+	}
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out)
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// LocalReadyEndpoints counts the distinct addresses of s's endpoints on
+// this node that are not terminating: what a health check node port
+// reports (kube-proxy counts them so; a node whose local endpoints are all
+// terminating answers 503, so load balancers drain it).
+func (c *Config) LocalReadyEndpoints(s Service) int {
+	seen := map[netip.Addr]bool{}
+	for _, e := range s.Endpoints {
+		if c.Local(e) && !e.Terminating {
+			seen[e.Address] = true
+		}
+	}
+	return len(seen)
 }
 
 // NodeAddress is the first node address of the family (IPv4 when v4),
@@ -316,12 +366,28 @@ func (c *Config) Validate() error {
 				bad("%s.%s %q: use %s or %s", where, pol.field, pol.v, PolicyCluster, PolicyLocal)
 			}
 		}
-		for j, a := range s.ExternalIPs {
-			if why := family(a); why != "" {
-				bad("%s.externalIPs[%d] %v: %s", where, j, a, why)
-			} else if s.ExternalTrafficPolicy == PolicyCluster && !c.NodeAddress(a.Is4()).IsValid() {
-				bad("%s.externalIPs[%d] %v: set a node address of its family in nodeAddresses; external traffic (externalTrafficPolicy Cluster) is given it as its source", where, j, a)
+		for _, l := range []struct {
+			field string
+			ips   []netip.Addr
+		}{{"externalIPs", s.ExternalIPs}, {"loadBalancerIPs", s.LoadBalancerIPs}} {
+			for j, a := range l.ips {
+				if why := family(a); why != "" {
+					bad("%s.%s[%d] %v: %s", where, l.field, j, a, why)
+				} else if s.ExternalTrafficPolicy == PolicyCluster && !c.NodeAddress(a.Is4()).IsValid() {
+					bad("%s.%s[%d] %v: set a node address of its family in nodeAddresses; external traffic (externalTrafficPolicy Cluster) is given it as its source", where, l.field, j, a)
+				}
 			}
+		}
+		for j, p := range s.LoadBalancerSourceRanges {
+			if why := family(p.Addr()); why != "" || !p.IsValid() {
+				bad("%s.loadBalancerSourceRanges[%d] %v: set a CIDR such as 203.0.113.0/24 (%s)", where, j, p, why)
+			}
+		}
+		if hp := s.HealthCheckNodePort; hp != 0 {
+			if s.ExternalTrafficPolicy != PolicyLocal {
+				bad("%s.healthCheckNodePort %d: only with externalTrafficPolicy Local (it tells a load balancer whether this node has a local endpoint); remove it or set the policy", where, hp)
+			}
+			claim(fmt.Sprintf("node:%d/TCP", hp), where+".healthCheckNodePort")
 		}
 		if len(s.Ports) == 0 {
 			bad("%s.ports: list at least one port", where)
@@ -346,7 +412,7 @@ func (c *Config) Validate() error {
 			for _, a := range s.Addresses() {
 				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
 			}
-			for _, a := range s.ExternalIPs {
+			for _, a := range slices.Concat(s.ExternalIPs, s.LoadBalancerIPs) {
 				claim(fmt.Sprintf("%v:%d/%s", a, p.Port, p.Protocol), pw)
 			}
 		}
