@@ -14,9 +14,14 @@ import (
 )
 
 type gtpGtpCount struct {
-	_          structs.HostLayout
-	Packets    uint64
-	LastEmitNs uint64
+	_       structs.HostLayout
+	Packets uint64
+	Epoch   uint64
+}
+
+type gtpGtpCpuCounts struct {
+	_ structs.HostLayout
+	C [320]gtpGtpCount
 }
 
 type gtpGtpEvent struct {
@@ -36,8 +41,6 @@ type gtpGtpKey struct {
 	_    structs.HostLayout
 	Tgid uint32
 	Func uint32
-	Cpu  uint32
-	Ctx  uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -45,9 +48,11 @@ type gtpGtpKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	gtpMapGtpCounts        = "gtp_counts"
+	gtpMapGtpCpuState      = "gtp_cpu_state"
+	gtpMapGtpCpuWork       = "gtp_cpu_work"
 	gtpMapGtpDrops         = "gtp_drops"
+	gtpMapGtpEpoch         = "gtp_epoch"
 	gtpMapGtpEvents        = "gtp_events"
-	gtpMapGtpSent          = "gtp_sent"
 	gtpProgGtpFentry       = "gtp_fentry"
 	gtpProgMarkIp4         = "mark_ip4"
 	gtpProgMarkIp6         = "mark_ip6"
@@ -112,10 +117,12 @@ type gtpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gtpMapSpecs struct {
-	GtpCounts *ebpf.MapSpec `ebpf:"gtp_counts"`
-	GtpDrops  *ebpf.MapSpec `ebpf:"gtp_drops"`
-	GtpEvents *ebpf.MapSpec `ebpf:"gtp_events"`
-	GtpSent   *ebpf.MapSpec `ebpf:"gtp_sent"`
+	GtpCounts   *ebpf.MapSpec `ebpf:"gtp_counts"`
+	GtpCpuState *ebpf.MapSpec `ebpf:"gtp_cpu_state"`
+	GtpCpuWork  *ebpf.MapSpec `ebpf:"gtp_cpu_work"`
+	GtpDrops    *ebpf.MapSpec `ebpf:"gtp_drops"`
+	GtpEpoch    *ebpf.MapSpec `ebpf:"gtp_epoch"`
+	GtpEvents   *ebpf.MapSpec `ebpf:"gtp_events"`
 }
 
 // gtpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -152,18 +159,22 @@ func (o *gtpObjects) Close() error {
 //
 // It can be passed to loadGtpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gtpMaps struct {
-	GtpCounts *ebpf.Map `ebpf:"gtp_counts"`
-	GtpDrops  *ebpf.Map `ebpf:"gtp_drops"`
-	GtpEvents *ebpf.Map `ebpf:"gtp_events"`
-	GtpSent   *ebpf.Map `ebpf:"gtp_sent"`
+	GtpCounts   *ebpf.Map `ebpf:"gtp_counts"`
+	GtpCpuState *ebpf.Map `ebpf:"gtp_cpu_state"`
+	GtpCpuWork  *ebpf.Map `ebpf:"gtp_cpu_work"`
+	GtpDrops    *ebpf.Map `ebpf:"gtp_drops"`
+	GtpEpoch    *ebpf.Map `ebpf:"gtp_epoch"`
+	GtpEvents   *ebpf.Map `ebpf:"gtp_events"`
 }
 
 func (m *gtpMaps) Close() error {
 	return _GtpClose(
 		m.GtpCounts,
+		m.GtpCpuState,
+		m.GtpCpuWork,
 		m.GtpDrops,
+		m.GtpEpoch,
 		m.GtpEvents,
-		m.GtpSent,
 	)
 }
 

@@ -6,8 +6,8 @@
 // CPU and in which context, runs them. The same programs on the tun
 // driver's read and write paths find the processes that move a TUN
 // device's packets (a UE simulator's tunnel). Events come through a BPF ring buffer;
-// per-(task, function) counts are kept in a map as well, so nothing is lost
-// when user space falls behind.
+// per-(process, function) and per-(CPU, function, context) counts are kept
+// in maps as well, so nothing is lost when user space falls behind.
 package trace
 
 import (
@@ -66,6 +66,11 @@ var DefaultModules = []string{"gtp", "gtp5g", "tun"}
 // ErrNoFunctions means none of the requested functions could be traced.
 var ErrNoFunctions = errors.New("no GTP-U function could be traced")
 
+// MaxFunctions is how many functions one tracer traces at most
+// (GTP_MAX_FUNCS in bpf/gtp.h: the per-CPU counts have a slot per function
+// and context).
+const MaxFunctions = len(gtpGtpCpuCounts{}.C) / len(contextNames)
+
 // Context says who ran a traced function.
 type Context uint32
 
@@ -110,7 +115,7 @@ type Event struct {
 }
 
 // Count is the number of calls of one function per process (Context
-// Process) or per CPU (other contexts, TGID 0).
+// Process) or per CPU and context (other contexts, TGID 0).
 type Count struct {
 	TGID     uint32
 	CPU      uint32 // meaningful unless Context is Process
@@ -141,9 +146,13 @@ type Tracer struct {
 	links   []link.Link
 	maps    []*ebpf.Map // all of them, shared by every program
 	events  *ebpf.Map
-	counts  *ebpf.Map
+	counts  *ebpf.Map // per process
+	cpuWork *ebpf.Map // per CPU, function and context
 	drops   *ebpf.Map
+	epoch   *ebpf.Map // advanced every emit interval
 	reader  *ringbuf.Reader
+	// stopEpochs stops the goroutine that advances gtp_epoch (nil: none).
+	stopEpochs func()
 	// ownNote says how packets a call's softirq runs are told apart
 	// ("" when the sender marks are attached).
 	ownNote string
@@ -195,6 +204,14 @@ func Load(opts Options) (*Tracer, error) {
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrNoFunctions, strings.Join(moduleNotes, "; "))
 	}
+	if len(targets) > MaxFunctions {
+		for _, tg := range targets[MaxFunctions:] {
+			why := fmt.Sprintf("more than %d functions requested: list at most %d (automatic.functions or --functions)", MaxFunctions, MaxFunctions)
+			t.skipped[tg.name] = why
+			log.Info("GTP-U function not traced", "function", tg.name, "reason", why)
+		}
+		targets = targets[:MaxFunctions]
+	}
 
 	spec, err := loadGtp()
 	if err != nil {
@@ -221,7 +238,8 @@ func Load(opts Options) (*Tracer, error) {
 	for _, m := range shared {
 		t.maps = append(t.maps, m)
 	}
-	t.events, t.counts, t.drops = shared["gtp_events"], shared["gtp_counts"], shared["gtp_drops"]
+	t.events, t.counts, t.drops = shared[gtpMapGtpEvents], shared[gtpMapGtpCounts], shared[gtpMapGtpDrops]
+	t.cpuWork, t.epoch = shared[gtpMapGtpCpuWork], shared[gtpMapGtpEpoch]
 	if len(t.funcs) == 0 {
 		t.Close()
 		return nil, fmt.Errorf("%w: every attach failed (see the notices above)", ErrNoFunctions)
@@ -230,7 +248,36 @@ func Load(opts Options) (*Tracer, error) {
 		t.Close()
 		return nil, fmt.Errorf("open event ring: %w", err)
 	}
+	if opts.EmitInterval > 0 {
+		t.stopEpochs = advanceEpochs(t.epoch, opts.EmitInterval, log)
+	}
 	return t, nil
+}
+
+// advanceEpochs adds one to gtp_epoch every interval until the returned
+// stop is called: the programs record a busy key's call once per epoch, so
+// they need no clock to rate-limit their records.
+func advanceEpochs(m *ebpf.Map, every time.Duration, log *slog.Logger) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for epoch := uint64(1); ; epoch++ {
+			if err := m.Update(uint32(0), epoch, ebpf.UpdateAny); err != nil {
+				// Records then stop after each key's first: say so once.
+				log.Warn("GTP-U tracer: emit epoch not advanced, busy processes and CPUs send no more events", "err", err)
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // loadOne loads and attaches the program for one function; the first load
@@ -483,11 +530,40 @@ func (t *Tracer) Counts() ([]Count, error) {
 	var v gtpGtpCount
 	it := t.counts.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, Count{TGID: k.Tgid, CPU: k.Cpu, Function: t.funcName(k.Func), Context: Context(k.Ctx), Packets: v.Packets})
+		out = append(out, Count{TGID: k.Tgid, CPU: processCPU, Function: t.funcName(k.Func), Context: Process, Packets: v.Packets})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read counts: %w", err)
 	}
+	var perCPU []gtpGtpCpuCounts
+	if err := t.cpuWork.Lookup(uint32(0), &perCPU); err != nil {
+		return nil, fmt.Errorf("read per-CPU counts: %w", err)
+	}
+	out = append(out, t.cpuCounts(perCPU)...)
+	sortCounts(out)
+	return out, nil
+}
+
+// processCPU is Count.CPU for a process's counts (they are not per CPU).
+const processCPU = 0xffffffff
+
+// cpuCounts lists the non-zero slots of each CPU's counts (possible CPUs in
+// order, as the kernel returns a per-CPU value).
+func (t *Tracer) cpuCounts(perCPU []gtpGtpCpuCounts) []Count {
+	var out []Count
+	for cpu := range perCPU {
+		for i, c := range perCPU[cpu].C {
+			if c.Packets == 0 {
+				continue
+			}
+			fn, ctx := i/len(contextNames), Context(i%len(contextNames))
+			out = append(out, Count{CPU: uint32(cpu), Function: t.funcName(uint32(fn)), Context: ctx, Packets: c.Packets})
+		}
+	}
+	return out
+}
+
+func sortCounts(out []Count) {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.TGID != b.TGID {
@@ -496,9 +572,11 @@ func (t *Tracer) Counts() ([]Count, error) {
 		if a.CPU != b.CPU {
 			return a.CPU < b.CPU
 		}
-		return a.Function < b.Function
+		if a.Function != b.Function {
+			return a.Function < b.Function
+		}
+		return a.Context < b.Context
 	})
-	return out, nil
 }
 
 // Forget deletes a process's counts (every traced function, process
@@ -507,7 +585,7 @@ func (t *Tracer) Counts() ([]Count, error) {
 func (t *Tracer) Forget(tgid uint32) error {
 	var errs []error
 	for id := range t.funcs {
-		k := gtpGtpKey{Tgid: tgid, Func: uint32(id), Cpu: 0xffffffff, Ctx: uint32(Process)}
+		k := gtpGtpKey{Tgid: tgid, Func: uint32(id)}
 		if err := t.counts.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}
@@ -522,6 +600,10 @@ func (t *Tracer) Drops() (uint64, error) { return percpu.Sum[uint64](t.drops, ui
 // Close detaches and releases everything.
 func (t *Tracer) Close() error {
 	var errs []error
+	if t.stopEpochs != nil {
+		t.stopEpochs()
+		t.stopEpochs = nil
+	}
 	if t.reader != nil {
 		errs = append(errs, t.reader.Close())
 	}

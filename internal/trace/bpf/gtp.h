@@ -5,6 +5,13 @@
 
 #define GTP_COMM_LEN 16
 #define GTP_IFNAME_LEN 16
+/* Functions one tracer traces at most (func ids 0 to GTP_MAX_FUNCS - 1). */
+#define GTP_MAX_FUNCS 64
+/* Contexts (enum gtp_ctx). */
+#define GTP_NCTX 5
+/* Sent GTP-U packets remembered per CPU (see gtp_cpu_state in gtp.bpf.c). */
+#define GTP_MARK_BITS 8
+#define GTP_MARK_SLOTS (1 << GTP_MARK_BITS)
 
 /* In which context a traced function ran. */
 enum gtp_ctx {
@@ -15,15 +22,22 @@ enum gtp_ctx {
 	GTP_CTX_BACKLOG = 4,   /* a user task in a packet-moving call whose softirq ran a packet it did not send */
 };
 
-/* A GTP-U packet a process sent, keyed by its skb's data buffer. */
+/* A GTP-U packet a process sent, known by its skb's data buffer. */
 struct gtp_mark {
+	__u64 head;  /* skb->head; 0: free */
 	__u64 ts_ns; /* when it was sent */
 	__u32 tgid;  /* who sent it */
 	__u32 _pad;
 };
 
-/* One ring buffer record: the first packet of a (task, function), then at
- * most one per emit_interval_ns. */
+/* Per-CPU state of the programs (one element of a per-CPU array). */
+struct gtp_cpu {
+	__u64 preempt_count; /* this CPU's preempt count's address; 0: not known yet */
+	struct gtp_mark marks[GTP_MARK_SLOTS]; /* direct-mapped by head */
+};
+
+/* One ring buffer record: the first call of a key (a process and function,
+ * or a CPU, function and context), then at most one per emit interval. */
 struct gtp_event {
 	__u64 ts_ns; /* bpf_ktime_get_ns (CLOCK_MONOTONIC) */
 	__u32 pid;
@@ -36,17 +50,21 @@ struct gtp_event {
 	char ifname[GTP_IFNAME_LEN]; /* that device's name (its namespace's); empty if unknown */
 };
 
-/* Counts key: per thread group for process context, per CPU otherwise. */
+/* Key of a process's counts (GTP_CTX_PROCESS calls). */
 struct gtp_key {
-	__u32 tgid; /* 0 unless ctx is GTP_CTX_PROCESS */
+	__u32 tgid;
 	__u32 func;
-	__u32 cpu; /* 0xffffffff for GTP_CTX_PROCESS */
-	__u32 ctx;
 };
 
 struct gtp_count {
 	__u64 packets;
-	__u64 last_emit_ns;
+	__u64 epoch; /* gtp_epoch's value at the last ring record */
+};
+
+/* Calls in the other contexts, per CPU (one element of a per-CPU array),
+ * at [func * GTP_NCTX + ctx]. */
+struct gtp_cpu_counts {
+	struct gtp_count c[GTP_MAX_FUNCS * GTP_NCTX];
 };
 
 #endif /* SWL_TRACE_GTP_H */
