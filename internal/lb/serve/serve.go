@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package serve runs the load balancer as `swiftlane lb` does: it opens the
-// balancer, attaches it, serves its /metrics, and keeps it current next to a
-// housekeeping thread that attaches to new interfaces and sweeps idle
-// sessions. The services come from a Feed: the file (re-read on change and
-// on SIGHUP) or the cluster's Services and EndpointSlices.
+// balancer, attaches it, serves its /metrics and the Services' health check
+// node ports, and keeps them current next to a housekeeping thread that
+// attaches to new interfaces and sweeps idle sessions. The services come
+// from a Feed: the file (re-read on change and on SIGHUP) or the cluster's
+// Services and EndpointSlices.
 package serve
 
 import (
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	"github.com/swiftlane/swiftlane/internal/lb/healthcheck"
 	"github.com/swiftlane/swiftlane/internal/lb/metrics"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
@@ -28,8 +30,40 @@ import (
 // DefaultPinDir is under the usual bpffs mount point.
 const DefaultPinDir = "/sys/fs/bpf/swiftlane/lb"
 
-// Feed keeps the balancer's services current until ctx ends.
-type Feed func(ctx context.Context, b *balancer.Balancer) error
+// Feed keeps the services current until ctx ends, handing each new Config
+// to a.
+type Feed func(ctx context.Context, a Applier) error
+
+// Applier takes a new Config: Run's programs the balancer with it, then the
+// health check node ports.
+type Applier interface {
+	Apply(*services.Config) (balancer.Changes, error)
+}
+
+// applier is Run's Applier. The health checks follow every apply: a Config
+// the balancer refused leaves them answering 503 (see
+// healthcheck.Server.SetProxyHealthy) until one is taken.
+type applier struct {
+	b   *balancer.Balancer
+	hc  *healthcheck.Server
+	log *slog.Logger
+}
+
+func (a applier) Apply(cfg *services.Config) (balancer.Changes, error) {
+	ch, err := a.b.Apply(cfg)
+	a.hc.SetProxyHealthy(err == nil)
+	if err != nil {
+		return ch, err
+	}
+	a.syncHealth(cfg)
+	return ch, nil
+}
+
+func (a applier) syncHealth(cfg *services.Config) {
+	if err := a.hc.Sync(cfg); err != nil {
+		a.log.Error("health check node ports", "err", err)
+	}
+}
 
 // Options are what Run needs besides the node settings and the feed.
 type Options struct {
@@ -40,6 +74,9 @@ type Options struct {
 	// Interval is how often housekeeping attaches to new interfaces and
 	// sweeps idle sessions.
 	Interval time.Duration
+	// HealthHost is the address health check node ports listen on; empty:
+	// every address of the node.
+	HealthHost string
 }
 
 // Run loads the datapath with cfg's node settings and services, attaches
@@ -65,6 +102,14 @@ func Run(ctx context.Context, cfg *services.Config, o Options, feed Feed) error 
 	if err := b.PinnedMapsCurrent(); err != nil {
 		log.Warn("remove maps pinned by an older build", "err", err)
 	}
+	hc := healthcheck.New(healthcheck.Options{Host: o.HealthHost, Log: log})
+	defer hc.Close()
+	a := applier{b: b, hc: hc, log: log}
+	if !o.Balancer.Deferred {
+		// Open applied cfg; a deferred one is first applied by the feed.
+		hc.SetProxyHealthy(true)
+		a.syncHealth(cfg)
+	}
 
 	if o.MetricsAddr != "" {
 		reg := prometheus.NewRegistry()
@@ -82,7 +127,7 @@ func Run(ctx context.Context, cfg *services.Config, o Options, feed Feed) error 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	fed := make(chan error, 1)
-	go func() { fed <- feed(ctx, b) }()
+	go func() { fed <- feed(ctx, a) }()
 
 	housekept := make(chan struct{})
 	go func() {
