@@ -27,6 +27,7 @@ func newLBCmd() *cobra.Command {
 		proxyName          string
 		metricsAddr        string
 		pinDir             string
+		hostCgroup         string
 		interval, debounce time.Duration
 		check, debug       bool
 		cleanup            bool
@@ -71,7 +72,7 @@ command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
 				return err
 			}
 			log := newLogger(debug)
-			opts := serve.Options{Log: log, Balancer: balancer.Options{Log: log, PinDir: pinDir}, MetricsAddr: metricsAddr, Interval: interval}
+			opts := serve.Options{Log: log, Balancer: balancer.Options{Log: log, PinDir: pinDir}, MetricsAddr: metricsAddr, Interval: interval, HostCgroup: hostCgroup}
 			switch source {
 			case "file":
 				if check {
@@ -121,6 +122,7 @@ command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9465", "Prometheus /metrics listen address (empty: off)")
 	f.DurationVar(&interval, "sweep-interval", 5*time.Second, "how often to expire idle sessions, attach to new interfaces and (--source file) re-read the file")
 	f.StringVar(&pinDir, "pin-dir", serve.DefaultPinDir, "bpffs directory that keeps sessions, services and attachments across restarts (empty: no pinning; stopping detaches and drops the sessions)")
+	f.StringVar(&hostCgroup, "host-cgroup", serve.HostCgroupAuto, "balance the node's own connections (host-network pods, node daemons) made by processes in this cgroup v2 directory and below, at the socket; auto: the cgroup v2 root; empty: off")
 	f.BoolVar(&cleanup, "cleanup", false, "detach the program and remove everything pinned under --pin-dir, then exit")
 	f.BoolVar(&check, "check", false, "validate --config and exit")
 	f.BoolVar(&debug, "debug", false, "also log why Services are skipped when that is expected (headless, ExternalName)")

@@ -126,7 +126,7 @@ func Load(c Constants) (*Datapath, error) {
 		}
 	}
 	if !c.IPv6 {
-		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6, lbMapSrcRanges6} {
+		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6, lbMapSrcRanges6, lbMapSockRev6} {
 			spec.Maps[m].MaxEntries = 1
 		}
 	}

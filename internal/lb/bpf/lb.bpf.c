@@ -409,6 +409,57 @@ static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __
 		return true;                                                                  \
 	}
 
+// pick_backend: the backend a new connection to svc goes to, or NULL. The
+// tc path (create_session) and the socket path (sock.bpf.c) both choose
+// with it, so they agree: the client's (ak) remembered backend first, if
+// recent and still taking new connections for this frontend (not removed,
+// not terminating), else the slot hash % count. *id is the backend's id;
+// *hit says affinity chose it. A frontend with affinity remembers the
+// choice.
+#define DEFINE_PICK_BACKEND(F)                                                                          \
+	static __always_inline struct backend##F *pick_backend##F(const struct svc_val##F *svc,             \
+								  const struct affinity_key##F *ak, __u32 hash, \
+								  __u64 now, __u32 *id, bool *hit)            \
+	{                                                                                               \
+		struct backend##F *b = NULL;                                                            \
+		__u32 backend_id = 0;                                                                   \
+		__u32 count = svc->count;                                                               \
+                                                                                                        \
+		*hit = false;                                                                           \
+		if (svc->affinity_sec) {                                                                \
+			struct affinity_val *a = bpf_map_lookup_elem(&affinity##F, ak);                 \
+			if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {       \
+				struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id }; \
+				backend_id = a->backend_id;                                             \
+				if (bpf_map_lookup_elem(&svc_members, &mk))                             \
+					b = bpf_map_lookup_elem(&backends##F, &backend_id);             \
+				*hit = b != NULL;                                                       \
+			}                                                                               \
+		}                                                                                       \
+		if (!b && count) {                                                                      \
+			struct slot_key sk = { .svc_id = svc->id, .slot = hash % count };               \
+			__u32 *bid = bpf_map_lookup_elem(&backend_slots, &sk);                          \
+			if (!bid) { /* the set shrank under us; slot 0 is always written first */       \
+				sk.slot = 0;                                                            \
+				bid = bpf_map_lookup_elem(&backend_slots, &sk);                         \
+			}                                                                               \
+			if (bid) {                                                                      \
+				backend_id = *bid;                                                      \
+				b = bpf_map_lookup_elem(&backends##F, &backend_id);                     \
+			}                                                                               \
+		}                                                                                       \
+		if (b && svc->affinity_sec) {                                                           \
+			/* Refreshed by every new connection, as kube-proxy's "recent" list is. */      \
+			struct affinity_val av = { .backend_id = backend_id, .last_used = now };        \
+			bpf_map_update_elem(&affinity##F, ak, &av, BPF_ANY);                            \
+		}                                                                                       \
+		*id = backend_id;                                                                       \
+		return b;                                                                               \
+	}
+
+DEFINE_PICK_BACKEND()
+DEFINE_PICK_BACKEND(6)
+
 // Choose a backend and insert the session pair: 0 with *out the forward
 // entry to apply, or -1 after counting the drop reason. attr: IPv6 calls it
 // out of line (__noinline), which keeps its bigger keys within the stack.
@@ -416,53 +467,24 @@ static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __
 	static attr int create_session##F(const struct flow##F *f, const struct svc_val##F *svc,      \
 					  struct session##F *out)                                     \
 	{                                                                                           \
-		struct slot_key sk = { .svc_id = svc->id };                                         \
 		struct affinity_key##F ak = { .svc_id = svc->id };                                  \
 		struct lb_stats *st = lookup_stats();                                               \
 		__u64 now = bpf_ktime_get_ns();                                                     \
-		struct backend##F *b = NULL;                                                        \
-		__u32 backend_id = 0;                                                               \
-		__u32 count = svc->count;                                                           \
+		__u32 backend_id;                                                                   \
+		bool hit;                                                                           \
                                                                                                     \
 		addr_set(ak.client, f->saddr);                                                      \
-		if (svc->affinity_sec) {                                                            \
-			/* The client's previous backend, if recent and still taking new            \
-			   connections for this frontend (not removed, not terminating). */         \
-			struct affinity_val *a = bpf_map_lookup_elem(&affinity##F, &ak);            \
-			if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {   \
-				struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id }; \
-				backend_id = a->backend_id;                                         \
-				if (bpf_map_lookup_elem(&svc_members, &mk))                         \
-					b = bpf_map_lookup_elem(&backends##F, &backend_id);         \
-				if (b && st)                                                        \
-					st->affinity_hits++;                                        \
-			}                                                                           \
-		}                                                                                   \
-		if (!b && count) {                                                                  \
-			/* Random spreads best for one node; Maglev gives a flow the same           \
-			   backend on every LB node and after a restart, and moves few              \
-			   flows when the backend set changes. */                                   \
-			__u32 h = (svc->flags & SVC_F_MAGLEV) ? flow_hash(f) : bpf_get_prandom_u32(); \
-			sk.slot = h % count;                                                        \
-			__u32 *bid = bpf_map_lookup_elem(&backend_slots, &sk);                      \
-			if (!bid) { /* the set shrank under us; slot 0 is always written first */   \
-				sk.slot = 0;                                                        \
-				bid = bpf_map_lookup_elem(&backend_slots, &sk);                     \
-			}                                                                           \
-			if (bid) {                                                                  \
-				backend_id = *bid;                                                  \
-				b = bpf_map_lookup_elem(&backends##F, &backend_id);                 \
-			}                                                                           \
-		}                                                                                   \
+		/* Random spreads best for one node; Maglev gives a flow the same                   \
+		   backend on every LB node and after a restart, and moves few                      \
+		   flows when the backend set changes. */                                           \
+		__u32 h = (svc->flags & SVC_F_MAGLEV) ? flow_hash(f) : bpf_get_prandom_u32();       \
+		struct backend##F *b = pick_backend##F(svc, &ak, h, now, &backend_id, &hit);        \
+		if (hit && st)                                                                      \
+			st->affinity_hits++;                                                        \
 		if (!b) {                                                                           \
 			if (st)                                                                     \
 				st->drop_no_backend++;                                              \
 			return -1;                                                                  \
-		}                                                                                   \
-		if (svc->affinity_sec) {                                                            \
-			/* Refreshed by every new connection, as kube-proxy's "recent" list is. */  \
-			struct affinity_val av = { .backend_id = backend_id, .last_used = now };    \
-			bpf_map_update_elem(&affinity##F, &ak, &av, BPF_ANY);                       \
 		}                                                                                   \
                                                                                                     \
 		struct session##F fwd = {                                                           \
@@ -1222,5 +1244,8 @@ int sweep_delete(struct sweep_args *ctx)
 	ctx->conns = a.conns;
 	return 0;
 }
+
+// The node's own sockets: cgroup programs over the same maps.
+#include "sock.bpf.c"
 
 char __license[] SEC("license") = "GPL";

@@ -26,11 +26,13 @@ type LB struct {
 // msg=started (its services are programmed and its interfaces attached).
 // Only the network namespace is switched: `ip netns exec` would also mount
 // a fresh /sys, hiding the caller's bpffs mounts under it. The process
-// inherits the caller's CPU affinity. If it exits first or does not start
+// inherits the caller's CPU affinity. Host traffic is off unless args set
+// --host-cgroup: its default, the cgroup v2 root, would translate the
+// sockets of every process on this machine. If it exits first or does not start
 // within timeout, the error carries its log and nothing is left running.
 func StartLB(ns NS, bin string, timeout time.Duration, args ...string) (*LB, error) {
 	p := &LB{exited: make(chan struct{})}
-	p.cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns.Name, bin, "lb"}, args...)...)
+	p.cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns.Name, bin, "lb", "--host-cgroup="}, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		return nil, err

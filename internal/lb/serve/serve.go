@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	"github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/healthcheck"
 	"github.com/swiftlane/swiftlane/internal/lb/metrics"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
@@ -74,10 +75,19 @@ type Options struct {
 	// Interval is how often housekeeping attaches to new interfaces and
 	// sweeps idle sessions.
 	Interval time.Duration
+	// HostCgroup balances the connections of this cgroup v2 directory's
+	// processes (and its descendants') made in the node's network
+	// namespace, at the socket: HostCgroupAuto for the whole hierarchy,
+	// empty for none (the node's own connections then reach no Service).
+	HostCgroup string
 	// HealthHost is the address health check node ports listen on; empty:
 	// every address of the node.
 	HealthHost string
 }
+
+// HostCgroupAuto names the root of the cgroup v2 hierarchy, wherever it is
+// mounted.
+const HostCgroupAuto = "auto"
 
 // Run loads the datapath with cfg's node settings and services, attaches
 // it, and runs feed next to the periodic attach and session sweep until
@@ -101,6 +111,13 @@ func Run(ctx context.Context, cfg *services.Config, o Options, feed Feed) error 
 	}
 	if err := b.PinnedMapsCurrent(); err != nil {
 		log.Warn("remove maps pinned by an older build", "err", err)
+	}
+	host, err := attachHost(log, b, o)
+	if err != nil {
+		return err
+	}
+	if host != nil {
+		defer host.Close()
 	}
 	hc := healthcheck.New(healthcheck.Options{Host: o.HealthHost, Log: log})
 	defer hc.Close()
@@ -144,6 +161,34 @@ func Run(ctx context.Context, cfg *services.Config, o Options, feed Feed) error 
 	cancel()
 	<-housekept
 	return err
+}
+
+// attachHost attaches the socket programs for the node's own connections
+// to o.HostCgroup, in this thread's network namespace (the node's), or
+// with host traffic off detaches what a previous process pinned.
+func attachHost(log *slog.Logger, b *balancer.Balancer, o Options) (*bpf.CgroupAttachment, error) {
+	cg := o.HostCgroup
+	if cg == "" {
+		if o.Balancer.PinDir != "" {
+			if err := bpf.DetachCgroup(o.Balancer.PinDir); err != nil {
+				log.Warn("detach the pinned socket programs (host traffic is off)", "err", err)
+			}
+		}
+		log.Info("host traffic not balanced (--host-cgroup is empty): the node's own connections reach no Service")
+		return nil, nil
+	}
+	if cg == HostCgroupAuto {
+		var err error
+		if cg, err = bpf.CgroupRoot(); err != nil {
+			return nil, fmt.Errorf("--host-cgroup auto: %w; name the cgroup v2 directory, or set --host-cgroup= to leave the node's own connections untranslated", err)
+		}
+	}
+	a, err := b.Datapath().AttachCgroup(cg, o.Balancer.PinDir)
+	if err != nil {
+		return nil, fmt.Errorf("--host-cgroup %s: %w (set --host-cgroup= to leave the node's own connections untranslated)", cg, err)
+	}
+	log.Info("host traffic balanced at the socket", "cgroup", cg)
+	return a, nil
 }
 
 // housekeep attaches to new interfaces and sweeps idle sessions every
