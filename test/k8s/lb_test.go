@@ -16,12 +16,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
 
 	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
@@ -225,5 +227,26 @@ func TestChartLBAlone(t *testing.T) {
 		if c := o.GetLabels()["app.kubernetes.io/component"]; c == "agent" || c == "api" {
 			t.Errorf("%s/%s rendered with agent.enabled and api.enabled false", o.GetKind(), o.GetName())
 		}
+	}
+}
+
+// The real `swiftlane lb` takes the chart's arguments, environment and node
+// settings file: with --check it parses them and loads the settings, and
+// exits before anything reaches the kernel or the API server.
+func TestChartLBBinaryAcceptsArgs(t *testing.T) {
+	bin := swiftlane(t)
+	objs := render(t, append(slices.Clone(lbOn), "--set", "lb.serviceProxyName=swiftlane", "--set", "lb.sweepInterval=2s")...)
+	var ds appsv1.DaemonSet
+	find(t, objs, "DaemonSet", "swl-swiftlane-lb", &ds)
+	pod := ds.Spec.Template.Spec.DeepCopy()
+	pod.Containers[0].Args = append(pod.Containers[0].Args, "--check")
+	p := (&kube{}).start(t, bin, objs, *pod, "node-a", &rest.Config{Host: "https://192.0.2.1:8443"})
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("swiftlane lb --check still runs after a minute:\n%s", p.log.String())
+	}
+	if p.err != nil || !strings.Contains(p.log.String(), "node settings OK") {
+		t.Fatalf("swiftlane lb with the chart's arguments: %v\n%s", p.err, p.log.String())
 	}
 }
