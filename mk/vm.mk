@@ -56,7 +56,11 @@ SCHED_BOOTS       := 1
 SCHED_OUT         := $(BUILD)/bench-sched-quick
 override BENCH_SCHED_FLAGS += -quick
 endif
+ifeq ($(filter $(SCHED_PROFILE),default heavy),)
+$(error SCHED_PROFILE=$(SCHED_PROFILE): unknown saturation profile, use default or heavy (bench/sched/profile.go))
+endif
 SCHED_NAME        := $(if $(filter default,$(SCHED_PROFILE)),sched,sched-$(SCHED_PROFILE))
+SCHED_TITLE       := bench-sched$(if $(filter default,$(SCHED_PROFILE)),, ($(SCHED_PROFILE) profile))
 
 .PHONY: bench-sched
 bench-sched: deps vm-bins peers ## Scheduler benchmark suite: 7 variants x probe, cyclictest, perf messaging/pipe, hackbench, hogs, nginx; SCHED_BOOTS=3 boots -> bench/results/sched.json + .png (SCHED_PROFILE=heavy: sched-heavy.json; QUICK=1: smoke run)
@@ -69,7 +73,7 @@ bench-sched: deps vm-bins peers ## Scheduler benchmark suite: 7 variants x probe
 	    -out $(SCHED_OUT)/$(SCHED_NAME)-boots/boot-$$b.json $(BENCH_SCHED_FLAGS) || { echo "== bench-sched: boot $$b failed"; failed=1; }; \
 	done; \
 	$(BUILD)/bench-sched -merge -torture bench/results/torture.json -out $(SCHED_OUT)/$(SCHED_NAME).json $(SCHED_OUT)/$(SCHED_NAME)-boots/boot-*.json && \
-	$(GO) run ./bench/plot -in $(SCHED_OUT)/$(SCHED_NAME).json -out $(SCHED_OUT)/$(SCHED_NAME).png -title "bench-sched ($(SCHED_PROFILE) profile)" && exit $$failed
+	$(GO) run ./bench/plot -in $(SCHED_OUT)/$(SCHED_NAME).json -out $(SCHED_OUT)/$(SCHED_NAME).png -title "$(SCHED_TITLE)" && exit $$failed
 
 # TestTorture (test/vm/torture_test.go) TORTURE_RUNS times per kernel, each
 # run in a boot of its own (a run that wedges the kernel must not take the

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -139,5 +140,21 @@ func TestHeavyGoals(t *testing.T) {
 		if strings.HasPrefix(g.Goal, "heavy profile") {
 			t.Errorf("default profile checks %q", g.Goal)
 		}
+	}
+}
+
+// mk/vm.mk refuses an unknown SCHED_PROFILE before booting: its list must
+// be -profile's.
+func TestMakeProfiles(t *testing.T) {
+	b, err := os.ReadFile("../../mk/vm.mk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`\$\(filter \$\(SCHED_PROFILE\),([^)]*)\)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("mk/vm.mk does not check SCHED_PROFILE")
+	}
+	if got := strings.Fields(string(m[1])); !slices.Equal(got, profileNames()) {
+		t.Errorf("mk/vm.mk allows %q, -profile %q", got, profileNames())
 	}
 }
