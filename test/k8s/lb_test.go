@@ -8,9 +8,6 @@
 package k8s
 
 import (
-	"bufio"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 
 	"github.com/swiftlane/swiftlane/internal/lb/services"
@@ -48,28 +44,15 @@ func lbObjects(objs []*unstructured.Unstructured) []string {
 // balancer with (it serves) and without each (it fails to start).
 func exampleCapabilities(t *testing.T) []corev1.Capability {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "deploy", "lb", "swiftlane-lb.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "lb", "swiftlane-lb.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			t.Fatal("deploy/lb/swiftlane-lb.yaml has no DaemonSet")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ds appsv1.DaemonSet
-		if err := utilyaml.Unmarshal(doc, &ds); err != nil || ds.Kind != "DaemonSet" {
-			continue
-		}
-		add := slices.Clone(ds.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Add)
-		slices.Sort(add)
-		return add
-	}
+	var ds appsv1.DaemonSet
+	find(t, decodeObjects(t, string(b)), "DaemonSet", "swiftlane-lb", &ds)
+	add := slices.Clone(ds.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Add)
+	slices.Sort(add)
+	return add
 }
 
 func TestChartLBOffByDefault(t *testing.T) {
