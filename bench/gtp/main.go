@@ -157,6 +157,7 @@ var (
 	pps       = flag.Int("pps", 50, "background traffic: ICMP echo requests per second from each other UE through the gNB (0: none)")
 	scale     = flag.String("scale", "", "tracer cost at scale instead: comma-separated UE counts (e.g. 1,16,128), each with and without the tracer alone, -scale-rounds rounds; -samples pings per run")
 	scaleRnds = flag.Int("scale-rounds", 3, "rounds per UE count in -scale (variant order alternating)")
+	scaleTbl  = flag.String("scale-table", "", "print the markdown table (docs/gtp.md) of this -scale JSON, summarised again from its runs, and exit")
 	upf       = flag.String("upf", gtplab.UPFGTP, `the UPF module: "gtp" (the kernel's) or "gtp5g" (free5GC's, from .cache/gtp5g: make gtp5g)`)
 )
 
@@ -190,6 +191,19 @@ func main() {
 		}
 		return
 	}
+	if *scaleTbl != "" {
+		reps, err := benchlab.ReadJSONFiles[ScaleReport]([]string{*scaleTbl})
+		if err != nil {
+			fail(err)
+		}
+		rep := &reps[0]
+		rescore(rep)
+		fmt.Print(scaleTable(rep))
+		for _, s := range rep.Summary {
+			fmt.Printf("\n%d UEs: %s; %s\n", s.UEs, s.Saturation, s.Finding)
+		}
+		return
+	}
 	if *scale != "" {
 		var counts []int
 		for _, f := range strings.Split(*scale, ",") {
@@ -212,6 +226,7 @@ func main() {
 			for _, s := range rep.Summary {
 				fmt.Printf("bench-scale: %d UEs: %s\n", s.UEs, s.Finding)
 			}
+			fmt.Print(scaleTable(rep))
 			if werr := benchlab.WriteJSON(*out, rep); werr != nil && err == nil {
 				err = werr
 			}

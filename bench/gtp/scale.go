@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,7 +47,10 @@ type ScaleRun struct {
 	TracerNs          uint64  `json:"tracer_ns,omitempty"`
 	TracerRuns        uint64  `json:"tracer_runs,omitempty"`
 	TracerNsPerPacket float64 `json:"tracer_ns_per_packet,omitempty"`
-	Error             string  `json:"error,omitempty"`
+	// The guest's CPU time spent outside its idle loop during the pings
+	// (/proc/stat, all CPUs), in percent: how full the machine was.
+	CPUBusyPct float64 `json:"cpu_busy_pct"`
+	Error      string  `json:"error,omitempty"`
 }
 
 // ScaleSummary is one UE count's comparison: each figure's median and
@@ -61,7 +65,17 @@ type ScaleSummary struct {
 	NoTracerP99Ms     *benchlab.Stat `json:"no_tracer_p99_ms"`
 	TracerP99Ms       *benchlab.Stat `json:"tracer_p99_ms"`
 	AvgOverheadPct    *benchlab.Stat `json:"avg_overhead_pct"` // tracer's average RTT against the same round's no-tracer one
-	Finding           string         `json:"finding"`
+	// Whether the guest was saturated without the tracer (see saturation):
+	// an overhead measured there is mostly the queueing that any added CPU
+	// work causes in a full machine, not the tracer's own cost.
+	NoTracerCPUBusyPct *benchlab.Stat `json:"no_tracer_cpu_busy_pct"`
+	TracerCPUBusyPct   *benchlab.Stat `json:"tracer_cpu_busy_pct"`
+	// The no-tracer average RTT's median over the 1-UE one's (0: no 1-UE
+	// runs in this report).
+	NoTracerAvgVs1UE float64 `json:"no_tracer_avg_vs_1ue,omitempty"`
+	Saturated        bool    `json:"saturated"`
+	Saturation       string  `json:"saturation"`
+	Finding          string  `json:"finding"`
 }
 
 type ScaleReport struct {
@@ -86,7 +100,9 @@ func runScale(ueCounts []int, rounds int) (*ScaleReport, error) {
 			"(%d pings a run); the other UEs send %d echo requests/s each through the gNB. \"tracer\": `swiftlane trace gtp "+
 			"--every 1s` alone (EEVDF schedules); its programs' run time from kernel.bpf_stats_enabled (which itself adds two "+
 			"clock reads per program run). Per packet: every tracer program run (GTP-U functions and the sender marks on "+
-			"every IP send) over the packets the UPF device received and sent.", *interval, *samples, *pps),
+			"every IP send) over the packets the UPF device received and sent. cpu_busy_pct: the guest's CPU time outside the idle "+
+			"loop during the pings; a UE count is saturated when, without the tracer, that is >= %d %% or UE 1's average RTT >= %dx "+
+			"the 1-UE figure: its overhead is then mostly queueing in a full machine.", *interval, *samples, *pps, saturatedBusyPct, saturatedRTTRatio),
 	}
 	if err := os.WriteFile("/proc/sys/kernel/bpf_stats_enabled", []byte("1"), 0); err != nil {
 		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
@@ -96,11 +112,68 @@ func runScale(ueCounts []int, rounds int) (*ScaleReport, error) {
 		runs, err := scaleOne(n, rounds)
 		rep.Runs = append(rep.Runs, runs...)
 		if err != nil {
+			judgeSaturation(rep.Summary)
 			return rep, fmt.Errorf("%d UEs: %w", n, err)
 		}
 		rep.Summary = append(rep.Summary, summarise(n, runs))
 	}
+	judgeSaturation(rep.Summary)
 	return rep, nil
+}
+
+// When the guest counts as saturated without the tracer: its CPUs busy at
+// least this much of the time, or UE 1's average RTT at least this many
+// times the 1-UE figure (the pings then wait behind the other UEs' work).
+const (
+	saturatedBusyPct  = 80
+	saturatedRTTRatio = 2
+)
+
+// judgeSaturation says for each UE count whether the no-tracer runs had the
+// guest saturated, and if so marks the finding: the RTT overhead measured
+// there is not what the tracer costs on a machine with room to spare.
+func judgeSaturation(sums []ScaleSummary) {
+	var one float64
+	for _, s := range sums {
+		if s.UEs == 1 && s.NoTracerAvgMs != nil {
+			one = s.NoTracerAvgMs.Median
+		}
+	}
+	for i := range sums {
+		s := &sums[i]
+		var why []string
+		if one > 0 && s.NoTracerAvgMs != nil {
+			s.NoTracerAvgVs1UE = benchlab.Round(s.NoTracerAvgMs.Median / one)
+			if s.NoTracerAvgVs1UE >= saturatedRTTRatio {
+				why = append(why, fmt.Sprintf("UE 1's RTT %.1fx the 1-UE figure", s.NoTracerAvgVs1UE))
+			}
+		}
+		if b := s.NoTracerCPUBusyPct; b != nil && b.Median >= saturatedBusyPct {
+			why = append(why, fmt.Sprintf("CPUs %.0f %% busy", b.Median))
+		}
+		s.Saturated = len(why) > 0
+		switch {
+		case s.Saturated:
+			s.Saturation = "saturated without the tracer: " + strings.Join(why, ", ")
+			s.Finding = fmt.Sprintf("measured in a saturated guest (without the tracer %s; saturated: >= %d %% busy or >= %dx), "+
+				"so the overhead is mostly queueing behind any added work, not the tracer's cost at a rate the guest can carry: %s",
+				strings.Join(why, ", "), saturatedBusyPct, saturatedRTTRatio, s.Finding)
+		case s.NoTracerCPUBusyPct == nil && one == 0:
+			s.Saturation = "not judged: no CPU figures and no 1-UE runs"
+		default:
+			var seen []string
+			if b := s.NoTracerCPUBusyPct; b != nil {
+				seen = append(seen, fmt.Sprintf("CPUs %.0f %% busy", b.Median))
+			}
+			if s.NoTracerAvgVs1UE > 0 {
+				seen = append(seen, fmt.Sprintf("UE 1's RTT %.1fx the 1-UE figure", s.NoTracerAvgVs1UE))
+			}
+			s.Saturation = "not saturated without the tracer: " + strings.Join(seen, ", ")
+			if s.NoTracerCPUBusyPct == nil {
+				s.Saturation += " (judged on the RTT alone: no CPU figures)"
+			}
+		}
+	}
 }
 
 // scaleOne brings a lab with n UEs up, with its gNB and the other UEs'
@@ -178,12 +251,20 @@ func scaleRun(run *ScaleRun, t gtplab.Topology) error {
 	if err != nil {
 		return err
 	}
+	cpu0, err := readCPUTimes()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	res, err := measure()
 	if err != nil {
 		return err
 	}
 	secs := time.Since(t0).Seconds()
+	cpu1, err := readCPUTimes()
+	if err != nil {
+		return err
+	}
 	st1, err := lab.Stats()
 	if err != nil {
 		return err
@@ -192,6 +273,7 @@ func scaleRun(run *ScaleRun, t gtplab.Topology) error {
 	if err != nil {
 		return err
 	}
+	run.CPUBusyPct = round3(cpu1.busyPctSince(cpu0))
 	run.Result = res
 	run.Result.RTTMs = nil // the summary keeps the figures; the samples would be 36 lists
 	run.Packets = st1.RxPackets + st1.TxPackets - st0.RxPackets - st0.TxPackets
@@ -239,6 +321,49 @@ func tracerStats() (ns, runs uint64, err error) {
 	}
 }
 
+// cpuTimes are /proc/stat's totals over all CPUs, in clock ticks.
+type cpuTimes struct{ total, idle uint64 }
+
+func readCPUTimes() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	return parseCPUTimes(string(b))
+}
+
+// parseCPUTimes reads the "cpu" line: user nice system idle iowait irq
+// softirq steal ...; idle and iowait are the idle loop's time.
+func parseCPUTimes(stat string) (cpuTimes, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: first line %q is not the CPUs' total", line)
+	}
+	var t cpuTimes
+	// guest and guest_nice (fields 9 and 10) are inside user and nice already.
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("/proc/stat: field %d of %q: %w", i+1, line, err)
+		}
+		t.total += n
+		if i == 3 || i == 4 {
+			t.idle += n
+		}
+	}
+	return t, nil
+}
+
+// busyPctSince is the share of CPU time outside the idle loop since c0.
+func (c cpuTimes) busyPctSince(c0 cpuTimes) float64 {
+	total := c.total - c0.total
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(total-(c.idle-c0.idle)) / float64(total)
+}
+
 // summarise compares the variants of one UE count, round by round.
 func summarise(n int, runs []ScaleRun) ScaleSummary {
 	by := map[string]map[int]*ScaleRun{"no-tracer": {}, "tracer": {}}
@@ -257,9 +382,15 @@ func summarise(n int, runs []ScaleRun) ScaleSummary {
 		if off != nil {
 			add("off_avg", r, off.Result.AvgMs)
 			add("off_p99", r, off.Result.P99Ms)
+			if off.CPUBusyPct > 0 {
+				add("off_busy", r, off.CPUBusyPct)
+			}
 		}
 		if on == nil {
 			continue
+		}
+		if on.CPUBusyPct > 0 {
+			add("on_busy", r, on.CPUBusyPct)
 		}
 		add("pps", r, on.PacketsPerSecond)
 		add("ns", r, on.TracerNsPerPacket)
@@ -274,7 +405,7 @@ func summarise(n int, runs []ScaleRun) ScaleSummary {
 	s := ScaleSummary{
 		UEs: n, PacketsPerSecond: stat("pps"), TracerNsPerPacket: stat("ns"), TracerCPUPct: stat("cpu"),
 		NoTracerAvgMs: stat("off_avg"), TracerAvgMs: stat("on_avg"), NoTracerP99Ms: stat("off_p99"), TracerP99Ms: stat("on_p99"),
-		AvgOverheadPct: stat("over"),
+		AvgOverheadPct: stat("over"), NoTracerCPUBusyPct: stat("off_busy"), TracerCPUBusyPct: stat("on_busy"),
 	}
 	s.Finding = scaleFinding(s.AvgOverheadPct)
 	return s
@@ -297,4 +428,59 @@ func scaleFinding(o *benchlab.Stat) string {
 	default:
 		return fmt.Sprintf("no difference beyond the spread (median %+.1f %%, rounds %.1f to %.1f); goal < 5 %%: %v", o.Median, o.Min, o.Max, o.Max < 5)
 	}
+}
+
+// scaleTable renders the summary as docs/gtp.md's markdown table.
+func scaleTable(rep *ScaleReport) string {
+	var b strings.Builder
+	b.WriteString("| UEs | packets/s | guest CPU busy, no tracer | RTT vs 1 UE, no tracer | UE RTT avg, no tracer | with tracer | overhead | tracer per packet | tracer CPU | saturated |\n")
+	b.WriteString("|----:|----------:|--------------------------:|-----------------------:|----------------------:|------------:|---------:|------------------:|-----------:|:----------|\n")
+	med := func(s *benchlab.Stat, format string) string {
+		if s == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf(format, s.Median)
+	}
+	for _, s := range rep.Summary {
+		over := "n/a"
+		if o := s.AvgOverheadPct; o != nil {
+			over = fmt.Sprintf("%+.1f %% (%+.1f to %+.1f)", o.Median, o.Min, o.Max)
+		}
+		vs1 := "n/a"
+		if s.NoTracerAvgVs1UE > 0 {
+			vs1 = fmt.Sprintf("%.1fx", s.NoTracerAvgVs1UE)
+		}
+		perPacket := "n/a"
+		if s.TracerNsPerPacket != nil {
+			perPacket = fmt.Sprintf("%.1f µs", s.TracerNsPerPacket.Median/1000)
+		}
+		sat := "no"
+		if s.Saturated {
+			sat = "**yes**"
+		} else if strings.HasPrefix(s.Saturation, "not judged") {
+			sat = "not judged"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.UEs, med(s.PacketsPerSecond, "%.0f"),
+			med(s.NoTracerCPUBusyPct, "%.0f %%"), vs1, med(s.NoTracerAvgMs, "%.1f ms"), med(s.TracerAvgMs, "%.1f ms"), over,
+			perPacket, med(s.TracerCPUPct, "%.1f %%"), sat)
+	}
+	return b.String()
+}
+
+// rescore summarises a report's runs again (a report written before a
+// summary field existed gets it from the runs it has) and judges saturation.
+func rescore(rep *ScaleReport) {
+	byUEs := map[int][]ScaleRun{}
+	var order []int
+	for _, r := range rep.Runs {
+		if _, ok := byUEs[r.UEs]; !ok {
+			order = append(order, r.UEs)
+		}
+		byUEs[r.UEs] = append(byUEs[r.UEs], r)
+	}
+	rep.Summary = nil
+	for _, n := range order {
+		rep.Summary = append(rep.Summary, summarise(n, byUEs[n]))
+	}
+	judgeSaturation(rep.Summary)
 }

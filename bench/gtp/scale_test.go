@@ -53,3 +53,63 @@ func TestSummarise(t *testing.T) {
 		t.Errorf("one round: finding %q", s.Finding)
 	}
 }
+
+func TestParseCPUTimes(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	c0, err := parseCPUTimes("cpu  100 0 50 800 50 0 0 0 30 0\ncpu0 50 0 25 400 25 0 0 0 15 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := parseCPUTimes("cpu  160 0 90 880 70 0 0 0 60 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 ticks passed, 100 of them idle or iowait; guest time is inside user.
+	if got := c1.busyPctSince(c0); got != 50 {
+		t.Errorf("busy %v %%, want 50", got)
+	}
+	if _, err := parseCPUTimes("intr 1 2 3\n"); err == nil || !strings.Contains(err.Error(), "not the CPUs' total") {
+		t.Errorf("a /proc/stat without the cpu line: err %v", err)
+	}
+}
+
+func TestJudgeSaturation(t *testing.T) {
+	runs := func(n int, offAvg, busy float64) []ScaleRun {
+		var out []ScaleRun
+		for r := 1; r <= 3; r++ {
+			out = append(out,
+				ScaleRun{UEs: n, Variant: "no-tracer", Round: r, Result: &Result{AvgMs: offAvg}, CPUBusyPct: busy},
+				ScaleRun{UEs: n, Variant: "tracer", Round: r, Result: &Result{AvgMs: offAvg * 1.5}, CPUBusyPct: busy + 5})
+		}
+		return out
+	}
+	rep := &ScaleReport{Runs: append(append(append(runs(1, 4, 20), runs(16, 5, 60)...), runs(64, 6, 95)...), runs(128, 12, 70)...)}
+	rescore(rep)
+	want := map[int]bool{1: false, 16: false, 64: true, 128: true} // 64: by CPU; 128: by RTT (3x)
+	for _, s := range rep.Summary {
+		if s.Saturated != want[s.UEs] {
+			t.Errorf("%d UEs: saturated %v, want %v (%s)", s.UEs, s.Saturated, want[s.UEs], s.Saturation)
+		}
+		if s.Saturated != strings.HasPrefix(s.Finding, "measured in a saturated guest") {
+			t.Errorf("%d UEs: finding %q does not say what saturation says (%v)", s.UEs, s.Finding, s.Saturated)
+		}
+	}
+	if s := rep.Summary[3]; s.NoTracerAvgVs1UE != 3 || !strings.Contains(s.Saturation, "3.0x the 1-UE figure") {
+		t.Errorf("128 UEs: %v x, %q", s.NoTracerAvgVs1UE, s.Saturation)
+	}
+	if s := rep.Summary[2]; s.NoTracerCPUBusyPct.Median != 95 || s.TracerCPUBusyPct.Median != 100 || !strings.Contains(s.Saturation, "95 % busy") {
+		t.Errorf("64 UEs: busy %+v / %+v, %q", s.NoTracerCPUBusyPct, s.TracerCPUBusyPct, s.Saturation)
+	}
+	table := scaleTable(rep)
+	if !strings.Contains(table, "| 64 | 0 | 95 % | 1.5x |") || !strings.Contains(table, "**yes** |\n") {
+		t.Errorf("table:\n%s", table)
+	}
+
+	// A report without CPU figures (written before they existed) and
+	// without a 1-UE count is not judged.
+	old := &ScaleReport{Runs: runs(128, 12, 0)}
+	rescore(old)
+	if s := old.Summary[0]; s.Saturated || !strings.HasPrefix(s.Saturation, "not judged") {
+		t.Errorf("no figures: %+v", s)
+	}
+}
