@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
 	lbbpf "github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 )
@@ -242,25 +245,57 @@ func (e *env) noServiceInConntrack(frontends ...string) int {
 	return len(es)
 }
 
+// hostCase is requests of one mode to one frontend from the node.
+type hostCase struct{ what, mode, addr string }
+
+// askFromNode runs each case n times from the node's namespace in cgroup
+// and checks that the application saw every answer come from the frontend
+// it addressed. It returns the answers by case.
+func (e *env) askFromNode(cgroup string, n int, cases ...hostCase) map[hostCase][]hostAnswer {
+	e.t.Helper()
+	got := map[hostCase][]hostAnswer{}
+	for _, c := range cases {
+		as, err := runClient(e.topo.Node, cgroup, c.mode, c.addr, n)
+		if err != nil {
+			e.t.Fatalf("%s: %v", c.what, err)
+		}
+		for _, a := range as {
+			// The application sees the Service's address, not the backend's.
+			if a.from != c.addr {
+				e.t.Errorf("%s: the client saw the answer come from %s, want %s", c.what, a.from, c.addr)
+			}
+		}
+		got[c] = as
+	}
+	return got
+}
+
+// spread fails unless the answers came from every backend.
+func (e *env) spread(what string, as []hostAnswer) {
+	e.t.Helper()
+	seen := map[string]int{}
+	for _, a := range as {
+		seen[a.name]++
+	}
+	if len(seen) != backends {
+		e.t.Errorf("%s: %d sockets reached %v, want all %d backends", what, len(as), seen, backends)
+	}
+}
+
 func TestHostTraffic(t *testing.T) {
 	e := setup(t)
 	cg := e.attachHost("")
-	frontends := []string{"10.96.0.10:80", "10.96.0.10:53", "198.18.0.1:30080", "198.18.0.1:30053"}
-	for _, c := range []struct{ what, mode, addr string }{
-		{"ClusterIP TCP", "tcp", "10.96.0.10:80"},
-		{"ClusterIP UDP connected", "udp", "10.96.0.10:53"},
-		{"ClusterIP UDP unconnected", "udp-unconnected", "10.96.0.10:53"},
-		{"NodePort TCP", "tcp", "198.18.0.1:30080"},
-		{"NodePort UDP connected", "udp", "198.18.0.1:30053"},
-		{"NodePort UDP unconnected", "udp-unconnected", "198.18.0.1:30053"},
-	} {
-		as, err := runClient(e.topo.Node, cg, c.mode, c.addr, 30)
-		if err != nil {
-			t.Fatalf("%s: %v", c.what, err)
-		}
-		seen := map[string]int{}
+	got := e.askFromNode(cg, 30,
+		hostCase{"ClusterIP TCP", "tcp", "10.96.0.10:80"},
+		hostCase{"ClusterIP UDP connected", "udp", "10.96.0.10:53"},
+		hostCase{"ClusterIP UDP unconnected", "udp-unconnected", "10.96.0.10:53"},
+		hostCase{"NodePort TCP", "tcp", "198.18.0.1:30080"},
+		hostCase{"NodePort UDP connected", "udp", "198.18.0.1:30053"},
+		hostCase{"NodePort UDP unconnected", "udp-unconnected", "198.18.0.1:30053"},
+	)
+	for c, as := range got {
+		e.spread(c.what, as)
 		for _, a := range as {
-			seen[a.name]++
 			// The backend sees the node's own address on its link: the
 			// socket went to the backend directly, nothing rewrote it.
 			var i int
@@ -270,13 +305,6 @@ func TestHostTraffic(t *testing.T) {
 			if want := fmt.Sprintf("10.244.%d.1:", 2+i); !strings.HasPrefix(a.peer, want) {
 				t.Errorf("%s: %s saw %s, want the node's address %s*", c.what, a.name, a.peer, want)
 			}
-			// The application sees the Service's address, not the backend's.
-			if a.from != c.addr {
-				t.Errorf("%s: the client saw the answer come from %s, want %s", c.what, a.from, c.addr)
-			}
-		}
-		if len(seen) != backends {
-			t.Errorf("%s: 30 sockets reached %v, want all %d backends", c.what, seen, backends)
 		}
 	}
 	st, err := e.lb.Stats()
@@ -289,8 +317,49 @@ func TestHostTraffic(t *testing.T) {
 	// Conntrack is active in the node (the nft rules of TrackConnections)
 	// and tracks the node's own connections to the backends like any
 	// other it makes; what must not appear is a Service address.
+	frontends := []string{"10.96.0.10:80", "10.96.0.10:53", "198.18.0.1:30080", "198.18.0.1:30053"}
 	if n := e.noServiceInConntrack(frontends...); n == 0 {
 		t.Fatal("no conntrack entries at all: the node's connections were not tracked, so the check above proves nothing")
+	}
+}
+
+// IPv6 frontends from IPv6 sockets, and an IPv4 one from a dual-stack
+// socket (udp-unconnected: the IPv6 hooks see ::ffff:a.b.c.d).
+func TestHostTrafficIPv6(t *testing.T) {
+	e := setupWith(t, dualStackConfig)
+	cg := e.attachHost("")
+	got := e.askFromNode(cg, 30,
+		hostCase{"IPv6 ClusterIP TCP", "tcp", net.JoinHostPort(dualVIP6, "80")},
+		hostCase{"IPv6 ClusterIP UDP unconnected", "udp-unconnected", net.JoinHostPort(dualVIP6, "53")},
+		hostCase{"IPv6 NodePort TCP", "tcp", net.JoinHostPort(e.topo.NodeIP6.String(), "30050")},
+		hostCase{"IPv4 ClusterIP from a dual-stack socket", "udp-unconnected", net.JoinHostPort(dualVIP4, "53")},
+	)
+	for c, as := range got {
+		e.spread(c.what, as)
+	}
+	if n := e.noServiceInConntrack(net.JoinHostPort(dualVIP6, "80"), net.JoinHostPort(dualVIP6, "53"),
+		net.JoinHostPort(e.topo.NodeIP6.String(), "30050"), net.JoinHostPort(dualVIP4, "53")); n == 0 {
+		t.Fatal("no conntrack entries at all: the node's connections were not tracked")
+	}
+}
+
+// The socket path chooses with the tc path's pick_backend, affinity
+// included: a Service with ClientIP affinity sends all of the node's
+// connections (one client) to one backend.
+func TestHostTrafficAffinity(t *testing.T) {
+	e := setupWith(t, featuresConfig("1h", []int{0, 1, 2}))
+	cg := e.attachHost("")
+	addr := net.JoinHostPort(stickyVIP, "80")
+	as := e.askFromNode(cg, 20, hostCase{"sticky", "tcp", addr})[hostCase{"sticky", "tcp", addr}]
+	seen := map[string]int{}
+	for _, a := range as {
+		seen[a.name]++
+	}
+	if len(seen) != 1 {
+		t.Fatalf("the node's 20 connections to a ClientIP-affinity Service reached %v, want one backend", seen)
+	}
+	if st, _ := e.lb.Stats(); st.AffinityHits != 0 {
+		t.Fatalf("stats %+v: the tc path counted affinity hits for the node's connections", st)
 	}
 }
 
@@ -326,5 +395,84 @@ func TestHostTrafficControls(t *testing.T) {
 	e.apply(strings.Replace(e.cfg, "endpoints: [{address: "+e.topo.BackendIPs[0].String()+"}]", "endpoints: []", 1))
 	if _, err := runClient(e.topo.Node, cg, "tcp", "10.96.0.20:80", 1); err == nil || !strings.Contains(err.Error(), "operation not permitted") {
 		t.Fatalf("a frontend without backends: %v, want connect refused with EPERM", err)
+	}
+}
+
+// attachedConnect4 is how many programs the cgroup has at connect4.
+func attachedConnect4(t *testing.T, cgroup string) int {
+	t.Helper()
+	f, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: ebpf.AttachCGroupInet4Connect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(r.Programs)
+}
+
+// The real binary with --host-cgroup and pinning: the node's connections
+// are balanced; a SIGKILL leaves the pinned programs translating; the next
+// start takes the pinned links over instead of attaching a second set;
+// a start with --host-cgroup= detaches them.
+func TestHostTrafficRuntime(t *testing.T) {
+	labnet.RequireRoot(t)
+	bin, err := buildSwiftlane()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := testCgroup(t, "runtime")
+	pins := filepath.Join(mountBPFFS(t), "lb")
+	topo, err := labnet.New(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	for i, ns := range topo.Backends {
+		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+	}
+	cfg := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(cfg, []byte(config(topo, nil)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Node.Do(func() error { return lbbpf.Cleanup(pins) }) })
+	reaches := func(when string) {
+		t.Helper()
+		for _, c := range []struct{ mode, addr string }{{"tcp", "10.96.0.10:80"}, {"udp-unconnected", "198.18.0.1:30053"}} {
+			as, err := runClient(topo.Node, cg, c.mode, c.addr, 3)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			if as[0].from != c.addr {
+				t.Fatalf("%s: %s %s answered from %s", when, c.mode, c.addr, as[0].from)
+			}
+		}
+	}
+	args := []string{"--config", cfg, "--pin-dir", pins, "--host-cgroup", cg}
+
+	p := startLB(t, bin, topo.Node, args...)
+	reaches("started")
+	signal(t, p, syscall.SIGKILL)
+	reaches("after SIGKILL (pinned)")
+	p = startLB(t, bin, topo.Node, args...)
+	reaches("restarted")
+	if n := attachedConnect4(t, cg); n != 1 {
+		t.Fatalf("after a restart the cgroup has %d connect4 programs, want the pinned link taken over (1)", n)
+	}
+	p.Stop(10 * time.Second)
+
+	p = startLB(t, bin, topo.Node, "--config", cfg, "--pin-dir", pins, "--host-cgroup=")
+	defer p.Stop(10 * time.Second)
+	if n := attachedConnect4(t, cg); n != 0 {
+		t.Fatalf("with --host-cgroup= the cgroup still has %d connect4 programs", n)
+	}
+	if _, err := runClient(topo.Node, cg, "tcp", "10.96.0.10:80", 1); err == nil {
+		t.Fatal("with --host-cgroup= the node's connection to the ClusterIP is still translated")
 	}
 }
