@@ -4,8 +4,10 @@ package kubesource
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -18,7 +20,9 @@ import (
 
 	"github.com/swiftlane/swiftlane/internal/kubetest"
 	"github.com/swiftlane/swiftlane/internal/lb/balancer"
+	"github.com/swiftlane/swiftlane/internal/lb/healthcheck"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
+	"github.com/swiftlane/swiftlane/internal/lb/services"
 )
 
 const (
@@ -379,9 +383,10 @@ sessions: {udpIdle: 1s, closingIdle: 1s}
 	}
 }
 
-// sessionAffinity, the Local traffic policies, externalIPs and
-// load-balancer ingress IPs from real Service objects, served by the real
-// balancer: b0 runs on this node (node-1), b1 and b2 on node-2.
+// sessionAffinity, the Local traffic policies, externalIPs,
+// load-balancer ingress IPs with loadBalancerSourceRanges and the health
+// check node port from real Service objects, served by the real balancer
+// and health checks: b0 runs on this node (node-1), b1 and b2 on node-2.
 func TestEndToEndKubernetesFeatures(t *testing.T) {
 	labnet.RequireRoot(t)
 	c := startCluster(t)
@@ -422,6 +427,7 @@ func TestEndToEndKubernetesFeatures(t *testing.T) {
 	ext := nodePortService("ext", "10.96.0.42", http(30042))
 	ext.Spec.Type = corev1.ServiceTypeLoadBalancer
 	ext.Spec.ExternalIPs = []string{"203.0.113.42"}
+	ext.Spec.LoadBalancerSourceRanges = []string{"198.18.0.0/24"} // the external host's, not the client pod's
 	for _, s := range []*corev1.Service{sticky, local, ext} {
 		c.createService(t, s)
 	}
@@ -452,13 +458,23 @@ func TestEndToEndKubernetesFeatures(t *testing.T) {
 		c.putSlice(t, endpointSlice(name, name+"-a", ports, eps...))
 	}
 
-	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, lb.Apply)
+	hc := healthcheck.New(healthcheck.Options{Host: "127.0.0.1"})
+	t.Cleanup(func() { hc.Close() })
+	hc.SetProxyHealthy(true)
+	a := runSource(t, c.cs, Options{Node: cfg, Debounce: 20 * time.Millisecond}, func(next *services.Config) (balancer.Changes, error) {
+		ch, err := lb.Apply(next)
+		if err == nil {
+			err = hc.Sync(next)
+		}
+		return ch, err
+	})
 	const endpoints = "[{address: 10.244.2.2, nodeName: node-1}, {address: 10.244.3.2, nodeName: node-2}, {address: 10.244.4.2, nodeName: node-2}]"
 	a.awaitWith(t, node, `
   - name: ns/ext
     clusterIP: 10.96.0.42
     externalIPs: [203.0.113.42]
     loadBalancerIPs: [203.0.113.52]
+    loadBalancerSourceRanges: [198.18.0.0/24]
     ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30042}]
     endpoints: `+endpoints+`
   - name: ns/local
@@ -515,6 +531,37 @@ func TestEndToEndKubernetesFeatures(t *testing.T) {
 				tc.what, tc.addr, got, peers, tc.backends, tc.only, tc.seeing)
 		}
 	}
+	// The client pod is outside ext's source ranges: refused at the ingress
+	// IP (its SYN dropped, so only a timeout ends the wait), not at the
+	// external IP.
+	if conn, err := topo.Client.Dial("tcp", "203.0.113.52:80", 700*time.Millisecond); err == nil {
+		conn.Close()
+		t.Error("client pod outside loadBalancerSourceRanges reached the LB ingress IP")
+	}
+	if st, _ := lb.Stats(); st.Drops["source_range"] == 0 {
+		t.Error("no source_range drop counted for the refused client")
+	}
+	if _, _, err := askOnce(topo.Client, "tcp", "203.0.113.42:80"); err != nil {
+		t.Errorf("client pod to the same Service's external IP: %v", err)
+	}
+	// local's health check: b0 is its one ready endpoint on node-1.
+	status, ans, err := healthAnswer(healthPort)
+	if err != nil || status != 200 || ans.LocalEndpoints != 1 || ans.Service.Namespace != c.ns || ans.Service.Name != "local" {
+		t.Errorf("health check of local on %d: %d %+v (%v), want 200 with one local endpoint", healthPort, status, ans, err)
+	}
+}
+
+// healthAnswer asks the health check on 127.0.0.1:port.
+func healthAnswer(port int32) (int, healthcheck.Answer, error) {
+	var ans healthcheck.Answer
+	c := http.Client{Timeout: ioTimeout}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+	if err != nil {
+		return 0, ans, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&ans)
+	return resp.StatusCode, ans, err
 }
 
 // A dual-stack Service (IPv6 primary) from a real kube-apiserver with a
