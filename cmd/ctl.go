@@ -102,10 +102,10 @@ func newCtlCmd() *cobra.Command {
 					return err
 				}
 				return show(cmd.OutOrStdout(), output, l, func(w io.Writer) {
-					fmt.Fprintln(w, "NAME\tHEALTHY\tMODE\tSCHEDULER\tKERNEL\tVERSION\tAPPLIED\tWORKLOADS\tLAST HEARTBEAT")
+					fmt.Fprintln(w, "NAME\tHEALTHY\tMODE\tSCHEDULER\tKERNEL\tVERSION\tAPPLIED\tWORKLOADS\tLAST HEARTBEAT\tMATCHING NOTHING")
 					for _, n := range l.Nodes {
-						fmt.Fprintf(w, "%s\t%v\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.Name, n.Healthy, n.Mode, n.SchedulerState, n.Kernel, n.Version,
-							n.AppliedRevision, len(n.Workloads), n.LastHeartbeat.Local().Format(time.DateTime))
+						fmt.Fprintf(w, "%s\t%v\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.Name, n.Healthy, n.Mode, n.SchedulerState, n.Kernel, n.Version,
+							n.AppliedRevision, len(n.Workloads), n.LastHeartbeat.Local().Format(time.DateTime), unmatchableColumn(n.Unmatchable))
 					}
 				})
 			case "workloads", "wl":
@@ -382,4 +382,17 @@ func readStrategies(file string) ([]apitypes.Strategy, error) {
 		}
 	}
 	return list, nil
+}
+
+// unmatchableColumn names a node's strategies that match nothing there,
+// with the reason ("-": none); -o json carries the fixes.
+func unmatchableColumn(us []apitypes.Unmatchable) string {
+	if len(us) == 0 {
+		return "-"
+	}
+	names := make([]string, len(us))
+	for i, u := range us {
+		names[i] = u.Strategy + " (" + u.Reason + ")"
+	}
+	return strings.Join(names, ", ")
 }

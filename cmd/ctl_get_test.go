@@ -56,3 +56,46 @@ func TestCtlGetCarriers(t *testing.T) {
 		t.Fatalf("unknown node: %v, want an error naming it", err)
 	}
 }
+
+// TestCtlGetNodesMatchingNothing: the strategies a node reports as
+// matching nothing there are in `ctl get nodes`, with the reason; a node
+// without any shows "-".
+func TestCtlGetNodesMatchingNothing(t *testing.T) {
+	a, url, ctx := ctlServer(t)
+	for _, node := range []string{"n1", "n2"} {
+		tok, _, _ := a.Issue("ctl-test", auth.Agent, node, time.Hour)
+		ag := apiclient.NewClient(url, tok, nil)
+		if _, err := ag.RegisterNode(ctx, node, apitypes.Registration{Mode: "observe", HeartbeatSeconds: 5}); err != nil {
+			t.Fatal(err)
+		}
+		hb := apitypes.Heartbeat{SchedulerState: "disabled"}
+		if node == "n1" {
+			hb.Unmatchable = []apitypes.Unmatchable{{Strategy: "pods", Reason: "selectors_without_pod_source", Fix: "use command_regex"}}
+		}
+		if _, err := ag.Heartbeat(ctx, node, hb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viewerTok, _, _ := a.Issue("ctl-test", auth.Viewer, "", time.Hour)
+	out, errOut, err := runCtl(ctx, t, url, viewerTok, "get", "nodes")
+	if err != nil {
+		t.Fatalf("get nodes: %v\n%s%s", err, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "MATCHING NOTHING") {
+		t.Fatalf("table:\n%s", out)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		switch f[0] {
+		case "n1":
+			if !strings.HasSuffix(l, "pods (selectors_without_pod_source)") {
+				t.Errorf("n1's row does not name pods and the reason: %q", l)
+			}
+		case "n2":
+			if f[len(f)-1] != "-" {
+				t.Errorf("n2's row: %q, want - in the last column", l)
+			}
+		}
+	}
+}

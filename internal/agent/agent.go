@@ -375,6 +375,7 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	if a.o.Carriers != nil {
 		hb.Carriers = a.o.Carriers()
 	}
+	hb.Unmatchable = apitypes.UnmatchableOf(a.o.Applier.Unmatchable())
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := a.client()

@@ -478,6 +478,10 @@ func TestAgentReportsSelectorsUnmatchable(t *testing.T) {
 	if got := app.Unmatchable(); len(got) != 1 || got[0].Strategy != "pods" || got[0].Reason != strategy.ReasonNoPodSource {
 		t.Fatalf("unmatchable: %+v", got)
 	}
+	// The heartbeat carries it to the server: the node's record lists it.
+	h.waitNode(t, admin, "the node's record to list pods as matching nothing", func(n apitypes.Node) bool {
+		return len(n.Unmatchable) == 1 && n.Unmatchable[0].Strategy == "pods" && n.Unmatchable[0].Reason == strategy.ReasonNoPodSource && n.Unmatchable[0].Fix != ""
+	})
 	if _, err := admin.DeleteStrategy(context.Background(), "pods"); err != nil {
 		t.Fatal(err)
 	}
@@ -485,4 +489,22 @@ func TestAgentReportsSelectorsUnmatchable(t *testing.T) {
 	if got := app.Unmatchable(); len(got) != 0 {
 		t.Fatalf("after the delete: %+v", got)
 	}
+	h.waitNode(t, admin, "the node's record to list nothing once pods is deleted", func(n apitypes.Node) bool { return len(n.Unmatchable) == 0 })
+}
+
+// waitNode waits for an accepted heartbeat after which the server's record
+// of node n1 satisfies ok.
+func (h *harness) waitNode(t *testing.T, admin *apiclient.Client, what string, ok func(apitypes.Node) bool) {
+	t.Helper()
+	for range 10 {
+		h.waitBeat(t)
+		n, err := admin.GetNode(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(n) {
+			return
+		}
+	}
+	t.Fatalf("10 heartbeats without %s", what)
 }

@@ -44,6 +44,8 @@ var (
 	descRev      = prometheus.NewDesc("swiftlane_node_applied_revision", "Strategy revision the node has applied.", []string{"node"}, nil)
 	descEnqueued = prometheus.NewDesc("swiftlane_node_enqueued_total", "Enqueues by class, as last reported by the node.", []string{"node", "class"}, nil)
 	descWait     = prometheus.NewDesc("swiftlane_node_runqueue_wait_seconds", "Run-queue wait by class, as last reported by the node.", []string{"node", "class"}, nil)
+	descUnmatch  = prometheus.NewDesc("swiftlane_node_strategies_unmatchable", "1 for each strategy that matches no process on the node, with the reason, as last reported by the node.",
+		[]string{"node", "strategy", "reason"}, nil)
 )
 
 // nodeCollector exports the nodes' last heartbeats.
@@ -54,6 +56,7 @@ func (nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRev
 	ch <- descEnqueued
 	ch <- descWait
+	ch <- descUnmatch
 }
 
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -71,6 +74,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, n.Name, n.Mode)
 		ch <- prometheus.MustNewConstMetric(descRev, prometheus.GaugeValue, float64(n.AppliedRevision), n.Name)
+		for _, u := range n.Unmatchable {
+			ch <- prometheus.MustNewConstMetric(descUnmatch, prometheus.GaugeValue, 1, n.Name, u.Strategy, u.Reason)
+		}
 		if n.Counters == nil {
 			continue
 		}

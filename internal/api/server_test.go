@@ -235,6 +235,8 @@ func testRejectedWritesChangeNothing(t *testing.T, bk backend) {
 		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[]}`, 404, "name"},
 		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"carriers":[{"pid":7,"class":"critical","packets_per_second":-1}]}`, 400, "carriers[0].packets_per_second"},
 		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"carriers":[{"pid":7,"class":"fast"}]}`, 400, "carriers[0].class"},
+		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"unmatchable":[{"strategy":"pods","reason":"No Pods!"}]}`, 400, "unmatchable[0].reason"},
+		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"unmatchable":[{"strategy":"","reason":"cgroup_not_found"}]}`, 400, "unmatchable[0].strategy"},
 		{"POST", "/api/v1/nodes/n9/heartbeat", `{"workloads":[],"carriers":[` + strings.Repeat(`{"pid":7,"class":"critical"},`, 64) + `{"pid":7,"class":"critical"}]}`, 400, "carriers"},
 	}
 	before, _ := c.ListStrategies(bg())
@@ -294,7 +296,8 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 	}
 	seen := time.Date(2026, 11, 26, 10, 0, 0, 123456000, time.UTC) // to the µs, as both stores keep it
 	if _, err := ag.Heartbeat(bg(), "n1", apitypes.Heartbeat{AppliedRevision: 5, Workloads: []apitypes.Workload{{PID: 1, Strategy: "s0", Class: "critical", Cmdline: "init"}},
-		Carriers: []apitypes.Carrier{{PID: 77, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: seen, LastPacket: seen.Add(time.Minute), Packets: 9000, PacketsPerSecond: 150}}}); err != nil {
+		Carriers:    []apitypes.Carrier{{PID: 77, Command: "nr-gnb", Class: "critical", Function: "gtp_encap_recv", Since: seen, LastPacket: seen.Add(time.Minute), Packets: 9000, PacketsPerSecond: 150}},
+		Unmatchable: []apitypes.Unmatchable{{Strategy: "pods", Reason: "selectors_without_pod_source", Fix: "match with command_regex"}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.ListStrategies(bg())
@@ -322,6 +325,10 @@ func testRestartLosesNothing(t *testing.T, bk backend) {
 	if got := cl.Carriers[0]; got.PID != 77 || got.Command != "nr-gnb" || got.Packets != 9000 || got.PacketsPerSecond != 150 ||
 		!got.Since.Equal(seen) || !got.LastPacket.Equal(seen.Add(time.Minute)) {
 		t.Fatalf("carrier after restart: %+v", got)
+	}
+	if n, err := ts2.client(agentTok.Token).GetNode(bg(), "n1"); err != nil || len(n.Unmatchable) != 1 ||
+		n.Unmatchable[0] != (apitypes.Unmatchable{Strategy: "pods", Reason: "selectors_without_pod_source", Fix: "match with command_regex"}) {
+		t.Fatalf("unmatchable strategies after restart: %+v %v", n.Unmatchable, err)
 	}
 	if _, err := ts2.client("").Login(bg(), "admin", ts.bootstrap); err != nil {
 		t.Fatalf("credential after restart: %v", err)
@@ -469,13 +476,14 @@ func testPrometheusMetrics(t *testing.T, bk backend) {
 	hb := apitypes.Heartbeat{Counters: &apitypes.Counters{
 		Enqueued:     map[string]uint64{"critical": 5},
 		RunqueueWait: map[string]apitypes.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
-	}}
+	}, Unmatchable: []apitypes.Unmatchable{{Strategy: "batch", Reason: "cgroup_not_found"}}}
 	if _, err := ag.Heartbeat(bg(), "n1", hb); err != nil {
 		t.Fatal(err)
 	}
 	code, body := ts.raw("GET", "/metrics", ts.token(auth.Viewer, ""), "")
 	for _, want := range []string{`swiftlane_node_healthy{mode="schedule",node="n1"} 1`, `swiftlane_node_enqueued_total{class="critical",node="n1"} 5`,
-		`swiftlane_node_runqueue_wait_seconds_bucket{class="critical",node="n1",le="2e-06"} 3`, `swiftlane_api_requests_total{code="200",op="heartbeat"} 1`} {
+		`swiftlane_node_runqueue_wait_seconds_bucket{class="critical",node="n1",le="2e-06"} 3`, `swiftlane_api_requests_total{code="200",op="heartbeat"} 1`,
+		`swiftlane_node_strategies_unmatchable{node="n1",reason="cgroup_not_found",strategy="batch"} 1`} {
 		if code != 200 || !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
 		}

@@ -45,6 +45,49 @@ type Heartbeat struct {
 	// Carriers are the processes automatic mode prioritises (absent when
 	// automatic mode is off).
 	Carriers []Carrier `json:"carriers,omitempty"`
+	// Unmatchable are the strategies the node holds that can match no
+	// process there (absent: none), so the fleet's view says what each
+	// node's log and /metrics say.
+	Unmatchable []Unmatchable `json:"unmatchable,omitempty"`
+}
+
+// Unmatchable is a strategy that matches nothing on a node: why, and what
+// to do about it.
+type Unmatchable struct {
+	Strategy string `json:"strategy"`
+	// Reason is one of the node's reasons, e.g. selectors_without_pod_source
+	// or cgroup_not_found (newer agents may report others).
+	Reason string `json:"reason"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// Bounds of a node's unmatchable strategies: as many as a node lists
+// workloads; a name with its namespace; a reason's word; a sentence.
+const (
+	MaxUnmatchable       = 256
+	MaxUnmatchableName   = 512
+	MaxUnmatchableReason = 64
+	MaxUnmatchableFix    = 1024
+)
+
+// JSONRules: a strategy's name, a reason in the agents' snake_case words.
+func (Unmatchable) JSONRules() schema.Rules {
+	return schema.Rules{
+		"strategy": {Required: true, MinLength: 1, MaxLength: MaxUnmatchableName, Doc: "the strategy's name (namespace/name from the Kubernetes agent)"},
+		"reason":   {Required: true, Pattern: `^[a-z][a-z0-9_]*$`, MaxLength: MaxUnmatchableReason, Doc: "why it matches nothing, e.g. selectors_without_pod_source"},
+		"fix":      {MaxLength: MaxUnmatchableFix, Doc: "what the operator can do about it"},
+	}
+}
+
+// UnmatchableOf is what a heartbeat says of the strategies an Applier
+// reports as matching nothing (the first MaxUnmatchable; names are
+// validated strategy names, reasons and fixes the node's own words).
+func UnmatchableOf(us []strategy.Unmatchable) []Unmatchable {
+	var out []Unmatchable
+	for _, u := range us[:min(len(us), MaxUnmatchable)] {
+		out = append(out, Unmatchable{Strategy: u.Strategy, Reason: u.Reason, Fix: u.Fix})
+	}
+	return out
 }
 
 // Carrier is a process automatic mode prioritises because it was seen
@@ -89,7 +132,10 @@ func (Carrier) JSONRules() schema.Rules {
 
 // JSONRules: a node lists a handful of carriers (its gNBs and UPFs).
 func (Heartbeat) JSONRules() schema.Rules {
-	return schema.Rules{"carriers": {MaxItems: MaxCarriers, Doc: "the processes automatic mode prioritises"}}
+	return schema.Rules{
+		"carriers":    {MaxItems: MaxCarriers, Doc: "the processes automatic mode prioritises"},
+		"unmatchable": {MaxItems: MaxUnmatchable, Doc: "the strategies that match nothing on the node"},
+	}
 }
 
 // Workload is one process a strategy applies to on a node.

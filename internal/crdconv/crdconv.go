@@ -147,6 +147,26 @@ func SpecField(apiField string) string {
 	return apiField
 }
 
+// Unmatchable converts and caps a node's unmatchable strategies for a
+// SchedulingNode (never nil: an empty list clears the field in a merge patch).
+func Unmatchable(us []apitypes.Unmatchable) []v1alpha1.UnmatchableStrategy {
+	out := make([]v1alpha1.UnmatchableStrategy, 0, min(len(us), apitypes.MaxUnmatchable))
+	for _, u := range us[:min(len(us), apitypes.MaxUnmatchable)] {
+		out = append(out, v1alpha1.UnmatchableStrategy{Strategy: Truncate(u.Strategy, apitypes.MaxUnmatchableName),
+			Reason: Truncate(u.Reason, apitypes.MaxUnmatchableReason), Fix: Truncate(u.Fix, apitypes.MaxUnmatchableFix)})
+	}
+	return out
+}
+
+// APIUnmatchable is the reverse of Unmatchable.
+func APIUnmatchable(us []v1alpha1.UnmatchableStrategy) []apitypes.Unmatchable {
+	var out []apitypes.Unmatchable
+	for _, u := range us {
+		out = append(out, apitypes.Unmatchable{Strategy: u.Strategy, Reason: u.Reason, Fix: u.Fix})
+	}
+	return out
+}
+
 // Truncate cuts s to at most n bytes without splitting a UTF-8 sequence, for
 // status fields the CRD bounds.
 func Truncate(s string, n int) string {

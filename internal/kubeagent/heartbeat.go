@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/swiftlane/swiftlane/apis/swiftlane/v1alpha1"
+	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
 )
@@ -45,6 +46,22 @@ func (a *Agent) workloads() []v1alpha1.Workload {
 		wl = append(wl, w)
 	}
 	return wl
+}
+
+// unmatchable lists what the Applier reports as matching nothing, named
+// after the SchedulingStrategy (namespace/name): the Applier's entries are
+// expansions without names of their own.
+func (a *Agent) unmatchable() []apitypes.Unmatchable {
+	a.mu.Lock()
+	exp := a.expansion
+	a.mu.Unlock()
+	us := a.o.Applier.Unmatchable()
+	for i, u := range us {
+		if u.Index >= 0 && u.Index < len(exp) {
+			us[i].Strategy = exp[u.Index].key
+		}
+	}
+	return apitypes.UnmatchableOf(us)
 }
 
 // containerOf names the container of pod a process runs in, from the
@@ -130,7 +147,7 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 		Version: a.o.Version, Kernel: a.o.Kernel, Mode: a.o.Mode, Reason: a.o.Reason, Labels: nodeLabels,
 		HeartbeatSeconds: int32(max(a.o.Interval.Round(time.Second), time.Second) / time.Second),
 		SchedulerState:   state, RegisteredAt: a.started, LastHeartbeat: metav1.Now(), Workloads: wl,
-		Carriers: carriers,
+		Carriers: carriers, Unmatchable: crdconv.Unmatchable(a.unmatchable()),
 	}
 	body, _ = json.Marshal(obj)
 	if err := a.crd.Patch(types.ApplyPatchType).Resource(v1alpha1.NodesResource.Resource).Name(a.o.Node).

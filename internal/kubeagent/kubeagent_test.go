@@ -168,10 +168,23 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 		u := a.o.Applier.Unmatchable()
 		return len(u) == 1 && u[0].Reason == strategy.ReasonCgroupMissing
 	})
+	// ... and in the node's SchedulingNode, which the API and ctl read.
+	unmatchable := func() []v1alpha1.UnmatchableStrategy {
+		var sn v1alpha1.SchedulingNode
+		if err := crd.Get().Resource(v1alpha1.NodesResource.Resource).Name("n1").Do(ctx).Into(&sn); err != nil {
+			return nil
+		}
+		return sn.Status.Unmatchable
+	}
+	waitFor(t, "batch in the SchedulingNode's unmatchable strategies", func() bool {
+		u := unmatchable()
+		return len(u) == 1 && u[0].Strategy == "swiftlane-system/batch" && u[0].Reason == strategy.ReasonCgroupMissing && u[0].Fix != ""
+	})
 	if err := crd.Delete().Namespace("swiftlane-system").Resource(v1alpha1.StrategiesResource.Resource).Name("batch").Do(ctx).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitSynced("swiftlane-system/batch's report to go", func() bool { return len(a.o.Applier.Unmatchable()) == 0 })
+	waitFor(t, "the SchedulingNode to list no unmatchable strategy", func() bool { return len(unmatchable()) == 0 })
 
 	// Pod deleted: its entry goes.
 	if err := core.CoreV1().Pods("team").Delete(ctx, "upf", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {

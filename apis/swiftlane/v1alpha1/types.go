@@ -183,6 +183,26 @@ type SchedulingNodeStatus struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Carriers []Carrier `json:"carriers,omitempty"`
+	// Unmatchable are the strategies that can match no process on the node,
+	// with the reason and the fix (capped).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Unmatchable []UnmatchableStrategy `json:"unmatchable,omitempty"`
+}
+
+// UnmatchableStrategy is a strategy that matches nothing on a node.
+type UnmatchableStrategy struct {
+	// Strategy is its name (namespace/name from the Kubernetes agent).
+	// +kubebuilder:validation:MaxLength=512
+	Strategy string `json:"strategy"`
+	// Reason is why, e.g. selectors_without_pod_source or cgroup_not_found.
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+	// Fix is what the operator can do about it.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Fix string `json:"fix,omitempty"`
 }
 
 // Carrier is a process automatic mode prioritises.

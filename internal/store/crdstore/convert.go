@@ -256,6 +256,7 @@ func nodeFromObject(o *v1alpha1.SchedulingNode, counters *apitypes.Counters) api
 		n.Workloads = append(n.Workloads, sw)
 	}
 	n.Carriers = crdconv.APICarriers(st.Carriers)
+	n.Unmatchable = crdconv.APIUnmatchable(st.Unmatchable)
 	return n
 }
 

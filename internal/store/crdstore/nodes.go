@@ -77,6 +77,7 @@ func (s *Store) Heartbeat(ctx context.Context, name string, h apitypes.Heartbeat
 		"appliedRevision": int64(min(h.AppliedRevision, math.MaxInt64)),
 		"workloads":       workloadsOf(h.Workloads),
 		"carriers":        crdconv.Carriers(h.Carriers),
+		"unmatchable":     crdconv.Unmatchable(h.Unmatchable),
 		"lastHeartbeat":   metav1.NewTime(now),
 	}})
 	if err != nil {
