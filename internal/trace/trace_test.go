@@ -185,6 +185,9 @@ func loadAsTracepoint(t *testing.T, tp string, every time.Duration) *Tracer {
 	if errors.Is(err, unix.EPERM) {
 		t.Skipf("loading a BPF tracing program needs CAP_BPF and CAP_PERFMON: %v", err)
 	}
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("this kernel cannot load the tracer (BTF tracepoints need kernel BTF): %v", err)
+	}
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
