@@ -259,7 +259,7 @@ func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 		}
 	}
 	ranges, oldRanges := e.ranges(), old.ranges()
-	if err := d.putRanges(fe, e.ID, ranges, oldRanges); err != nil {
+	if err := d.changeRanges(fe, e.ID, ranges, oldRanges, true); err != nil {
 		return err
 	}
 	for i, b := range e.Slots {
@@ -291,7 +291,7 @@ func (d *Datapath) PutService(fe Frontend, e, old ServiceEntry) error {
 			}
 		}
 	}
-	if err := d.deleteRanges(fe, e.ID, oldRanges, ranges); err != nil {
+	if err := d.changeRanges(fe, e.ID, oldRanges, ranges, false); err != nil {
 		return err
 	}
 	return d.deleteSlots(e.ID, len(e.Slots), len(old.Slots))
@@ -310,39 +310,18 @@ func (e ServiceEntry) ranges() map[netip.Prefix]bool {
 	return m
 }
 
-// putRanges writes the prefixes of now that before lacks.
-func (d *Datapath) putRanges(fe Frontend, id uint32, now, before map[netip.Prefix]bool) error {
-	for p := range now {
-		if before[p] {
-			continue
-		}
-		var err error
-		if fe.Addr.Is4() {
-			err = d.v4().putRange(id, p)
-		} else {
-			err = d.v6().putRange(id, p)
-		}
-		if err != nil {
-			return fmt.Errorf("service %v source range %v: %w", fe, p, err)
-		}
+// changeRanges puts (add) or deletes the prefixes of a that b lacks.
+func (d *Datapath) changeRanges(fe Frontend, id uint32, a, b map[netip.Prefix]bool, add bool) error {
+	change := d.v4().changeRange
+	if !fe.Addr.Is4() {
+		change = d.v6().changeRange
 	}
-	return nil
-}
-
-// deleteRanges removes the prefixes of before that now lacks.
-func (d *Datapath) deleteRanges(fe Frontend, id uint32, before, now map[netip.Prefix]bool) error {
-	for p := range before {
-		if now[p] {
+	for p := range a {
+		if b[p] {
 			continue
 		}
-		var err error
-		if fe.Addr.Is4() {
-			err = d.v4().deleteRange(id, p)
-		} else {
-			err = d.v6().deleteRange(id, p)
-		}
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete source range %v of service %v: %w", p, fe, err)
+		if err := change(id, p, add); err != nil {
+			return fmt.Errorf("service %v source range %v: %w", fe, p, err)
 		}
 	}
 	return nil
@@ -385,7 +364,7 @@ func (d *Datapath) DeleteService(fe Frontend, old ServiceEntry) error {
 			return err
 		}
 	}
-	if err := d.deleteRanges(fe, old.ID, old.ranges(), nil); err != nil {
+	if err := d.changeRanges(fe, old.ID, old.ranges(), nil, false); err != nil {
 		return err
 	}
 	return d.deleteSlots(old.ID, 0, len(old.Slots))

@@ -263,12 +263,16 @@ func srcRangeKeyOf[A addrWords](id uint32, p netip.Prefix) srcRangeKey[A] {
 	return srcRangeKey[A]{Prefixlen: 32 + uint32(p.Bits()), SvcId: id, Addr: wordsOf[A](p.Addr())}
 }
 
-func (f family[A, V]) putRange(id uint32, p netip.Prefix) error {
-	return f.srcRanges.Put(srcRangeKeyOf[A](id, p), uint8(1))
-}
-
-func (f family[A, V]) deleteRange(id uint32, p netip.Prefix) error {
-	return f.srcRanges.Delete(srcRangeKeyOf[A](id, p))
+// changeRange puts (add) or deletes source range p of service id.
+func (f family[A, V]) changeRange(id uint32, p netip.Prefix, add bool) error {
+	k := srcRangeKeyOf[A](id, p)
+	if add {
+		return f.srcRanges.Put(k, uint8(1))
+	}
+	if err := f.srcRanges.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
 }
 
 // readRanges adds the family's source ranges to the frontends of fes (by

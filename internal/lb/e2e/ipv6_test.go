@@ -24,10 +24,6 @@ const (
 // dualStackConfig serves one dual-stack Service (both families' endpoints)
 // and one IPv6-only Service whose only endpoint is backend 0 (hairpin).
 func dualStackConfig(topo *labnet.Topology) string {
-	var eps []string
-	for i := range topo.BackendIPs {
-		eps = append(eps, fmt.Sprintf("{address: %s}", topo.BackendIPs[i]), fmt.Sprintf("{address: %q}", topo.BackendIPs6[i].String()))
-	}
 	return fmt.Sprintf(`
 ipv6: true
 nodeAddresses: [%s, %q]
@@ -45,7 +41,16 @@ services:
     clusterIP: "fd00:96::60"
     ports: [{port: 80, targetPort: %[6]d}]
     endpoints: [{address: %[8]q}]
-`, topo.NodeIP, topo.NodeIP6.String(), hairpin6, dualVIP4, dualVIP6, port, strings.Join(eps, ", "), topo.BackendIPs6[0].String())
+`, topo.NodeIP, topo.NodeIP6.String(), hairpin6, dualVIP4, dualVIP6, port, dualEndpoints(topo), topo.BackendIPs6[0].String())
+}
+
+// dualEndpoints lists every backend's IPv4 and IPv6 address as endpoints.
+func dualEndpoints(topo *labnet.Topology) string {
+	var eps []string
+	for i := range topo.BackendIPs {
+		eps = append(eps, fmt.Sprintf("{address: %s}", topo.BackendIPs[i]), fmt.Sprintf("{address: %q}", topo.BackendIPs6[i].String()))
+	}
+	return strings.Join(eps, ", ")
 }
 
 func TestIPv6DualStack(t *testing.T) {

@@ -22,10 +22,6 @@ const (
 // load-balancer IPs admit only the given ranges.
 func sourceRangeConfig(ranges ...string) func(*labnet.Topology) string {
 	return func(topo *labnet.Topology) string {
-		var eps []string
-		for i := range topo.BackendIPs {
-			eps = append(eps, fmt.Sprintf("{address: %s}", topo.BackendIPs[i]), fmt.Sprintf("{address: %q}", topo.BackendIPs6[i].String()))
-		}
 		return fmt.Sprintf(`
 ipv6: true
 nodeAddresses: [%s, %q]
@@ -39,7 +35,7 @@ services:
       - {name: http, port: 80, targetPort: %d, nodePort: 30061}
       - {name: dns, protocol: UDP, port: 53, targetPort: %[6]d}
     endpoints: [%s]
-`, topo.NodeIP, topo.NodeIP6.String(), guardedLB4, guardedLB6, strings.Join(ranges, ", "), port, strings.Join(eps, ", "))
+`, topo.NodeIP, topo.NodeIP6.String(), guardedLB4, guardedLB6, strings.Join(ranges, ", "), port, dualEndpoints(topo))
 	}
 }
 
