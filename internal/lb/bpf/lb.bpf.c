@@ -582,18 +582,23 @@ DEFINE_PICK_BACKEND(6)
 		return 0;                                                                           \
 	}
 
-// source_allowed: whether a frontend with SVC_F_SOURCE_RANGES takes a new
-// connection from f's source (its longest matching prefix among the
-// frontend's ranges exists). Only new connections pay for the lookup, and
-// only to frontends with ranges; established ones never get here, so a
-// range removed later leaves them be, as conntrack does for kube-proxy.
-#define DEFINE_SOURCE_ALLOWED(F)                                                                  \
-	static __always_inline bool source_allowed##F(const struct flow##F *f, __u32 svc_id)      \
-	{                                                                                         \
-		struct src_range_key##F k = { .prefixlen = 32 + 8 * sizeof(k.addr), .svc_id = svc_id }; \
-                                                                                                  \
-		addr_set(k.addr, f->saddr);                                                       \
-		return bpf_map_lookup_elem(&src_ranges##F, &k) != NULL;                           \
+// source_allowed: whether frontend svc takes a new connection from the
+// client address in k->addr: yes without SVC_F_SOURCE_RANGES, else if one
+// of its ranges holds the address (the trie's longest match exists). Only
+// new connections pay for the lookup, and only to frontends with ranges;
+// established ones never get here, so a range removed later leaves them
+// be, as conntrack does for kube-proxy. A refusal is counted.
+#define DEFINE_SOURCE_ALLOWED(F)                                                                     \
+	static __always_inline bool source_allowed##F(const struct svc_val##F *svc, struct src_range_key##F *k) \
+	{                                                                                            \
+		if (!(svc->flags & SVC_F_SOURCE_RANGES))                                             \
+			return true;                                                                 \
+		k->prefixlen = 32 + 8 * sizeof(k->addr);                                             \
+		k->svc_id = svc->id;                                                                 \
+		if (bpf_map_lookup_elem(&src_ranges##F, k))                                          \
+			return true;                                                                 \
+		STAT_INC(drop_source_range);                                                         \
+		return false;                                                                        \
 	}
 
 // session_for: the session of flow f, refreshed, or a new one. It returns
@@ -650,10 +655,10 @@ DEFINE_PICK_BACKEND(6)
 			STAT_INC(drop_frag);                                                    \
 			return TC_ACT_SHOT;                                                     \
 		}                                                                               \
-		if ((svc->flags & SVC_F_SOURCE_RANGES) && !source_allowed##F(f, svc->id)) {     \
-			STAT_INC(drop_source_range);                                            \
+		struct src_range_key##F rk;                                                     \
+		addr_set(rk.addr, f->saddr);                                                    \
+		if (!source_allowed##F(svc, &rk))                                               \
 			return TC_ACT_SHOT;                                                     \
-		}                                                                               \
 		return create_session##F(f, svc, s) ? TC_ACT_SHOT : TC_ACT_OK;                  \
 	}
 

@@ -107,6 +107,14 @@ static __always_inline bool v4_mapped(const __be32 *a)
 		struct svc_val##F *svc = bpf_map_lookup_elem(&services##F, k);                      \
 		if (!svc)                                                                           \
 			return 0;                                                                   \
+		/* loadBalancerSourceRanges: the source address is not chosen yet, so          \
+		   the node is judged as kube-proxy judges it, admitted when a range            \
+		   holds a node address; the loader then admits the frontend's own              \
+		   address (balancer.guarded), which is what is looked up. */                   \
+		struct src_range_key##F sk;                                                         \
+		addr_set(sk.addr, k->addr);                                                         \
+		if (!source_allowed##F(svc, &sk))                                                   \
+			return -1;                                                                  \
                                                                                                     \
 		__u64 cookie = bpf_get_socket_cookie(ctx);                                          \
 		struct affinity_key##F ak = { .svc_id = svc->id };                                  \

@@ -121,3 +121,25 @@ func exchange(t *testing.T, c net.Conn, when string) {
 		t.Fatalf("UDP flow to %s %s: %v", c.RemoteAddr(), when, err)
 	}
 }
+
+// The node's own connections to a guarded load-balancer IP (the socket
+// path, --host-cgroup) are judged as kube-proxy judges the node: refused
+// (EPERM at connect) unless a range holds a node address.
+func TestHostTrafficSourceRanges(t *testing.T) {
+	e := setupWith(t, sourceRangeConfig("10.244.1.0/24", `"fd00:244:1::/64"`)) // the client pod's only
+	cg := e.attachHost("")
+	addrs := []string{net.JoinHostPort(guardedLB4, "80"), net.JoinHostPort(guardedLB6, "80")}
+	for _, addr := range addrs {
+		_, err := runClient(e.topo.Node, cg, "tcp", addr, 1)
+		if err == nil || !strings.Contains(err.Error(), "operation not permitted") {
+			t.Fatalf("node to %s outside the ranges: %v, want connect refused with EPERM", addr, err)
+		}
+	}
+	// The same ranges plus the node's subnets: the node gets in.
+	e.apply(sourceRangeConfig("10.244.1.0/24", `"fd00:244:1::/64"`, "198.18.0.0/24", `"fd00:18::/64"`)(e.topo))
+	var cases []hostCase
+	for _, addr := range addrs {
+		cases = append(cases, hostCase{"node to " + addr, "tcp", addr})
+	}
+	e.askFromNode(cg, 3, cases...)
+}
