@@ -415,15 +415,7 @@ func TestAgentRenewsItsToken(t *testing.T) {
 	dir := t.TempDir()
 	srv := serve(t, dir, "")
 	url := "http://" + srv.addr
-	signer, err := auth.LoadSigner(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A one-minute token with 3 s left.
-	tok, exp, err := signer.WithClock(func() time.Time { return time.Now().Add(-57 * time.Second) }).Issue("agent:n1", auth.Agent, "n1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, exp := expiringToken(t, dir)
 	r := apiclient.NewRenewer(apiclient.NewClient(url, "", nil), func() (string, error) { return tok, nil }, "", nil)
 	renewed := make(chan struct{}, 16)
 	r.OnRenew = func(apitypes.TokenResponse) { renewed <- struct{}{} }
@@ -438,6 +430,21 @@ func TestAgentRenewsItsToken(t *testing.T) {
 		t.Fatal("the token was not renewed")
 	}
 	h.waitBeatAfter(t, exp)
+}
+
+// expiringToken is an agent token for n1, signed with the key in dir, that
+// lasts a minute and has 3 s left: due for renewal at once.
+func expiringToken(t *testing.T, dir string) (string, time.Time) {
+	t.Helper()
+	signer, err := auth.LoadSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, exp, err := signer.WithClock(func() time.Time { return time.Now().Add(-57 * time.Second) }).Issue("agent:n1", auth.Agent, "n1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, exp
 }
 
 // waitBeatAfter waits for a heartbeat accepted after the token that

@@ -142,16 +142,8 @@ func TestAgentLeavesSilentReplica(t *testing.T) {
 func TestAgentRenewsThroughAnotherReplica(t *testing.T) {
 	dir, reps, urls := twoReplicas(t, 0)
 	reps[0].stop()
-	signer, err := auth.LoadSigner(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A one-minute token with 3 s left, in a token file (as the chart's
-	// Secret or an operator would give it).
-	tok, exp, err := signer.WithClock(func() time.Time { return time.Now().Add(-57 * time.Second) }).Issue("agent:n1", auth.Agent, "n1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Due for renewal at once, in a token file (as an operator gives it).
+	tok, exp := expiringToken(t, dir)
 	file := filepath.Join(t.TempDir(), "agent.token")
 	if err := os.WriteFile(file, []byte(tok+"\n"), 0o600); err != nil {
 		t.Fatal(err)
