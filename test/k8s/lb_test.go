@@ -65,6 +65,21 @@ func TestChartLBOffByDefault(t *testing.T) {
 	}
 }
 
+// lb.hostTraffic.enabled=false: the node's own connections are left alone,
+// and the node's cgroup hierarchy is not mounted.
+func TestChartLBHostTrafficOff(t *testing.T) {
+	var ds appsv1.DaemonSet
+	find(t, render(t, append(slices.Clone(lbOn), "--set", "lb.hostTraffic.enabled=false")...), "DaemonSet", "swl-swiftlane-lb", &ds)
+	if args := ds.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--host-cgroup=") {
+		t.Errorf("args %v: want --host-cgroup= (off)", args)
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path != "/sys/fs/bpf" {
+			t.Errorf("host path %s with host traffic off", v.HostPath.Path)
+		}
+	}
+}
+
 func TestChartLB(t *testing.T) {
 	objs := render(t, lbOn...)
 	var ds appsv1.DaemonSet
@@ -109,7 +124,7 @@ func TestChartLB(t *testing.T) {
 		t.Errorf("capabilities.add %v, but deploy/lb/swiftlane-lb.yaml (tested to need exactly its own) adds %v", add, ex)
 	}
 	for _, arg := range []string{"lb", "--source=kubernetes", "--node=$(NODE_NAME)", "--config=/etc/swiftlane-lb/node.yaml",
-		"--pin-dir=/sys/fs/bpf/swiftlane/lb", "--metrics-addr=127.0.0.1:9465"} {
+		"--pin-dir=/sys/fs/bpf/swiftlane/lb", "--metrics-addr=127.0.0.1:9465", "--host-cgroup=/run/swiftlane/cgroupv2"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %v lack %s", c.Args, arg)
 		}
@@ -129,7 +144,9 @@ func TestChartLB(t *testing.T) {
 		t.Errorf("KUBERNETES_SERVICE_HOST/PORT %q/%q, want lb.apiServer's 192.0.2.1/8443",
 			env["KUBERNETES_SERVICE_HOST"].Value, env["KUBERNETES_SERVICE_PORT"].Value)
 	}
-	// The one host path is the bpf filesystem, where the state is pinned.
+	// The host paths are the bpf filesystem, where the state is pinned,
+	// and the node's cgroup v2 hierarchy, read-only, whose root the socket
+	// programs attach to (lb.hostTraffic, on by default).
 	mounts := map[string]corev1.VolumeMount{}
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m
@@ -137,6 +154,10 @@ func TestChartLB(t *testing.T) {
 	var config string
 	for _, v := range pod.Volumes {
 		switch {
+		case v.HostPath != nil && v.Name == "cgroup":
+			if m := mounts[v.Name]; v.HostPath.Path != "/sys/fs/cgroup" || !m.ReadOnly || m.MountPath != "/run/swiftlane/cgroupv2" {
+				t.Errorf("cgroup host path %s mounted as %+v: want /sys/fs/cgroup read-only at /run/swiftlane/cgroupv2", v.HostPath.Path, m)
+			}
 		case v.HostPath != nil:
 			if v.HostPath.Path != "/sys/fs/bpf" || mounts[v.Name].MountPath != "/sys/fs/bpf" {
 				t.Errorf("host path %s mounted at %q: only /sys/fs/bpf is expected", v.HostPath.Path, mounts[v.Name].MountPath)

@@ -158,6 +158,10 @@ func TestManifestRBAC(t *testing.T) {
 const (
 	capsHelperEnv = "SWL_LB_CAPS_HELPER"
 	capsPinEnv    = "SWL_LB_CAPS_PIN" // the helper's pin directory
+	// The helper's cgroup for the socket programs (--host-cgroup), passed
+	// as its file descriptor 3: `ip netns exec` mounts a fresh /sys, which
+	// hides the caller's cgroup mounts.
+	capsCgroupEnv = "SWL_LB_CAPS_CGROUP"
 )
 
 // TestCapabilitiesHelper is the load balancer as TestManifestCapabilities
@@ -185,6 +189,13 @@ func TestCapabilitiesHelper(t *testing.T) {
 	}
 	if n, err := b.AttachInterfaces(); err != nil || n == 0 {
 		fail(fmt.Errorf("attached %d interfaces: %v", n, err))
+	}
+	if os.Getenv(capsCgroupEnv) != "" {
+		host, err := b.Datapath().AttachCgroup("/proc/self/fd/3", os.Getenv(capsPinEnv))
+		if err != nil {
+			fail(err)
+		}
+		defer host.Close()
 	}
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
@@ -274,6 +285,23 @@ services:
 		t.Fatal(err)
 	}
 
+	// The socket programs attach to a cgroup of the test's own, which no
+	// process joins; removed after the pins (cleanups run last first).
+	root, err := lbbpf.CgroupRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroup := filepath.Join(root, fmt.Sprintf("swiftlane-caps-%d", os.Getpid()))
+	if err := os.Mkdir(cgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(cgroup) })
+	cgroupDir, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cgroupDir.Close()
+
 	// A private bpffs, a fresh pin directory per run, detached after it.
 	bpffs := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "bpf", "bpf", bpffs).CombinedOutput(); err != nil {
@@ -300,7 +328,8 @@ services:
 		cmd = exec.Command("ip", "netns", "exec", topo.Node.Name,
 			"setpriv", "--bounding-set="+bounding, "--inh-caps=-all", "--",
 			self, "-test.run=^TestCapabilitiesHelper$")
-		cmd.Env = append(os.Environ(), capsHelperEnv+"="+cfgPath, capsPinEnv+"="+pinDir)
+		cmd.Env = append(os.Environ(), capsHelperEnv+"="+cfgPath, capsPinEnv+"="+pinDir, capsCgroupEnv+"=1")
+		cmd.ExtraFiles = []*os.File{cgroupDir}
 		stderr = &bytes.Buffer{}
 		cmd.Stderr = stderr
 		stdin, err := cmd.StdinPipe()
@@ -340,7 +369,7 @@ services:
 	if err != nil || name != "b0" || !strings.HasPrefix(peer, topo.ClientIP.String()+":") {
 		t.Fatalf("with %v: ClusterIP answered %q seeing %q (err %v), want b0 seeing the client", caps, name, peer, err)
 	}
-	t.Logf("with %v: loaded, attached and translated", caps)
+	t.Logf("with %v: loaded, attached (interfaces and the socket programs' cgroup) and translated", caps)
 
 	for i := range caps {
 		fewer := slices.Delete(slices.Clone(caps), i, i+1)
