@@ -18,7 +18,8 @@ CONFORMANCE_EGRESS_PORT ?= 18131
 # A subset while working on one test, a regular expression without spaces
 # (the guest's environment is split on them), e.g. 'Services.*NodePort'.
 CONFORMANCE_FOCUS ?=
-# The passes to run, comma-separated, in this order on the same node:
+# The passes to run (each up to 4 h, e2e.test's own limit; the VM's and the
+# guest test's limits cover two), comma-separated, in this order on the same node:
 # kube_proxy (the node's kube-proxy, iptables mode), then swiftlane
 # (kube-proxy stopped and cleaned up, the chart's load balancer installed in
 # its place). One alone merges its column into CONFORMANCE_RESULTS.
@@ -44,10 +45,10 @@ test-conformance: deps conformance-bins image vm-bins ## Upstream sig-network co
 	rm -rf $(CONFORMANCE_DIR) && mkdir -p $(CONFORMANCE_DIR)
 	@echo '{}' > $(CONFORMANCE_DIR)/k8s.json
 	@status=0; . $(CONFORMANCE_CACHE)/images.env; \
-	K8S_CONTROLLERS=1 K8S_APPLY_CRDS=0 K8S_TEST_TIMEOUT=4h \
+	K8S_CONTROLLERS=1 K8S_APPLY_CRDS=0 K8S_TEST_TIMEOUT=8h \
 	K8S_APISERVER_ARGS="--advertise-address=10.0.2.2 --endpoint-reconciler-type=lease --kubelet-preferred-address-types=InternalIP" \
 	K8S_SERVE_ARGS="-egress-forward 127.0.0.1:$(CONFORMANCE_EGRESS_PORT)" \
-	K8S_VM_ARGS="--memory 4G --timeout 15000 --hostfwd $(CONFORMANCE_EGRESS_PORT):8131" \
+	K8S_VM_ARGS="--memory 4G --timeout 29500 --hostfwd $(CONFORMANCE_EGRESS_PORT):8131" \
 	K8S_GUEST_ENV="SWL_K8S_BIN=$(K8S_BIN) SWL_REQUIRE_CLUSTER=1 SWL_REQUIRE_CONFORMANCE=1 \
 	  SWL_CLUSTER_IMAGES=$(IMAGE_TAR),$(PAUSE_TAR),$(E2E_PAUSE_TAR),$(CONFORMANCE_CACHE)/agnhost.tar,$(CONFORMANCE_CACHE)/busybox.tar,$(CONFORMANCE_CACHE)/coredns.tar \
 	  SWL_CLUSTER_DNS=$(CONFORMANCE_DNS) SWL_CONFORMANCE_COREDNS_IMAGE=$$COREDNS_IMAGE \

@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 		}
 		t.Skip("no conformance suite: run `make test-conformance`")
 	}
-	ctx := runCtx(t, 4*time.Hour)
+	ctx := runCtx(t, 8*time.Hour) // two passes of up to 4 h (e2e.test's --ginkgo.timeout)
 	n := clusterNode(t, ctx)
 	if n.env.dns != "" {
 		n.deployCoreDNS(t, ctx, os.Getenv("SWL_CONFORMANCE_COREDNS_IMAGE"))
