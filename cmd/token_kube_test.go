@@ -20,6 +20,8 @@ func TestMain(m *testing.M) { crdtest.Main(m) }
 // TestTokenRevokeKubernetes: `swiftlane token revoke --store kubernetes`
 // (what an operator runs in the API's pod, whose data directory is
 // read-only) writes the deny list that a running replica refuses tokens by.
+// The token was minted there with `token create --store kubernetes`: both
+// commands are in the audit history the replica serves.
 func TestTokenRevokeKubernetes(t *testing.T) {
 	srv := crdtest.Cluster(t)
 	ns := crdtest.Namespace(t, srv)
@@ -36,12 +38,20 @@ func TestTokenRevokeKubernetes(t *testing.T) {
 	}
 	defer replica.Close()
 	a.UseDenyList(replica)
-	tok, _, _ := a.Issue("leaked", auth.Viewer, "", time.Hour)
+	inStore := []string{"--store", "kubernetes", "--kubeconfig", srv.Kubeconfig(), "--namespace", ns, "--data-dir", dir}
+	var out strings.Builder
+	cmd := newTokenCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs(append([]string{"create", "--role", "viewer", "--subject", "leaked"}, inStore...))
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(out.String())
 	if _, err := a.Verify(tok); err != nil {
 		t.Fatal(err)
 	}
-	cmd := newTokenCmd()
-	cmd.SetArgs([]string{"revoke", tok, "--store", "kubernetes", "--kubeconfig", srv.Kubeconfig(), "--namespace", ns, "--data-dir", dir})
+	cmd = newTokenCmd()
+	cmd.SetArgs(append([]string{"revoke", tok}, inStore...))
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +67,17 @@ func TestTokenRevokeKubernetes(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// The command recorded the revocation in the audit history the
-	// replica serves (appended before the command returned, delivered by
-	// the replica's watch since: the deny list's object came first).
+	// The commands recorded the token's issue and revocation in the audit
+	// history the replica serves (appended before each command returned,
+	// delivered by the replica's watch since: the deny list's object came
+	// before the second).
 	id, _, _ := a.TokenID(tok)
 	start = time.Now()
 	for {
-		h, _, err := replica.ListAudit(ctx, apitypes.AuditQuery{Operation: apitypes.AuditTokenRevoke})
-		if err == nil && len(h) == 1 && h[0].Object.Name == id && h[0].Role == apitypes.RoleLocal && strings.HasPrefix(h[0].Subject, "cli:") {
+		h, _, err := replica.ListAudit(ctx, apitypes.AuditQuery{})
+		if err == nil && len(h) == 2 && h[0].Operation == apitypes.AuditTokenRevoke && h[1].Operation == apitypes.AuditTokenIssue &&
+			h[0].Object.Name == id && h[1].Object.Name == id && h[1].Role == apitypes.RoleLocal && strings.HasPrefix(h[1].Subject, "cli:") &&
+			strings.Contains(h[1].Detail, "viewer token, subject leaked") {
 			break
 		}
 		if time.Since(start) > time.Second {

@@ -71,3 +71,55 @@ func TestTokenRevokeCommand(t *testing.T) {
 		t.Errorf("revoke while a server holds the store: %v, want a hint to use --server", err)
 	}
 }
+
+// TestTokenCreateAudit: a token signed by the command itself is recorded
+// in the store's audit history with --store; without it the command says
+// the token is in none; with the store held (a running server) --store
+// fails before anything is signed, pointing at --server.
+func TestTokenCreateAudit(t *testing.T) {
+	dir := t.TempDir()
+	server, _, err := auth.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(args ...string) (string, string, error) {
+		var out, errOut strings.Builder
+		cmd := newTokenCmd()
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		cmd.SetArgs(append([]string{"create", "--data-dir", dir}, args...))
+		err := cmd.Execute()
+		return strings.TrimSpace(out.String()), errOut.String(), err
+	}
+	recorded, _, err := create("--role", "agent", "--node", "n7", "--store", "bolt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unrecorded, stderr, err := create("--role", "viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "in no audit history") || !strings.Contains(stderr, "--store") {
+		t.Errorf("without --store the command does not say the token is unrecorded:\n%s", stderr)
+	}
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hist, _, err := st.ListAudit(context.Background(), apitypes.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := server.TokenID(recorded)
+	if len(hist) != 1 || hist[0].Operation != apitypes.AuditTokenIssue || hist[0].Object.Name != id || hist[0].Role != apitypes.RoleLocal ||
+		!strings.HasPrefix(hist[0].Subject, "cli:") || !strings.Contains(hist[0].Detail, "agent token for node n7") {
+		t.Errorf("audit history %+v, want the agent token %s's issue alone (not the viewer token %.20s…)", hist, id, unrecorded)
+	}
+	// The store is open (as a running server holds it).
+	tok, _, err := create("--role", "viewer", "--store", "bolt")
+	if err == nil || !strings.Contains(err.Error(), "--server") || tok != "" {
+		t.Errorf("create --store bolt while a server holds the store: %q, %v; want no token and a hint to use --server", tok, err)
+	}
+}
