@@ -74,8 +74,14 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, n.Name, n.Mode)
 		ch <- prometheus.MustNewConstMetric(descRev, prometheus.GaugeValue, float64(n.AppliedRevision), n.Name)
+		// One series per strategy and reason: an agent listing one twice
+		// must not fail the whole scrape (a duplicate series is an error).
+		seen := map[[2]string]bool{}
 		for _, u := range n.Unmatchable {
-			ch <- prometheus.MustNewConstMetric(descUnmatch, prometheus.GaugeValue, 1, n.Name, u.Strategy, u.Reason)
+			if k := [2]string{u.Strategy, u.Reason}; !seen[k] {
+				seen[k] = true
+				ch <- prometheus.MustNewConstMetric(descUnmatch, prometheus.GaugeValue, 1, n.Name, u.Strategy, u.Reason)
+			}
 		}
 		if n.Counters == nil {
 			continue

@@ -476,7 +476,7 @@ func testPrometheusMetrics(t *testing.T, bk backend) {
 	hb := apitypes.Heartbeat{Counters: &apitypes.Counters{
 		Enqueued:     map[string]uint64{"critical": 5},
 		RunqueueWait: map[string]apitypes.WaitHistogram{"critical": {Count: 3, SumNs: 3000, Buckets: []uint64{1, 2}}},
-	}, Unmatchable: []apitypes.Unmatchable{{Strategy: "batch", Reason: "cgroup_not_found"}}}
+	}, Unmatchable: []apitypes.Unmatchable{{Strategy: "batch", Reason: "cgroup_not_found"}, {Strategy: "batch", Reason: "cgroup_not_found", Fix: "twice"}}}
 	if _, err := ag.Heartbeat(bg(), "n1", hb); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/swiftlane/swiftlane/internal/apitypes"
 	"github.com/swiftlane/swiftlane/internal/crdconv"
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
+	"github.com/swiftlane/swiftlane/internal/strategy"
 )
 
 // workloads lists the processes strategies apply to, for the node report
@@ -50,15 +51,21 @@ func (a *Agent) workloads() []v1alpha1.Workload {
 
 // unmatchable lists what the Applier reports as matching nothing, named
 // after the SchedulingStrategy (namespace/name): the Applier's entries are
-// expansions without names of their own.
+// expansions without names of their own. A strategy expanded per pod is
+// listed once per reason.
 func (a *Agent) unmatchable() []apitypes.Unmatchable {
 	a.mu.Lock()
 	exp := a.expansion
 	a.mu.Unlock()
-	us := a.o.Applier.Unmatchable()
-	for i, u := range us {
+	var us []strategy.Unmatchable
+	seen := map[[2]string]bool{}
+	for _, u := range a.o.Applier.Unmatchable() {
 		if u.Index >= 0 && u.Index < len(exp) {
-			us[i].Strategy = exp[u.Index].key
+			u.Strategy = exp[u.Index].key
+		}
+		if k := [2]string{u.Strategy, u.Reason}; !seen[k] {
+			seen[k] = true
+			us = append(us, u)
 		}
 	}
 	return apitypes.UnmatchableOf(us)
