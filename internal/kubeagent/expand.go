@@ -68,6 +68,16 @@ func (a *Agent) sync(t SyncTimes) (retry bool, err error) {
 	if err != nil { // each entry validated by coreStrategy; a bug if reached
 		return false, fmt.Errorf("compile expanded strategies: %w", err)
 	}
+	// The expansions have no names: the Applier's log lines and the
+	// node's /metrics name the SchedulingStrategy (and pod) instead.
+	labels := make([]string, len(exp))
+	for i, x := range exp {
+		labels[i] = x.key
+		if x.pod != "" {
+			labels[i] += " (pod " + x.pod + ")"
+		}
+	}
+	set = set.WithLabels(labels)
 	t.Expanded = time.Now()
 	a.mu.Lock()
 	a.expansion = exp

@@ -168,6 +168,11 @@ func TestAgentAppliesPodStrategies(t *testing.T) {
 		u := a.o.Applier.Unmatchable()
 		return len(u) == 1 && u[0].Reason == strategy.ReasonCgroupMissing
 	})
+	// Named after the SchedulingStrategy (the node's log and /metrics use
+	// this label), not as the Applier's unnamed entry strategies[i].
+	if u := a.o.Applier.Unmatchable(); u[0].Strategy != "swiftlane-system/batch" {
+		t.Errorf("the unmatchable strategy is labelled %q, want swiftlane-system/batch", u[0].Strategy)
+	}
 	// ... and in the node's SchedulingNode, which the API and ctl read.
 	unmatchable := func() []v1alpha1.UnmatchableStrategy {
 		var sn v1alpha1.SchedulingNode

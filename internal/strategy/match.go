@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -30,6 +31,8 @@ type Set struct {
 type compiled struct {
 	s  Strategy
 	re *regexp.Regexp
+	// label, when set (WithLabels), names it in logs and reports.
+	label string
 }
 
 // Compile validates and compiles strategies; the error names the index and field.
@@ -72,14 +75,29 @@ func (s *Set) Append(more *Set) *Set {
 	return out
 }
 
+// WithLabels returns s with strategy i named labels[i] by Label ("" keeps
+// its name), for strategies whose names say too little, such as the
+// Kubernetes agent's unnamed per-pod expansions of one SchedulingStrategy.
+func (s *Set) WithLabels(labels []string) *Set {
+	out := &Set{items: slices.Clone(s.items)}
+	for i := range out.items[:min(len(labels), len(out.items))] {
+		out.items[i].label = labels[i]
+	}
+	return out
+}
+
 // At returns strategy i.
 func (s *Set) At(i int) Strategy { return s.items[i].s }
 
-// Label names strategy i in logs and status: its name, or strategies[i]
-// for one without (names may be empty); "" when i is out of range.
+// Label names strategy i in logs and status: its label (WithLabels), its
+// name, or strategies[i] for one without (names may be empty); "" when i
+// is out of range.
 func (s *Set) Label(i int) string {
 	if i < 0 || i >= s.Len() {
 		return ""
+	}
+	if l := s.items[i].label; l != "" {
+		return l
 	}
 	if n := s.items[i].s.Name; n != "" {
 		return n

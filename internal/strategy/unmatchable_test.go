@@ -28,4 +28,13 @@ func TestUnmatchable(t *testing.T) {
 	if l := set.Label(4); l != "" {
 		t.Errorf("Label out of range = %q, want empty", l)
 	}
+	// Labels name what a name cannot (the Kubernetes agent's expansions);
+	// "" keeps the name; the set labelled is a copy.
+	labelled := set.WithLabels([]string{"", "team/pods", "", "swiftlane-system/any (pod team/a)"})
+	if got := labelled.Unmatchable(); len(got) != 3 || got[0].Strategy != "team/pods" || got[1].Strategy != "both" || got[2].Strategy != "swiftlane-system/any (pod team/a)" {
+		t.Errorf("labelled Unmatchable: %+v", got)
+	}
+	if labelled.Label(0) != "gnb" || set.Label(1) != "pods" {
+		t.Errorf("labels: %q %q, want the name kept and the original set unchanged", labelled.Label(0), set.Label(1))
+	}
 }
