@@ -194,8 +194,10 @@ func TestUIInChromium(t *testing.T) {
 		chromedp.Click(css(`#nodes-table tr[data-node="n1"]`)),
 		chromedp.WaitVisible(css("#workloads-table tbody tr")),
 		chromedp.WaitVisible(css("#carriers-table tbody tr")),
+		chromedp.WaitVisible(css("#unmatchable-table tbody tr")),
 		chromedp.WaitVisible(css("#latency-table tbody tr")))
 	workloads := text("#workloads-table tbody")
+	unmatchable := text("#unmatchable-table tbody")
 	carriers := text("#carriers-table tbody")
 	nodeRow := text(`#nodes-table tr[data-node="n1"]`)
 	shot("ui-node.png")
@@ -245,6 +247,11 @@ func TestUIInChromium(t *testing.T) {
 	if !strings.Contains(carriers, "4242") || !strings.Contains(carriers, "nr-gnb") || !strings.Contains(carriers, "2000") ||
 		!strings.Contains(carriers, "10:11:12.345") {
 		t.Errorf("carriers shown: %q", carriers)
+	}
+	// The REST agent has no pod source: the selectors strategy matches
+	// nothing on the node, and its heartbeat says so.
+	if !strings.Contains(unmatchable, "by-label") || !strings.Contains(unmatchable, "selectors_without_pod_source") || !strings.Contains(unmatchable, "command_regex") {
+		t.Errorf("unmatchable strategies shown: %q", unmatchable)
 	}
 	if !strings.Contains(nodeRow, "healthy") || !strings.Contains(nodeRow, "schedule") {
 		t.Errorf("node row: %q", nodeRow)

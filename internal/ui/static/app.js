@@ -179,6 +179,7 @@ function renderNodeDetail(n) {
     tbody.appendChild(tr);
   }
   $("workloads-empty").hidden = (n.workloads || []).length > 0;
+  renderUnmatchable(n);
   renderCarriers(n);
   drawLatency(n.counters && n.counters.runqueue_wait);
 }
@@ -190,6 +191,16 @@ function clockMs(ts) {
   if (!ts || isNaN(d) || d.getTime() <= 0) return "–";
   const p = (n, w) => String(n).padStart(w, "0");
   return p(d.getHours(), 2) + ":" + p(d.getMinutes(), 2) + ":" + p(d.getSeconds(), 2) + "." + p(d.getMilliseconds(), 3);
+}
+
+// The strategies the node's agent says can match nothing there (its
+// heartbeat leaves an empty list out); shown only while there are some.
+function renderUnmatchable(n) {
+  const us = n.unmatchable || [];
+  $("unmatchable").hidden = us.length === 0;
+  const tbody = $("unmatchable-table").querySelector("tbody");
+  tbody.replaceChildren();
+  for (const u of us) tbody.appendChild(row([u.strategy, u.reason, u.fix || ""]));
 }
 
 // The processes automatic mode prioritises; the table shows only while
