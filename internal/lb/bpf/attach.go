@@ -48,18 +48,27 @@ func AttachIngress(prog *ebpf.Program, ifindex int, pinPath string) (Attachment,
 	if err != nil {
 		return nil, fmt.Errorf("attach tcx ingress to ifindex %d: %w", ifindex, err)
 	}
-	if pinPath == "" {
-		return tcxAttachment{l}, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(pinPath), 0o700); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("pin link: %w", err)
-	}
-	if err := l.Pin(pinPath); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("pin link of ifindex %d: %w", ifindex, err)
+	if err := pinLink(l, pinPath); err != nil {
+		return nil, fmt.Errorf("ifindex %d: %w", ifindex, err)
 	}
 	return tcxAttachment{l}, nil
+}
+
+// pinLink pins l at path (none if empty), creating its directory; on
+// failure l is closed (detached).
+func pinLink(l link.Link, path string) error {
+	if path == "" {
+		return nil
+	}
+	err := os.MkdirAll(filepath.Dir(path), 0o700)
+	if err == nil {
+		err = l.Pin(path)
+	}
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("pin link %s: %w", path, err)
+	}
+	return nil
 }
 
 // reusePinned switches the link pinned at path to prog if it is a TCX

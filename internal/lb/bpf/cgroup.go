@@ -121,16 +121,8 @@ func attachCgroupHook(cgroup string, cgroupID uint64, prog *ebpf.Program, attach
 	if err != nil {
 		return nil, err
 	}
-	if pin == "" {
-		return l, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("pin link: %w", err)
-	}
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("pin link %s: %w", pin, err)
+	if err := pinLink(l, pin); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

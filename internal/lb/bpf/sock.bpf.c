@@ -92,7 +92,8 @@ static __always_inline bool v4_mapped(const __be32 *a)
 
 // sock_forward: k, a destination (address, port, protocol), becomes a
 // backend's if it is a frontend. 1: translated; 0: not service traffic;
-// -1: the frontend has no backend, refuse (the caller gets EPERM).
+// -1: refuse (the caller gets EPERM): the frontend has no backend, or its
+// source ranges keep the node out.
 //
 // The hash that picks a slot is the socket's and the frontend's: each
 // socket lands like a new flow of the tc path (uniformly over the slots,
@@ -141,8 +142,9 @@ static __always_inline bool v4_mapped(const __be32 *a)
 
 // sock_reverse: k, an address the socket got from a backend it was sent
 // to (a datagram's source, the connected peer), becomes the frontend.
+// 1: translated; 0: not from a backend this socket was sent to.
 #define DEFINE_SOCK_REVERSE(F)                                                                     \
-	static __always_inline bool sock_reverse##F(struct bpf_sock_addr *ctx, struct svc_key##F *k) \
+	static __always_inline int sock_reverse##F(struct bpf_sock_addr *ctx, struct svc_key##F *k)  \
 	{                                                                                           \
 		struct sock_key##F rk = {                                                           \
 			.cookie = bpf_get_socket_cookie(ctx), .port = k->port, .proto = k->proto,   \
@@ -150,10 +152,10 @@ static __always_inline bool v4_mapped(const __be32 *a)
 		addr_set(rk.addr, k->addr);                                                         \
 		struct backend##F *fe = bpf_map_lookup_elem(&sock_rev##F, &rk);                     \
 		if (!fe)                                                                            \
-			return false;                                                               \
+			return 0;                                                                   \
 		addr_set(k->addr, fe->addr);                                                        \
 		k->port = fe->port;                                                                 \
-		return true;                                                                        \
+		return 1;                                                                           \
 	}
 
 DEFINE_SOCK_FORWARD()
@@ -169,86 +171,62 @@ static __always_inline bool sock_dest(struct bpf_sock_addr *ctx, __u8 *proto, __
 	return (*proto == IPPROTO_TCP || *proto == IPPROTO_UDP) && own_netns(ctx);
 }
 
-static __always_inline int forward4(struct bpf_sock_addr *ctx)
-{
-	struct svc_key k = { .addr = ctx->user_ip4 };
-
-	if (!sock_dest(ctx, &k.proto, &k.port))
-		return 1;
-	int r = sock_forward(ctx, &k);
-	if (r > 0) {
-		ctx->user_ip4 = k.addr;
-		ctx->user_port = k.port;
+// DEFINE_ON_ADDR: name4 and name6 run fn on the context's address (fn6 on
+// an IPv6 one, fn with the IPv4 maps on an IPv4-mapped one) and write a
+// translated one back. They return fn's result, 0 for sockets not ours.
+#define DEFINE_ON_ADDR(name, fn)                                                             \
+	static __always_inline int name##4(struct bpf_sock_addr *ctx)                         \
+	{                                                                                     \
+		struct svc_key k = { .addr = ctx->user_ip4 };                                 \
+		int r;                                                                        \
+                                                                                              \
+		if (!sock_dest(ctx, &k.proto, &k.port))                                       \
+			return 0;                                                             \
+		r = fn(ctx, &k);                                                              \
+		if (r > 0) {                                                                  \
+			ctx->user_ip4 = k.addr;                                               \
+			ctx->user_port = k.port;                                              \
+		}                                                                             \
+		return r;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	static __always_inline int name##6(struct bpf_sock_addr *ctx)                         \
+	{                                                                                     \
+		struct svc_key6 k = {};                                                       \
+		int r;                                                                        \
+                                                                                              \
+		if (!sock_dest(ctx, &k.proto, &k.port))                                       \
+			return 0;                                                             \
+		ctx_addr6(ctx, k.addr);                                                       \
+		if (v4_mapped(k.addr)) {                                                      \
+			struct svc_key k4 = { .addr = k.addr[3], .port = k.port, .proto = k.proto }; \
+			r = fn(ctx, &k4);                                                     \
+			k.addr[3] = k4.addr;                                                  \
+			k.port = k4.port;                                                     \
+		} else {                                                                      \
+			r = fn##6(ctx, &k);                                                   \
+		}                                                                             \
+		if (r > 0) {                                                                  \
+			ctx_set_addr6(ctx, k.addr);                                           \
+			ctx->user_port = k.port;                                              \
+		}                                                                             \
+		return r;                                                                     \
 	}
-	return r >= 0;
-}
 
-static __always_inline int forward6(struct bpf_sock_addr *ctx)
-{
-	struct svc_key6 k = {};
-	int r;
-
-	if (!sock_dest(ctx, &k.proto, &k.port))
-		return 1;
-	ctx_addr6(ctx, k.addr);
-	if (v4_mapped(k.addr)) {
-		struct svc_key k4 = { .addr = k.addr[3], .port = k.port, .proto = k.proto };
-		r = sock_forward(ctx, &k4);
-		k.addr[3] = k4.addr;
-		k.port = k4.port;
-	} else {
-		r = sock_forward6(ctx, &k);
-	}
-	if (r > 0) {
-		ctx_set_addr6(ctx, k.addr);
-		ctx->user_port = k.port;
-	}
-	return r >= 0;
-}
-
-static __always_inline void reverse4(struct bpf_sock_addr *ctx)
-{
-	struct svc_key k = { .addr = ctx->user_ip4 };
-
-	if (sock_dest(ctx, &k.proto, &k.port) && sock_reverse(ctx, &k)) {
-		ctx->user_ip4 = k.addr;
-		ctx->user_port = k.port;
-	}
-}
-
-static __always_inline void reverse6(struct bpf_sock_addr *ctx)
-{
-	struct svc_key6 k = {};
-	bool done;
-
-	if (!sock_dest(ctx, &k.proto, &k.port))
-		return;
-	ctx_addr6(ctx, k.addr);
-	if (v4_mapped(k.addr)) {
-		struct svc_key k4 = { .addr = k.addr[3], .port = k.port, .proto = k.proto };
-		done = sock_reverse(ctx, &k4);
-		k.addr[3] = k4.addr;
-		k.port = k4.port;
-	} else {
-		done = sock_reverse6(ctx, &k);
-	}
-	if (done) {
-		ctx_set_addr6(ctx, k.addr);
-		ctx->user_port = k.port;
-	}
-}
+DEFINE_ON_ADDR(forward, sock_forward)
+DEFINE_ON_ADDR(reverse, sock_reverse)
 
 SEC("cgroup/connect4")
-int sock_connect4(struct bpf_sock_addr *ctx) { return forward4(ctx); }
+int sock_connect4(struct bpf_sock_addr *ctx) { return forward4(ctx) >= 0; }
 
 SEC("cgroup/connect6")
-int sock_connect6(struct bpf_sock_addr *ctx) { return forward6(ctx); }
+int sock_connect6(struct bpf_sock_addr *ctx) { return forward6(ctx) >= 0; }
 
 SEC("cgroup/sendmsg4")
-int sock_sendmsg4(struct bpf_sock_addr *ctx) { return forward4(ctx); }
+int sock_sendmsg4(struct bpf_sock_addr *ctx) { return forward4(ctx) >= 0; }
 
 SEC("cgroup/sendmsg6")
-int sock_sendmsg6(struct bpf_sock_addr *ctx) { return forward6(ctx); }
+int sock_sendmsg6(struct bpf_sock_addr *ctx) { return forward6(ctx) >= 0; }
 
 SEC("cgroup/recvmsg4")
 int sock_recvmsg4(struct bpf_sock_addr *ctx)

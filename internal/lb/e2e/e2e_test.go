@@ -68,8 +68,9 @@ func setup(t *testing.T) *env {
 	return setupWith(t, func(topo *labnet.Topology) string { return config(topo, nil) })
 }
 
-// setupWith is setup with the services file cfg renders for the topology.
-func setupWith(t *testing.T, cfg func(*labnet.Topology) string) *env {
+// echoTopology builds the topology with an echo server on every backend;
+// both go at the end of t.
+func echoTopology(t *testing.T) *labnet.Topology {
 	t.Helper()
 	labnet.RequireRoot(t)
 	topo, err := labnet.New(backends)
@@ -81,15 +82,22 @@ func setupWith(t *testing.T, cfg func(*labnet.Topology) string) *env {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if err := topo.TrackConnections(); err != nil {
-		t.Fatal(err)
-	}
 	for i, ns := range topo.Backends {
 		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Close() })
+	}
+	return topo
+}
+
+// setupWith is setup with the services file cfg renders for the topology.
+func setupWith(t *testing.T, cfg func(*labnet.Topology) string) *env {
+	t.Helper()
+	topo := echoTopology(t)
+	if err := topo.TrackConnections(); err != nil {
+		t.Fatal(err)
 	}
 	e := &env{t: t, topo: topo}
 	e.cfg = cfg(topo)

@@ -425,18 +425,7 @@ func TestHostTrafficRuntime(t *testing.T) {
 	}
 	cg := testCgroup(t, "runtime")
 	pins := filepath.Join(mountBPFFS(t), "lb")
-	topo, err := labnet.New(backends)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { topo.Close() })
-	for i, ns := range topo.Backends {
-		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-	}
+	topo := echoTopology(t)
 	cfg := filepath.Join(t.TempDir(), "services.yaml")
 	if err := os.WriteFile(cfg, []byte(config(topo, nil)), 0o644); err != nil {
 		t.Fatal(err)

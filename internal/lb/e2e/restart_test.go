@@ -415,18 +415,7 @@ func TestRestartWithoutPinningLosesConnections(t *testing.T) {
 func TestPinnedDeferredKeepsServices(t *testing.T) {
 	labnet.RequireRoot(t)
 	pins := filepath.Join(mountBPFFS(t), "lb")
-	topo, err := labnet.New(backends)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { topo.Close() })
-	for i, ns := range topo.Backends {
-		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-	}
+	topo := echoTopology(t)
 	full, err := services.Parse([]byte(config(topo, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -488,18 +477,7 @@ func TestPinnedDeferredKeepsServices(t *testing.T) {
 func TestPinnedStaleInterfaceDetached(t *testing.T) {
 	labnet.RequireRoot(t)
 	pins := filepath.Join(mountBPFFS(t), "lb")
-	topo, err := labnet.New(backends)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { topo.Close() })
-	for i, ns := range topo.Backends {
-		e, err := labnet.StartEcho(ns, fmt.Sprintf("b%d", i), port)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-	}
+	topo := echoTopology(t)
 	t.Cleanup(func() { topo.Node.Do(func() error { return lbbpf.Cleanup(pins) }) })
 	start := func(ifaces string) *balancer.Balancer {
 		t.Helper()
