@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -430,6 +431,24 @@ func TestAgentRenewsItsToken(t *testing.T) {
 		t.Fatal("the token was not renewed")
 	}
 	h.waitBeatAfter(t, exp)
+	noneRefused(t, url, dir)
+}
+
+// noneRefused: the server at url refused no request (401) so far, so an
+// agent renewing its token had no gap in service. It reads the server's
+// own request counter with an admin token signed with the key in dir.
+func noneRefused(t *testing.T, url, dir string) {
+	t.Helper()
+	var metrics string
+	if err := apiclient.NewClient(url, token(t, dir, auth.Admin, ""), nil).Do(context.Background(), "GET", "/metrics", nil, &metrics); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(metrics, `op="heartbeat"`) {
+		t.Fatalf("the server counted no heartbeat:\n%s", metrics)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^swiftlane_api_requests_total\{code="401",op="([^"]+)"\} (\d+)$`).FindAllStringSubmatch(metrics, -1) {
+		t.Errorf("the server refused %s %s request(s): a gap in service around the renewal", m[2], m[1])
+	}
 }
 
 // expiringToken is an agent token for n1, signed with the key in dir, that

@@ -169,4 +169,5 @@ func TestAgentRenewsThroughAnotherReplica(t *testing.T) {
 	if got := h.agent.Server(); got != 1 {
 		t.Errorf("the agent is on server %d, want 1 (the first is down)", got)
 	}
+	noneRefused(t, urls[1], dir)
 }
