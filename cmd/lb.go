@@ -49,6 +49,11 @@ Node's addresses for NodePorts. Run it in place of kube-proxy's Service NAT.
 Either way only services whose entries changed are rewritten. Node settings
 (ports, hairpin address, session capacity) need a restart.
 
+The node's own connections (host-network pods, node daemons) are balanced at
+the socket by cgroup programs attached to --host-cgroup (default: the root of
+the cgroup v2 hierarchy; in a pod, mount the node's and name it), only in the
+network namespace this command runs in; --host-cgroup= turns that off.
+
 With --pin-dir (the default) the maps and attachments are pinned in bpffs: a
 restart or upgrade takes over every open connection, and stopping the
 command leaves the program serving; --cleanup removes it. See docs/lb.md.`,
