@@ -222,6 +222,12 @@ struct lb_stats {
 	__u64 drop_frag;        // later fragment whose first fragment's session is gone
 	__u64 drop_fib;         // route lookup says unreachable/blackhole
 	__u64 drop_source_range; // new connection from outside the frontend's source ranges
+	// The node's own sockets (sock.bpf.c): connects and unconnected UDP
+	// datagrams sent to a backend instead of a frontend, and both refused
+	// (no backend, or the source ranges keep the node out).
+	__u64 host_connects;
+	__u64 host_datagrams;
+	__u64 host_refused;
 };
 
 #endif

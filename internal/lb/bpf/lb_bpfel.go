@@ -99,6 +99,9 @@ type lbLbStats struct {
 	DropFrag        uint64
 	DropFib         uint64
 	DropSourceRange uint64
+	HostConnects    uint64
+	HostDatagrams   uint64
+	HostRefused     uint64
 }
 
 type lbMemberKey struct {

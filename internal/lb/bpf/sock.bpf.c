@@ -216,17 +216,31 @@ static __always_inline bool sock_dest(struct bpf_sock_addr *ctx, __u8 *proto, __
 DEFINE_ON_ADDR(forward, sock_forward)
 DEFINE_ON_ADDR(reverse, sock_reverse)
 
+// verdict counts a forward result r (of a datagram, or a connect) and
+// turns it into the hook's answer: 1 go ahead, 0 refuse. Sockets that are
+// not service traffic (r 0) cost no counter lookup.
+static __always_inline int verdict(int r, bool datagram)
+{
+	if (r < 0)
+		STAT_INC(host_refused);
+	else if (r > 0 && datagram)
+		STAT_INC(host_datagrams);
+	else if (r > 0)
+		STAT_INC(host_connects);
+	return r >= 0;
+}
+
 SEC("cgroup/connect4")
-int sock_connect4(struct bpf_sock_addr *ctx) { return forward4(ctx) >= 0; }
+int sock_connect4(struct bpf_sock_addr *ctx) { return verdict(forward4(ctx), false); }
 
 SEC("cgroup/connect6")
-int sock_connect6(struct bpf_sock_addr *ctx) { return forward6(ctx) >= 0; }
+int sock_connect6(struct bpf_sock_addr *ctx) { return verdict(forward6(ctx), false); }
 
 SEC("cgroup/sendmsg4")
-int sock_sendmsg4(struct bpf_sock_addr *ctx) { return forward4(ctx) >= 0; }
+int sock_sendmsg4(struct bpf_sock_addr *ctx) { return verdict(forward4(ctx), true); }
 
 SEC("cgroup/sendmsg6")
-int sock_sendmsg6(struct bpf_sock_addr *ctx) { return forward6(ctx) >= 0; }
+int sock_sendmsg6(struct bpf_sock_addr *ctx) { return verdict(forward6(ctx), true); }
 
 SEC("cgroup/recvmsg4")
 int sock_recvmsg4(struct bpf_sock_addr *ctx)

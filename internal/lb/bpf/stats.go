@@ -25,6 +25,9 @@ type Stats struct {
 	Drops                           map[string]uint64 // by reason
 	PortTries                       [SNATTries]uint64 // [i]: allocations that took i+1 tries
 	PortFailures                    uint64            // allocations that found no port in SNATTries
+	// The node's own sockets: connects and unconnected UDP datagrams sent
+	// to a backend instead of a frontend, and both refused.
+	HostConnects, HostDatagrams, HostRefused uint64
 }
 
 // DropReasons lists the keys of Stats.Drops, in a stable order.
@@ -42,6 +45,7 @@ func (d *Datapath) Stats() (Stats, error) {
 		SessionsCreated: t.SessionsCreated, SNATAllocation: t.SnatAllocations,
 		StaleBackend: t.StaleBackend, PassedToStack: t.PassedToStack,
 		AffinityHits: t.AffinityHits, NeighRedirects: t.NeighRedirects,
+		HostConnects: t.HostConnects, HostDatagrams: t.HostDatagrams, HostRefused: t.HostRefused,
 		Drops: map[string]uint64{
 			"no_backend":   t.DropNoBackend,
 			"no_port":      t.DropNoPort,

@@ -314,6 +314,11 @@ func TestHostTraffic(t *testing.T) {
 	if st.FwdPackets != 0 || st.SessionsCreated != 0 {
 		t.Errorf("stats %+v: the node's own connections went through the tc path", st)
 	}
+	// Counted by call: 4 cases x 30 connect (TCP, connected UDP), 2 x 30
+	// unconnected datagrams.
+	if st.HostConnects != 120 || st.HostDatagrams != 60 || st.HostRefused != 0 {
+		t.Errorf("host counters: %d connects, %d datagrams, %d refused; want 120, 60, 0", st.HostConnects, st.HostDatagrams, st.HostRefused)
+	}
 	// Conntrack is active in the node (the nft rules of TrackConnections)
 	// and tracks the node's own connections to the backends like any
 	// other it makes; what must not appear is a Service address.
@@ -395,6 +400,9 @@ func TestHostTrafficControls(t *testing.T) {
 	e.apply(strings.Replace(e.cfg, "endpoints: [{address: "+e.topo.BackendIPs[0].String()+"}]", "endpoints: []", 1))
 	if _, err := runClient(e.topo.Node, cg, "tcp", "10.96.0.20:80", 1); err == nil || !strings.Contains(err.Error(), "operation not permitted") {
 		t.Fatalf("a frontend without backends: %v, want connect refused with EPERM", err)
+	}
+	if st, _ := e.lb.Stats(); st.HostRefused != 1 || st.HostConnects != 0 {
+		t.Fatalf("host counters %d refused, %d connects: want the one refusal, and the pod's connections not counted", st.HostRefused, st.HostConnects)
 	}
 }
 

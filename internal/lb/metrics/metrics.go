@@ -33,6 +33,8 @@ var (
 	affinityDesc   = prometheus.NewDesc(ns+"affinity_hits_total", "New connections sent to the backend the client's ClientIP affinity remembers.", nil, nil)
 	passedDesc     = prometheus.NewDesc(ns+"passed_to_stack_total", "Translated packets handed to the kernel stack instead of redirected (local destination, TTL expiry).", nil, nil)
 	dropsDesc      = prometheus.NewDesc(ns+"drops_total", "Packets dropped, by reason.", []string{"reason"}, nil)
+	hostDesc       = prometheus.NewDesc(ns+"host_translations_total", "The node's own sockets sent to a backend instead of a frontend, by call (connect: TCP and connected UDP; sendmsg: unconnected UDP datagrams).", []string{"call"}, nil)
+	hostRefDesc    = prometheus.NewDesc(ns+"host_refused_total", "The node's own connects and datagrams to a frontend refused (no backend, or its source ranges keep the node out).", nil, nil)
 	attachedDesc   = prometheus.NewDesc(ns+"attached_interfaces", "Interfaces the tc program is attached to.", nil, nil)
 	scrapeErrsDesc = prometheus.NewDesc(ns+"scrape_errors", "1 if reading the datapath counters failed in this scrape.", nil, nil)
 )
@@ -44,7 +46,7 @@ func NewCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{packetsDesc, icmpDesc, fragDesc, sessionsDesc, createdDesc, allocDesc,
-		triesDesc, staleDesc, affinityDesc, neighDesc, passedDesc, dropsDesc, attachedDesc, scrapeErrsDesc} {
+		triesDesc, staleDesc, affinityDesc, neighDesc, passedDesc, dropsDesc, hostDesc, hostRefDesc, attachedDesc, scrapeErrsDesc} {
 		ch <- d
 	}
 }
@@ -77,6 +79,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range bpf.DropReasons {
 		counter(dropsDesc, st.Drops[r], r)
 	}
+	counter(hostDesc, st.HostConnects, "connect")
+	counter(hostDesc, st.HostDatagrams, "sendmsg")
+	counter(hostRefDesc, st.HostRefused)
 	// The kernel keeps exact per-try counts, which map onto a histogram
 	// with one bucket per try.
 	buckets := map[float64]uint64{}

@@ -16,7 +16,8 @@ type fake struct{}
 
 func (fake) Stats() (bpf.Stats, error) {
 	return bpf.Stats{FwdPackets: 10, ReplyPackets: 9, Drops: map[string]uint64{"no_port": 2},
-		PortTries: [bpf.SNATTries]uint64{3, 1}, AffinityHits: 5, NeighRedirects: 1}, nil
+		PortTries: [bpf.SNATTries]uint64{3, 1}, AffinityHits: 5, NeighRedirects: 1,
+		HostConnects: 7, HostDatagrams: 3, HostRefused: 1}, nil
 }
 func (fake) LiveSessions() int { return 4 }
 func (fake) Attached() int     { return 2 }
@@ -49,6 +50,18 @@ swiftlane_lb_affinity_hits_total 5
 swiftlane_lb_neighbour_misses_total 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(more), "swiftlane_lb_affinity_hits_total", "swiftlane_lb_neighbour_misses_total"); err != nil {
+		t.Fatal(err)
+	}
+	host := `
+# HELP swiftlane_lb_host_refused_total The node's own connects and datagrams to a frontend refused (no backend, or its source ranges keep the node out).
+# TYPE swiftlane_lb_host_refused_total counter
+swiftlane_lb_host_refused_total 1
+# HELP swiftlane_lb_host_translations_total The node's own sockets sent to a backend instead of a frontend, by call (connect: TCP and connected UDP; sendmsg: unconnected UDP datagrams).
+# TYPE swiftlane_lb_host_translations_total counter
+swiftlane_lb_host_translations_total{call="connect"} 7
+swiftlane_lb_host_translations_total{call="sendmsg"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(host), "swiftlane_lb_host_translations_total", "swiftlane_lb_host_refused_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "swiftlane_lb_snat_port_tries"); err != nil || n != 1 {
