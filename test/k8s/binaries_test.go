@@ -52,14 +52,7 @@ import (
 func TestChartBinaries(t *testing.T) {
 	bin := swiftlane(t) // before any deadline: the build takes a while
 	k := cluster(t)
-	k.applyCRDs(t)
-	k.namespace(t, testNamespace)
-	manifest, err := template(t, "--set", "agent.config.api.interval=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.mustApply(t, manifest)
-	objs := decodeObjects(t, manifest)
+	objs := k.applyChart(t, "--set", "agent.config.api.interval=1")
 
 	const node = "chart-node-a"
 	tenant := k.namespace(t, "chart-tenant")
@@ -190,6 +183,21 @@ spec:
 			t.Errorf("the %s was refused something:\n%s", name, p.log.String())
 		}
 	}
+}
+
+// applyChart applies the CRDs and the chart rendered with args in
+// testNamespace, and returns the rendered objects (their Secrets are what
+// the started processes read: each render generates fresh key material).
+func (k *kube) applyChart(t *testing.T, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	k.applyCRDs(t)
+	k.namespace(t, testNamespace)
+	manifest, err := template(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.mustApply(t, manifest)
+	return decodeObjects(t, manifest)
 }
 
 // process is a swiftlane binary started by start.

@@ -34,14 +34,7 @@ import (
 func TestChartAPIReplicasRevoke(t *testing.T) {
 	bin := swiftlane(t) // before any deadline: the build takes a while
 	k := cluster(t)
-	k.applyCRDs(t)
-	k.namespace(t, testNamespace)
-	manifest, err := template(t, "--set", "api.replicas=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.mustApply(t, manifest)
-	objs := decodeObjects(t, manifest)
+	objs := k.applyChart(t, "--set", "api.replicas=2")
 	var dep appsv1.Deployment
 	find(t, objs, "Deployment", testRelease+"-swiftlane-api", &dep)
 	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
