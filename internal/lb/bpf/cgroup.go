@@ -33,7 +33,7 @@ type cgroupHook struct {
 
 // cgroupHooks are the socket programs and where each attaches.
 func (d *Datapath) cgroupHooks() []cgroupHook {
-	o := &d.objs
+	o := &d.sock
 	return []cgroupHook{
 		{"connect4", o.SockConnect4, ebpf.AttachCGroupInet4Connect},
 		{"connect6", o.SockConnect6, ebpf.AttachCGroupInet6Connect},
@@ -78,7 +78,7 @@ func (d *Datapath) AttachCgroup(cgroup, pinDir string) (*CgroupAttachment, error
 	if err := unix.Statfs(cgroup, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
 		return nil, fmt.Errorf("cgroup %s: not a cgroup v2 directory (mount -t cgroup2 shows where the hierarchy is)", cgroup)
 	}
-	if err := d.objs.HostNetnsCookie.Set(cookie); err != nil {
+	if err := d.sock.HostNetnsCookie.Set(cookie); err != nil {
 		return nil, fmt.Errorf("set the node's network namespace: %w", err)
 	}
 	a := &CgroupAttachment{}

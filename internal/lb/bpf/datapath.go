@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package bpf loads the load balancer's tc program (lb.bpf.c) and reads and
-// writes its maps. It knows the map layouts and nothing about where services
+// Package bpf loads the load balancer's tc program (lb.bpf.c) and the socket
+// programs for the node's own connections (sock.bpf.c) over one set of maps,
+// and reads and writes those maps. It knows the map layouts and nothing about where services
 // come from. A Datapath is safe for concurrent use: every method is a single
 // map operation or a sequence whose intermediate states the program
 // tolerates (see PutService).
@@ -11,7 +12,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -80,17 +83,19 @@ func (c Constants) Validate() error {
 	return nil
 }
 
-// Datapath is the loaded program and its maps.
+// Datapath is the loaded programs and their maps.
 type Datapath struct {
-	objs     lbObjects
-	mapDirs  []string // where the maps are pinned; none if not
-	replaced []string // pinned maps that could not be reused (why)
+	objs     lbObjects   // the tc program, the sweep and every map they use
+	sock     sockObjects // the socket programs; the maps they share are objs's
+	mapDirs  []string    // where the maps are pinned; none if not
+	replaced []string    // pinned maps that could not be reused (why)
 
 	afterSweepRead func() // tests: runs between Sweep's read and its delete
 }
 
-// Load sets the constants and loads the program into the kernel. On a
-// verifier rejection the error wraps *ebpf.VerifierError.
+// Load sets the constants and loads the programs into the kernel: the tc
+// collection, then the socket collection over the tc collection's maps. On
+// a verifier rejection the error wraps *ebpf.VerifierError.
 func Load(c Constants) (*Datapath, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -116,25 +121,65 @@ func Load(c Constants) (*Datapath, error) {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
+	sockSpec, err := loadSock()
+	if err != nil {
+		return nil, err
+	}
+	// Sized alike, or the shared maps would not match the socket
+	// collection's specs they replace.
+	c.size(spec)
+	c.size(sockSpec)
+	d := &Datapath{}
+	tc, err := d.load(spec, &d.objs, c.PinDir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("load lb program: %w", err)
+	}
+	if _, err := d.load(sockSpec, &d.sock, c.PinDir, sharedMaps(sockSpec, tc)); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load socket programs: %w", err)
+	}
+	return d, nil
+}
+
+// size sets the capacities c asks for on the maps of spec that have them.
+func (c Constants) size(spec *ebpf.CollectionSpec) {
+	set := func(n uint32, names ...string) {
+		for _, name := range names {
+			if ms := spec.Maps[name]; ms != nil {
+				ms.MaxEntries = n
+			}
+		}
+	}
 	if c.SessionEntries > 0 {
-		for _, m := range []string{lbMapSessions, lbMapSessions6} {
-			spec.Maps[m].MaxEntries = c.SessionEntries
-		}
+		set(c.SessionEntries, lbMapSessions, lbMapSessions6)
 		// At most one affinity entry per connection's client is live.
-		for _, m := range []string{lbMapAffinity, lbMapAffinity6} {
-			spec.Maps[m].MaxEntries = max(c.SessionEntries/2, 1)
-		}
+		set(max(c.SessionEntries/2, 1), lbMapAffinity, lbMapAffinity6)
 	}
 	if !c.IPv6 {
-		for _, m := range []string{lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6, lbMapSrcRanges6, lbMapSockRev6} {
-			spec.Maps[m].MaxEntries = 1
+		set(1, lbMapServices6, lbMapBackends6, lbMapSessions6, lbMapAffinity6, lbMapSrcRanges6, sockMapSockRev6)
+	}
+}
+
+// sharedMaps are the maps of loaded, by name, that spec defines too (those
+// of maps.h); its constants and globals stay its own.
+func sharedMaps(spec *ebpf.CollectionSpec, loaded map[string]*ebpf.Map) map[string]*ebpf.Map {
+	shared := map[string]*ebpf.Map{}
+	for name := range spec.Maps {
+		if m := loaded[name]; m != nil && !strings.HasPrefix(name, ".") {
+			shared[name] = m
 		}
 	}
-	d := &Datapath{}
-	var opts *ebpf.CollectionOptions
-	if c.PinDir != "" {
-		var pinned map[string]*ebpf.Map
-		pinned, d.mapDirs, d.replaced, err = openPinned(spec, c.PinDir)
+	return shared
+}
+
+// load loads spec into objs, a generated *Objects struct, with the maps of
+// shared in place of its own and, with a pin directory, its other pinned
+// maps opened or created there. It returns the collection's maps by name
+// (now owned by objs).
+func (d *Datapath) load(spec *ebpf.CollectionSpec, objs any, pinDir string, shared map[string]*ebpf.Map) (map[string]*ebpf.Map, error) {
+	replace := maps.Clone(shared)
+	if pinDir != "" {
+		pinned, dirs, replaced, err := openPinned(spec, pinDir, shared)
 		if err != nil {
 			return nil, err
 		}
@@ -144,12 +189,23 @@ func Load(c Constants) (*Datapath, error) {
 				m.Close()
 			}
 		}()
-		opts = &ebpf.CollectionOptions{MapReplacements: pinned}
+		d.mapDirs = append(d.mapDirs, dirs...)
+		d.replaced = append(d.replaced, replaced...)
+		if replace == nil {
+			replace = map[string]*ebpf.Map{}
+		}
+		maps.Copy(replace, pinned)
 	}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
-		return nil, fmt.Errorf("load lb program: %w", err)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: replace})
+	if err != nil {
+		return nil, err
 	}
-	return d, nil
+	loaded := maps.Clone(coll.Maps)
+	if err := coll.Assign(objs); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	return loaded, nil
 }
 
 // PinnedMaps lists the directories the maps are pinned in (none without
@@ -158,7 +214,7 @@ func Load(c Constants) (*Datapath, error) {
 func (d *Datapath) PinnedMaps() (dirs, replaced []string) { return d.mapDirs, d.replaced }
 
 // Close releases the program and maps (attachments hold their own references).
-func (d *Datapath) Close() error { return d.objs.Close() }
+func (d *Datapath) Close() error { return errors.Join(d.sock.Close(), d.objs.Close()) }
 
 // Program is the tc ingress program to attach.
 func (d *Datapath) Program() *ebpf.Program { return d.objs.LbIngress }

@@ -20,6 +20,11 @@
 // kind of address. Only what the headers make different is written per
 // family: the IP header rewrite (IPv4's checksum and TTL, IPv6's hop limit),
 // IPv4 fragments and the ICMP errors; those share the helpers for the rest.
+//
+// The node's own connections are balanced at the socket by sock.bpf.c, a
+// compilation unit of its own. What both need is in headers: the types
+// (lb.h), the maps they share (maps.h), the address helpers (addr.h) and
+// the choice of a backend (backend.h, pick_backend and source_allowed).
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,14 +40,13 @@
 #include <bpf/bpf_endian.h>
 
 #include "lb.h"
+#include "addr.h"
+#include "backend.h"
+#include "maps.h"
 
 // Sizes are defaults; the loader overrides max_entries from the config.
-#define MAX_SERVICES 16384
-#define MAX_SLOTS 262144
-#define MAX_BACKENDS 65536
-#define MAX_SESSIONS 262144 // two entries per connection
+// The maps the socket programs use too, and their sizes, are in maps.h.
 #define MAX_FRAGS 8192
-#define MAX_SRC_RANGES 16384 // per family: (frontend, prefix) pairs
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -92,57 +96,17 @@ const volatile bool fib_redirect = true;
 // between CPUs) on every packet. The sweeper adds it to every idle timeout.
 const volatile __u64 last_seen_grain_ns = 1000000000ULL;
 
-// A map definition (the struct that names its type, size, key and value).
-#define MAP(type_, max, key_t, value_t)  \
-	struct {                          \
-		__uint(type, type_);      \
-		__uint(max_entries, max); \
-		__type(key, key_t);       \
-		__type(value, value_t);   \
-	}
-
 // The maps each family has to itself.
 //
 // sessions: forward and reply entries share one LRU map so both compete
 // for the same capacity; the loader sizes it so eviction only happens under
-// overload. affinity: one entry per (frontend with affinity, client); stale
-// ones are ignored by their timestamp and pushed out by LRU; the loader
-// sizes it like sessions. sweep_batch: the keys user space hands the sweep.
-// src_ranges: loadBalancerSourceRanges (lb.h); an LPM trie is allocated as
-// entries are added, which is all it supports.
-#define FAMILY_MAPS(F)                                                                                   \
-	MAP(BPF_MAP_TYPE_HASH, MAX_SERVICES, struct svc_key##F, struct svc_val##F) services##F SEC(".maps"); \
-	MAP(BPF_MAP_TYPE_HASH, MAX_BACKENDS, __u32, struct backend##F) backends##F SEC(".maps");             \
+// overload. sweep_batch: the keys user space hands the sweep.
+#define SESSION_MAPS(F)                                                                                   \
 	MAP(BPF_MAP_TYPE_LRU_HASH, MAX_SESSIONS, struct flow##F, struct session##F) sessions##F SEC(".maps"); \
-	MAP(BPF_MAP_TYPE_LRU_HASH, MAX_SESSIONS / 2, struct affinity_key##F, struct affinity_val)            \
-	affinity##F SEC(".maps");                                                                        \
-	MAP(BPF_MAP_TYPE_ARRAY, SWEEP_BATCH, __u32, struct flow##F) sweep_batch##F SEC(".maps");         \
-	struct {                                                                                         \
-		__uint(type, BPF_MAP_TYPE_LPM_TRIE);                                                     \
-		__uint(max_entries, MAX_SRC_RANGES);                                                     \
-		__uint(map_flags, BPF_F_NO_PREALLOC);                                                    \
-		__type(key, struct src_range_key##F);                                                    \
-		__type(value, __u8);                                                                     \
-	} src_ranges##F SEC(".maps");
+	MAP(BPF_MAP_TYPE_ARRAY, SWEEP_BATCH, __u32, struct flow##F) sweep_batch##F SEC(".maps");
 
-FAMILY_MAPS()
-FAMILY_MAPS(6)
-
-// Backend ids, slots and affinity members are shared by the families.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_SLOTS);
-	__type(key, struct slot_key);
-	__type(value, __u32); // backend id
-} backend_slots SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_BACKENDS);
-	__uint(map_flags, BPF_F_NO_PREALLOC); // few frontends use affinity
-	__type(key, struct member_key);
-	__type(value, __u8);
-} svc_members SEC(".maps");
+SESSION_MAPS()
+SESSION_MAPS(6)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -161,13 +125,6 @@ struct {
 	__type(value, __u8);
 } peer_ifaces SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lb_stats);
-} stats SEC(".maps");
-
 // port_tries[i]: allocations that succeeded on try i+1; [SNAT_TRIES]: failed.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -175,19 +132,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } port_tries SEC(".maps");
-
-static __always_inline struct lb_stats *lookup_stats(void)
-{
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&stats, &zero);
-}
-
-#define STAT_INC(field)                                  \
-	do {                                             \
-		struct lb_stats *__st = lookup_stats(); \
-		if (__st)                                \
-			__st->field++;                   \
-	} while (0)
 
 static __always_inline void count_tries(__u32 idx)
 {
@@ -211,36 +155,8 @@ static __always_inline void count_packet(__u32 session_flags, bool frag)
 		st->frag_translated++;
 }
 
-// Addresses: a __be32 (IPv4) or __be32[4] (IPv6) lvalue; these take either
-// and work on its words. addr_set reads its source as volatile: the
-// load-time constants need it (the compiler would fold in their initial
-// zero), and everywhere else it keeps the compiler from holding copied
-// words in registers across helper calls, whose spills took the ICMPv6
-// call chain past the 512-byte stack.
-#define addr_words(a) (sizeof(a) / sizeof(__be32))
-#define addr_set(dst, src) words_set((__be32 *)&(dst), (const volatile __be32 *)&(src), addr_words(dst))
-#define addr_eq(a, b) words_eq((const __be32 *)&(a), (const __be32 *)&(b), addr_words(a))
+// addr_zero: whether an address (addr.h) is all zero.
 #define addr_zero(a) (!words_or((const volatile __be32 *)&(a), addr_words(a)))
-#define addr_fold(a) words_xor((const __be32 *)&(a), addr_words(a))
-
-static __always_inline void words_set(__be32 *dst, const volatile __be32 *src, int n)
-{
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		dst[i] = src[i];
-}
-
-// Word by word: __builtin_memcmp compares bytes.
-static __always_inline bool words_eq(const __be32 *a, const __be32 *b, int n)
-{
-	__be32 x = 0;
-
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		x |= a[i] ^ b[i];
-	return !x;
-}
-
 static __always_inline __be32 words_or(const volatile __be32 *a, int n)
 {
 	__be32 x = 0;
@@ -248,16 +164,6 @@ static __always_inline __be32 words_or(const volatile __be32 *a, int n)
 #pragma unroll
 	for (int i = 0; i < n; i++)
 		x |= a[i];
-	return x;
-}
-
-static __always_inline __u32 words_xor(const __be32 *a, int n)
-{
-	__u32 x = 0;
-
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		x ^= a[i];
 	return x;
 }
 
@@ -317,33 +223,6 @@ static __always_inline __u16 random_port(void)
 	__u32 span = (__u32)snat_port_max - snat_port_min + 1;
 
 	return snat_port_min + bpf_get_prandom_u32() % span;
-}
-
-static __always_inline __u32 rol32(__u32 w, unsigned int s)
-{
-	return (w << s) | (w >> (32 - s));
-}
-
-// Hash of a flow's 5-tuple for Maglev services: Bob Jenkins' lookup3 final
-// mix over three words (what the kernel's jhash_3words does), with the
-// protocol in the initial value. An IPv6 address is folded to one word by
-// XOR first. It has no per-node seed on purpose: every LB node must map a
-// flow to the same slot. internal/lb/bpf tests mirror it in Go; keep the
-// two in step.
-static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __be16 dport, __u8 proto)
-{
-	__u32 a = saddr + 0xdeadbeef;
-	__u32 b = daddr + 0xdeadbeef;
-	__u32 c = ((__u32)sport | (__u32)dport << 16) + proto;
-
-	c ^= b; c -= rol32(b, 14);
-	a ^= c; a -= rol32(c, 11);
-	b ^= a; b -= rol32(a, 25);
-	c ^= b; c -= rol32(b, 16);
-	a ^= c; a -= rol32(c, 4);
-	b ^= a; b -= rol32(a, 14);
-	c ^= b; c -= rol32(b, 24);
-	return c;
 }
 
 #define flow_hash(f) hash_mix(addr_fold((f)->saddr), addr_fold((f)->daddr), (f)->sport, (f)->dport, (f)->proto)
@@ -408,57 +287,6 @@ static __always_inline __u32 hash_mix(__u32 saddr, __u32 daddr, __be16 sport, __
 		bpf_map_delete_elem(&sessions##F, rk);                                        \
 		return true;                                                                  \
 	}
-
-// pick_backend: the backend a new connection to svc goes to, or NULL. The
-// tc path (create_session) and the socket path (sock.bpf.c) both choose
-// with it, so they agree: the client's (ak) remembered backend first, if
-// recent and still taking new connections for this frontend (not removed,
-// not terminating), else the slot hash % count. *id is the backend's id;
-// *hit says affinity chose it. A frontend with affinity remembers the
-// choice.
-#define DEFINE_PICK_BACKEND(F)                                                                          \
-	static __always_inline struct backend##F *pick_backend##F(const struct svc_val##F *svc,             \
-								  const struct affinity_key##F *ak, __u32 hash, \
-								  __u64 now, __u32 *id, bool *hit)            \
-	{                                                                                               \
-		struct backend##F *b = NULL;                                                            \
-		__u32 backend_id = 0;                                                                   \
-		__u32 count = svc->count;                                                               \
-                                                                                                        \
-		*hit = false;                                                                           \
-		if (svc->affinity_sec) {                                                                \
-			struct affinity_val *a = bpf_map_lookup_elem(&affinity##F, ak);                 \
-			if (a && now - a->last_used < (__u64)svc->affinity_sec * 1000000000ULL) {       \
-				struct member_key mk = { .svc_id = svc->id, .backend_id = a->backend_id }; \
-				backend_id = a->backend_id;                                             \
-				if (bpf_map_lookup_elem(&svc_members, &mk))                             \
-					b = bpf_map_lookup_elem(&backends##F, &backend_id);             \
-				*hit = b != NULL;                                                       \
-			}                                                                               \
-		}                                                                                       \
-		if (!b && count) {                                                                      \
-			struct slot_key sk = { .svc_id = svc->id, .slot = hash % count };               \
-			__u32 *bid = bpf_map_lookup_elem(&backend_slots, &sk);                          \
-			if (!bid) { /* the set shrank under us; slot 0 is always written first */       \
-				sk.slot = 0;                                                            \
-				bid = bpf_map_lookup_elem(&backend_slots, &sk);                         \
-			}                                                                               \
-			if (bid) {                                                                      \
-				backend_id = *bid;                                                      \
-				b = bpf_map_lookup_elem(&backends##F, &backend_id);                     \
-			}                                                                               \
-		}                                                                                       \
-		if (b && svc->affinity_sec) {                                                           \
-			/* Refreshed by every new connection, as kube-proxy's "recent" list is. */      \
-			struct affinity_val av = { .backend_id = backend_id, .last_used = now };        \
-			bpf_map_update_elem(&affinity##F, ak, &av, BPF_ANY);                            \
-		}                                                                                       \
-		*id = backend_id;                                                                       \
-		return b;                                                                               \
-	}
-
-DEFINE_PICK_BACKEND()
-DEFINE_PICK_BACKEND(6)
 
 // Choose a backend and insert the session pair: 0 with *out the forward
 // entry to apply, or -1 after counting the drop reason. attr: IPv6 calls it
@@ -580,25 +408,6 @@ DEFINE_PICK_BACKEND(6)
 			st->sessions_created++;                                                     \
 		*out = fwd;                                                                         \
 		return 0;                                                                           \
-	}
-
-// source_allowed: whether frontend svc takes a new connection from the
-// client address in k->addr: yes without SVC_F_SOURCE_RANGES, else if one
-// of its ranges holds the address (the trie's longest match exists). Only
-// new connections pay for the lookup, and only to frontends with ranges;
-// established ones never get here, so a range removed later leaves them
-// be, as conntrack does for kube-proxy. A refusal is counted.
-#define DEFINE_SOURCE_ALLOWED(F)                                                                     \
-	static __always_inline bool source_allowed##F(const struct svc_val##F *svc, struct src_range_key##F *k) \
-	{                                                                                            \
-		if (!(svc->flags & SVC_F_SOURCE_RANGES))                                             \
-			return true;                                                                 \
-		k->prefixlen = 32 + 8 * sizeof(k->addr);                                             \
-		k->svc_id = svc->id;                                                                 \
-		if (bpf_map_lookup_elem(&src_ranges##F, k))                                          \
-			return true;                                                                 \
-		STAT_INC(drop_source_range);                                                         \
-		return false;                                                                        \
 	}
 
 // session_for: the session of flow f, refreshed, or a new one. It returns
@@ -741,8 +550,6 @@ DEFINE_RECLAIM_CLOSED()
 DEFINE_RECLAIM_CLOSED(6)
 DEFINE_CREATE_SESSION(, __always_inline)
 DEFINE_CREATE_SESSION(6, __noinline)
-DEFINE_SOURCE_ALLOWED()
-DEFINE_SOURCE_ALLOWED(6)
 DEFINE_SESSION_FOR()
 DEFINE_SESSION_FOR(6)
 DEFINE_SWEEP_ONE()
@@ -1249,8 +1056,5 @@ int sweep_delete(struct sweep_args *ctx)
 	ctx->conns = a.conns;
 	return 0;
 }
-
-// The node's own sockets: cgroup programs over the same maps.
-#include "sock.bpf.c"
 
 char __license[] SEC("license") = "GPL";

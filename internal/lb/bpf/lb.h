@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //go:build ignore
 
-// Types shared by lb.bpf.c and the Go loader. bpf2go generates the Go side from
-// the BTF of these structs (-type flags in gen.go), so both sides agree on the
-// layout by construction; keep every field naturally aligned and padded
-// explicitly so the generated Go structs have no hidden holes.
+// Types shared by lb.bpf.c, sock.bpf.c and the Go loader. bpf2go generates
+// the Go side from the BTF of these structs (-type flags in gen.go), so both
+// sides agree on the layout by construction; keep every field naturally
+// aligned and padded explicitly so the generated Go structs have no hidden
+// holes.
 
 #ifndef SWIFTLANE_LB_H
 #define SWIFTLANE_LB_H
@@ -118,7 +119,7 @@ struct frag_val {
 // IPv6: the same shapes with 16-byte addresses, in maps of their own so the
 // IPv4 path keeps its small keys. Backend ids, slots and affinity members
 // are shared between the families. Each is named as its IPv4 type with the
-// suffix 6: lb.bpf.c's per-family macros (DEFINE_*) rely on it, and the Go
+// suffix 6: the per-family macros (DEFINE_*) rely on it, and the Go
 // side's shapes over the address type (family.go) convert to both.
 struct svc_key6 {
 	__be32 addr[4];

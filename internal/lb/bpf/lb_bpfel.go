@@ -140,25 +140,6 @@ type lbSlotKey struct {
 	Slot  uint32
 }
 
-type lbSockKey struct {
-	_      structs.HostLayout
-	Cookie uint64
-	Addr   uint32
-	Port   uint16
-	Proto  uint8
-	Pad    uint8
-}
-
-type lbSockKey6 struct {
-	_      structs.HostLayout
-	Cookie uint64
-	Addr   [4]uint32
-	Port   uint16
-	Proto  uint8
-	Pad    uint8
-	Pad2   uint32
-}
-
 type lbSrcRangeKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -224,45 +205,34 @@ type lbSweepArgs struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lbMapAffinity          = "affinity"
-	lbMapAffinity6         = "affinity6"
-	lbMapBackendSlots      = "backend_slots"
-	lbMapBackends          = "backends"
-	lbMapBackends6         = "backends6"
-	lbMapFrags             = "frags"
-	lbMapPeerIfaces        = "peer_ifaces"
-	lbMapPortTries         = "port_tries"
-	lbMapServices          = "services"
-	lbMapServices6         = "services6"
-	lbMapSessions          = "sessions"
-	lbMapSessions6         = "sessions6"
-	lbMapSockRev           = "sock_rev"
-	lbMapSockRev6          = "sock_rev6"
-	lbMapSrcRanges         = "src_ranges"
-	lbMapSrcRanges6        = "src_ranges6"
-	lbMapStats             = "stats"
-	lbMapSvcMembers        = "svc_members"
-	lbMapSweepBatch        = "sweep_batch"
-	lbMapSweepBatch6       = "sweep_batch6"
-	lbProgLbIngress        = "lb_ingress"
-	lbProgSockConnect4     = "sock_connect4"
-	lbProgSockConnect6     = "sock_connect6"
-	lbProgSockGetpeername4 = "sock_getpeername4"
-	lbProgSockGetpeername6 = "sock_getpeername6"
-	lbProgSockRecvmsg4     = "sock_recvmsg4"
-	lbProgSockRecvmsg6     = "sock_recvmsg6"
-	lbProgSockSendmsg4     = "sock_sendmsg4"
-	lbProgSockSendmsg6     = "sock_sendmsg6"
-	lbProgSweepDelete      = "sweep_delete"
-	lbVarFibRedirect       = "fib_redirect"
-	lbVarHairpinAddr       = "hairpin_addr"
-	lbVarHairpinAddr6      = "hairpin_addr6"
-	lbVarHostNetnsCookie   = "host_netns_cookie"
-	lbVarLastSeenGrainNs   = "last_seen_grain_ns"
-	lbVarNodeportMax       = "nodeport_max"
-	lbVarNodeportMin       = "nodeport_min"
-	lbVarSnatPortMax       = "snat_port_max"
-	lbVarSnatPortMin       = "snat_port_min"
+	lbMapAffinity        = "affinity"
+	lbMapAffinity6       = "affinity6"
+	lbMapBackendSlots    = "backend_slots"
+	lbMapBackends        = "backends"
+	lbMapBackends6       = "backends6"
+	lbMapFrags           = "frags"
+	lbMapPeerIfaces      = "peer_ifaces"
+	lbMapPortTries       = "port_tries"
+	lbMapServices        = "services"
+	lbMapServices6       = "services6"
+	lbMapSessions        = "sessions"
+	lbMapSessions6       = "sessions6"
+	lbMapSrcRanges       = "src_ranges"
+	lbMapSrcRanges6      = "src_ranges6"
+	lbMapStats           = "stats"
+	lbMapSvcMembers      = "svc_members"
+	lbMapSweepBatch      = "sweep_batch"
+	lbMapSweepBatch6     = "sweep_batch6"
+	lbProgLbIngress      = "lb_ingress"
+	lbProgSweepDelete    = "sweep_delete"
+	lbVarFibRedirect     = "fib_redirect"
+	lbVarHairpinAddr     = "hairpin_addr"
+	lbVarHairpinAddr6    = "hairpin_addr6"
+	lbVarLastSeenGrainNs = "last_seen_grain_ns"
+	lbVarNodeportMax     = "nodeport_max"
+	lbVarNodeportMin     = "nodeport_min"
+	lbVarSnatPortMax     = "snat_port_max"
+	lbVarSnatPortMin     = "snat_port_min"
 )
 
 // loadLb returns the embedded CollectionSpec for lb.
@@ -307,16 +277,8 @@ type lbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbProgramSpecs struct {
-	LbIngress        *ebpf.ProgramSpec `ebpf:"lb_ingress"`
-	SockConnect4     *ebpf.ProgramSpec `ebpf:"sock_connect4"`
-	SockConnect6     *ebpf.ProgramSpec `ebpf:"sock_connect6"`
-	SockGetpeername4 *ebpf.ProgramSpec `ebpf:"sock_getpeername4"`
-	SockGetpeername6 *ebpf.ProgramSpec `ebpf:"sock_getpeername6"`
-	SockRecvmsg4     *ebpf.ProgramSpec `ebpf:"sock_recvmsg4"`
-	SockRecvmsg6     *ebpf.ProgramSpec `ebpf:"sock_recvmsg6"`
-	SockSendmsg4     *ebpf.ProgramSpec `ebpf:"sock_sendmsg4"`
-	SockSendmsg6     *ebpf.ProgramSpec `ebpf:"sock_sendmsg6"`
-	SweepDelete      *ebpf.ProgramSpec `ebpf:"sweep_delete"`
+	LbIngress   *ebpf.ProgramSpec `ebpf:"lb_ingress"`
+	SweepDelete *ebpf.ProgramSpec `ebpf:"sweep_delete"`
 }
 
 // lbMapSpecs contains maps before they are loaded into the kernel.
@@ -335,8 +297,6 @@ type lbMapSpecs struct {
 	Services6    *ebpf.MapSpec `ebpf:"services6"`
 	Sessions     *ebpf.MapSpec `ebpf:"sessions"`
 	Sessions6    *ebpf.MapSpec `ebpf:"sessions6"`
-	SockRev      *ebpf.MapSpec `ebpf:"sock_rev"`
-	SockRev6     *ebpf.MapSpec `ebpf:"sock_rev6"`
 	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
 	SrcRanges6   *ebpf.MapSpec `ebpf:"src_ranges6"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
@@ -352,7 +312,6 @@ type lbVariableSpecs struct {
 	FibRedirect     *ebpf.VariableSpec `ebpf:"fib_redirect"`
 	HairpinAddr     *ebpf.VariableSpec `ebpf:"hairpin_addr"`
 	HairpinAddr6    *ebpf.VariableSpec `ebpf:"hairpin_addr6"`
-	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
 	LastSeenGrainNs *ebpf.VariableSpec `ebpf:"last_seen_grain_ns"`
 	NodeportMax     *ebpf.VariableSpec `ebpf:"nodeport_max"`
 	NodeportMin     *ebpf.VariableSpec `ebpf:"nodeport_min"`
@@ -392,8 +351,6 @@ type lbMaps struct {
 	Services6    *ebpf.Map `ebpf:"services6"`
 	Sessions     *ebpf.Map `ebpf:"sessions"`
 	Sessions6    *ebpf.Map `ebpf:"sessions6"`
-	SockRev      *ebpf.Map `ebpf:"sock_rev"`
-	SockRev6     *ebpf.Map `ebpf:"sock_rev6"`
 	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
 	SrcRanges6   *ebpf.Map `ebpf:"src_ranges6"`
 	Stats        *ebpf.Map `ebpf:"stats"`
@@ -416,8 +373,6 @@ func (m *lbMaps) Close() error {
 		m.Services6,
 		m.Sessions,
 		m.Sessions6,
-		m.SockRev,
-		m.SockRev6,
 		m.SrcRanges,
 		m.SrcRanges6,
 		m.Stats,
@@ -434,7 +389,6 @@ type lbVariables struct {
 	FibRedirect     *ebpf.Variable `ebpf:"fib_redirect"`
 	HairpinAddr     *ebpf.Variable `ebpf:"hairpin_addr"`
 	HairpinAddr6    *ebpf.Variable `ebpf:"hairpin_addr6"`
-	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
 	LastSeenGrainNs *ebpf.Variable `ebpf:"last_seen_grain_ns"`
 	NodeportMax     *ebpf.Variable `ebpf:"nodeport_max"`
 	NodeportMin     *ebpf.Variable `ebpf:"nodeport_min"`
@@ -446,29 +400,13 @@ type lbVariables struct {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbPrograms struct {
-	LbIngress        *ebpf.Program `ebpf:"lb_ingress"`
-	SockConnect4     *ebpf.Program `ebpf:"sock_connect4"`
-	SockConnect6     *ebpf.Program `ebpf:"sock_connect6"`
-	SockGetpeername4 *ebpf.Program `ebpf:"sock_getpeername4"`
-	SockGetpeername6 *ebpf.Program `ebpf:"sock_getpeername6"`
-	SockRecvmsg4     *ebpf.Program `ebpf:"sock_recvmsg4"`
-	SockRecvmsg6     *ebpf.Program `ebpf:"sock_recvmsg6"`
-	SockSendmsg4     *ebpf.Program `ebpf:"sock_sendmsg4"`
-	SockSendmsg6     *ebpf.Program `ebpf:"sock_sendmsg6"`
-	SweepDelete      *ebpf.Program `ebpf:"sweep_delete"`
+	LbIngress   *ebpf.Program `ebpf:"lb_ingress"`
+	SweepDelete *ebpf.Program `ebpf:"sweep_delete"`
 }
 
 func (p *lbPrograms) Close() error {
 	return _LbClose(
 		p.LbIngress,
-		p.SockConnect4,
-		p.SockConnect6,
-		p.SockGetpeername4,
-		p.SockGetpeername6,
-		p.SockRecvmsg4,
-		p.SockRecvmsg6,
-		p.SockSendmsg4,
-		p.SockSendmsg6,
 		p.SweepDelete,
 	)
 }

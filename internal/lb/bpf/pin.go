@@ -23,6 +23,9 @@ import (
 //	<pin dir>/maps/<map>-<layout>/<map>   each map (sessions, services, backends, ...)
 //	<pin dir>/links/<ifindex>             the TCX attachment of each interface
 //
+// The socket collection (sock.bpf.c) pins its own maps there too; the maps
+// it shares with the tc collection are the tc collection's, pinned once.
+//
 // A restarted process loads its program against the pinned maps and switches
 // the pinned links to it in one atomic step, so the old program serves every
 // packet until the new one takes over and both see the same sessions.
@@ -109,10 +112,11 @@ func writeLayout(w io.Writer, t btf.Type) {
 }
 
 // openPinned opens (or creates and pins) each pinned map of spec under
-// pinDir, replacing a pinned map the spec cannot reuse (a changed capacity).
-// It returns the maps to load the collection with, their directories, and
-// the maps that start empty because of a replacement (with the reason).
-func openPinned(spec *ebpf.CollectionSpec, pinDir string) (map[string]*ebpf.Map, []string, []string, error) {
+// pinDir but those of shared (another collection's, pinned with it),
+// replacing a pinned map the spec cannot reuse (a changed capacity). It
+// returns the maps to load the collection with, their directories, and the
+// maps that start empty because of a replacement (with the reason).
+func openPinned(spec *ebpf.CollectionSpec, pinDir string, shared map[string]*ebpf.Map) (map[string]*ebpf.Map, []string, []string, error) {
 	if err := CheckPinDir(pinDir); err != nil {
 		return nil, nil, nil, err
 	}
@@ -125,6 +129,9 @@ func openPinned(spec *ebpf.CollectionSpec, pinDir string) (map[string]*ebpf.Map,
 		return nil, nil, nil, err
 	}
 	for _, name := range pinnedMaps(spec) {
+		if shared[name] != nil {
+			continue
+		}
 		ms := spec.Maps[name].Copy()
 		ms.Pinning = ebpf.PinByName
 		dir := filepath.Join(pinDir, "maps", name+"-"+layoutHash(name, ms))

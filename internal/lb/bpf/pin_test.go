@@ -3,9 +3,11 @@
 package bpf
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -109,7 +111,7 @@ func TestLayoutChangeReplacesOnlyThatMap(t *testing.T) {
 	pins := filepath.Join(bpffs(t), "lb")
 	open := func(spec *ebpf.CollectionSpec) map[string]*ebpf.Map {
 		t.Helper()
-		maps, _, replaced, err := openPinned(spec, pins)
+		maps, _, replaced, err := openPinned(spec, pins, nil)
 		if err != nil || len(replaced) != 0 {
 			t.Fatalf("openPinned: %v (replaced %v)", err, replaced)
 		}
@@ -203,4 +205,115 @@ func TestCheckPinDir(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not on a bpf filesystem") {
 		t.Fatalf("tmpfs pin dir: %v, want a 'not on a bpf filesystem' error", err)
 	}
+}
+
+// The socket collection runs on the tc collection's maps: each map both
+// define is one kernel map (one ID), sized as configured; with pinning it
+// is pinned once, and the socket collection's own maps beside it. Without
+// pinning the IDs show the replacement itself (with it, two collections
+// opening the same pins would share IDs too).
+func TestSocketProgramsShareTheMaps(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
+			c := testConstants()
+			if pinned {
+				c.PinDir = filepath.Join(bpffs(t), "lb")
+			}
+			c.SessionEntries = 1024 // resized in both specs, or the replacement fails
+			c.IPv6 = true
+			d := load(t, c)
+			own := checkSharedMaps(t, d)
+			if pinned {
+				checkPinnedOnce(t, d, own)
+			}
+		})
+	}
+}
+
+// checkSharedMaps checks that the socket programs use the tc program's maps
+// and returns the maps they have to themselves.
+func checkSharedMaps(t *testing.T, d *Datapath) []string {
+	t.Helper()
+	tc, sock := mapsByName(&d.objs.lbMaps), mapsByName(&d.sock.sockMaps)
+	var shared, own []string
+	for name, m := range sock {
+		id := mapID(t, m)
+		if tm := tc[name]; tm != nil {
+			if tid := mapID(t, tm); tid != id {
+				t.Errorf("map %s: socket programs use map ID %d, the tc program %d", name, id, tid)
+			}
+			shared = append(shared, name)
+			continue
+		}
+		for tname, tm := range tc {
+			if mapID(t, tm) == id {
+				t.Errorf("socket map %s is the tc program's %s", name, tname)
+			}
+		}
+		own = append(own, name)
+	}
+	slices.Sort(shared)
+	slices.Sort(own)
+	wantShared := []string{"affinity", "affinity6", "backend_slots", "backends", "backends6", "services", "services6", "src_ranges", "src_ranges6", "stats", "svc_members"}
+	if !slices.Equal(shared, wantShared) || !slices.Equal(own, []string{"sock_rev", "sock_rev6"}) {
+		t.Fatalf("socket maps: shared %v, own %v; want shared %v, own [sock_rev sock_rev6]", shared, own, wantShared)
+	}
+	if n := d.sock.Affinity.MaxEntries(); n != 512 {
+		t.Errorf("shared affinity map holds %d entries, want 512 (sessions 1024 / 2)", n)
+	}
+	return own
+}
+
+// checkPinnedOnce checks that every map but the sweep's batches is pinned,
+// each once.
+func checkPinnedOnce(t *testing.T, d *Datapath, sockOwn []string) {
+	t.Helper()
+	dirs, _ := d.PinnedMaps()
+	pinned := map[string]int{}
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		pinned[name[:strings.LastIndex(name, "-")]]++
+	}
+	for name := range mapsByName(&d.objs.lbMaps) {
+		want := 1
+		if strings.HasPrefix(name, "sweep_") { // each process's own
+			want = 0
+		}
+		if pinned[name] != want {
+			t.Errorf("tc map %s pinned %d times, want %d", name, pinned[name], want)
+		}
+	}
+	for _, name := range sockOwn {
+		if pinned[name] != 1 {
+			t.Errorf("socket map %s pinned %d times, want once", name, pinned[name])
+		}
+	}
+	if len(pinned) != len(dirs) {
+		t.Errorf("pinned map directories %v: a map is pinned twice", dirs)
+	}
+}
+
+// mapsByName are the maps of a generated *Maps struct by their ELF names.
+func mapsByName(maps any) map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(maps).Elem()
+	for i := range v.NumField() {
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok {
+			out[v.Type().Field(i).Tag.Get("ebpf")] = m
+		}
+	}
+	return out
+}
+
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		t.Fatal("map ID not available (Linux >= 4.13)")
+	}
+	return id
 }

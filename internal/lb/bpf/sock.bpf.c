@@ -15,15 +15,27 @@
 // session entry is made, and nf_conntrack (if the node runs it) sees an
 // ordinary connection from the node to a pod, never the Service address.
 //
-// Built as part of lb.bpf.c (included at its end), so the programs share
-// its maps and choose a backend with its pick_backend: one collection, one
-// set of pinned maps, one choice of backend for both paths.
+// A compilation unit of its own that shares the tc program's maps (maps.h:
+// the loader hands this collection the tc collection's maps in place of its
+// own) and chooses a backend with the same pick_backend (backend.h): one set
+// of pinned maps, one choice of backend for both paths.
 //
 // Only sockets of the node's network namespace (host_netns_cookie) are
 // translated. A pod's processes usually sit in the same cgroup tree, but
 // their packets do cross the node's tc hook, which translates them without
 // conntrack; translating them here too would send them to a backend
 // directly, as forwarded traffic that the node's conntrack tracks.
+
+#include <stdbool.h>
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lb.h"
+#include "addr.h"
+#include "backend.h"
+#include "maps.h"
 
 // Reverse entries: two per connected socket at most (one per family); an
 // evicted one only makes recvmsg/getpeername show the backend's address.
@@ -269,3 +281,5 @@ int sock_getpeername6(struct bpf_sock_addr *ctx)
 	reverse6(ctx);
 	return 1;
 }
+
+char __license[] SEC("license") = "GPL";
