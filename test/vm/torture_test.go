@@ -150,8 +150,7 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 	// and it adds to the run-queue waits measured below.
 	var slowestUnplug time.Duration
 	go func() {
-		n := 0
-		defer func() { hotplugged <- n }()
+		defer func() { hotplugged <- int(cycles.Load()) }()
 		if runtime.NumCPU() < 2 {
 			return
 		}
@@ -178,8 +177,7 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 				slowestUnplug = max(slowestUnplug, time.Since(began))
 			}
 			if state == "1" {
-				n++
-				cycles.Store(int32(n))
+				cycles.Add(1)
 				state = "0"
 			} else {
 				state = "1"
