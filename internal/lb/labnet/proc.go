@@ -32,7 +32,8 @@ type LB struct {
 // within timeout, the error carries its log and nothing is left running.
 func StartLB(ns NS, bin string, timeout time.Duration, args ...string) (*LB, error) {
 	p := &LB{exited: make(chan struct{})}
-	p.cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns.Name, bin, "lb", "--host-cgroup="}, args...)...)
+	argv := append([]string{"--net=/run/netns/" + ns.Name, bin, "lb"}, hostTrafficOff(bin)...)
+	p.cmd = exec.Command("nsenter", append(argv, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -67,6 +68,24 @@ func StartLB(ns NS, bin string, timeout time.Duration, args ...string) (*LB, err
 		return nil, fmt.Errorf("swiftlane lb did not start within %v:\n%s", timeout, p.Log())
 	}
 }
+
+// hostTrafficOff is the flag that leaves the machine's own sockets alone,
+// for binaries that have it: a build from before --host-cgroup (a
+// benchmark's baseline) has no socket programs, so nothing to turn off, and
+// would refuse the flag.
+func hostTrafficOff(bin string) []string {
+	if v, ok := hostFlag.Load(bin); ok {
+		return v.([]string)
+	}
+	var off []string
+	if help, _ := exec.Command(bin, "lb", "--help").CombinedOutput(); strings.Contains(string(help), "--host-cgroup") {
+		off = []string{"--host-cgroup="}
+	}
+	hostFlag.Store(bin, off)
+	return off
+}
+
+var hostFlag sync.Map // binary path -> hostTrafficOff's answer
 
 // Log is what the process has written to stderr so far.
 func (p *LB) Log() string {
