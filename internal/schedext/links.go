@@ -28,8 +28,6 @@ type Links struct {
 	events  *ringbuf.Reader
 	closing chan struct{} // closed by CloseEvents: wakes ReadEvent's wait
 	closed  sync.Once
-	poll    time.Duration // ReadEvent's current wait between looks
-	wait    *time.Timer   // and its timer
 	ops     link.Link
 }
 
@@ -62,34 +60,35 @@ func (l *Links) OpenEvents(ring *ebpf.Map, progs ...*ebpf.Program) error {
 // the ones it schedules: looking every 25 ms cost an idle VM-lab guest 0.10
 // CPU seconds a second (0.03 backing off), and the wakeups swung the shares
 // of top-level cgroups with small weights (TestCgroupWeights' flat case,
-// 2.6:1 for 3:1; docs/kubernetes.md, "Pod CPU requests"). The price: a process that
-// execs after a quiet spell gets its command-matched strategy up to
-// eventPollMax later; a fork inherits its parent's in BPF at once.
+// 2.6:1 for 3:1; docs/kubernetes.md, "Pod CPU requests"). The price: a
+// process that execs after a quiet spell gets its command-matched strategy
+// up to eventPollMax later; a fork inherits its parent's in BPF at once.
 var eventPollMin, eventPollMax = 25 * time.Millisecond, 200 * time.Millisecond // variables for tests only
 
 // ReadEvent blocks until the next process event. After CloseEvents or
-// Close it returns an error wrapping os.ErrClosed. It is not safe for
-// concurrent use (one reader per ring).
+// Close it returns an error wrapping os.ErrClosed.
 func (l *Links) ReadEvent() (Event, error) {
 	var rec ringbuf.Record
+	var poll time.Duration // the wait after an empty look: doubles from eventPollMin
+	var wait *time.Timer
 	for {
 		l.events.SetDeadline(time.Now()) // never block in the syscall: the timer below waits
 		err := l.events.ReadInto(&rec)
 		if err == nil {
-			l.poll = 0 // the next empty look waits eventPollMin
 			break
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return Event{}, err
 		}
-		l.poll = min(max(2*l.poll, eventPollMin), eventPollMax)
-		if l.wait == nil {
-			l.wait = time.NewTimer(l.poll)
+		poll = min(max(2*poll, eventPollMin), eventPollMax)
+		if wait == nil {
+			wait = time.NewTimer(poll)
+			defer wait.Stop()
 		} else {
-			l.wait.Reset(l.poll)
+			wait.Reset(poll)
 		}
 		select {
-		case <-l.wait.C:
+		case <-wait.C:
 		case <-l.closing:
 			return Event{}, fmt.Errorf("process events: %w", os.ErrClosed)
 		}
