@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -108,15 +109,19 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 		t.Fatal(err)
 	}
 	defer cg.Close()
-	// Not --quiet: its few info lines say what it ran and how it ended.
+	// --verbose: by default stress-ng reports a stressor that died of a
+	// signal, or whose bogo-op checksum did not match, only at its debug
+	// and fail levels, so a run can end "unsuccessful" (exit 2) with no line
+	// saying which stressor or why. stressNGReport keeps the lines that do.
 	// Its own timeout is only a cap: the loop below ends it (SIGINT, a clean
 	// exit) once it has run d and the CPU has gone through minHotplugs
 	// offline/online cycles. On a slow or loaded host an unplug can take 6 s,
 	// and a fixed stress time would then end the torture before it happened.
-	stress := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--aggressive",
+	stress := exec.Command("stress-ng", "--verbose", "--temp-path", t.TempDir(), "--aggressive",
 		"--cpu", n, "--fork", n, "--affinity", n, "--affinity-pin", "--schedpolicy", n,
 		"--yield", n, "--switch", n, "--timeout", fmt.Sprintf("%ds", int(tortureCap(d).Seconds())))
-	stress.Stdout, stress.Stderr = os.Stderr, os.Stderr
+	stressOut := &syncBuffer{}
+	stress.Stdout, stress.Stderr = stressOut, stressOut
 	// Started inside cgroup a (clone3 with CLONE_INTO_CGROUP): no task of it runs outside.
 	stress.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	stall := startStallProbe(t)
@@ -134,13 +139,17 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 		}
 	})
 
-	// Until stress-ng ends: every 200 ms every task of one cgroup moves to
-	// the other (a move waits for an RCU grace period, so under this load
-	// a round takes longer), and, meanwhile, every 2 s the last CPU goes
-	// offline for half a second.
+	// From when every stressor runs until stress-ng ends: every 200 ms every
+	// task of one cgroup moves to the other (a move waits for an RCU grace
+	// period, so under this load a round takes longer), and, meanwhile,
+	// every 2 s the last CPU goes offline for half a second. Not before:
+	// a move write-locks the cgroup threadgroup lock that every fork takes,
+	// so moving stress-ng while it forks its stressors stretched its start
+	// to 20-55 s (the fork stressor still forks under the moves).
 	cpu := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", runtime.NumCPU()-1)
 	t.Cleanup(func() { os.WriteFile(cpu, []byte("1"), 0) })
 	stop := make(chan struct{})
+	running := make(chan struct{}) // closed once every stressor runs
 	stopHotplug := sync.OnceFunc(func() { close(stop) })
 	t.Cleanup(stopHotplug) // also when the test fails before the end
 	hotplugged := make(chan int, 1)
@@ -153,6 +162,11 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 		defer func() { hotplugged <- int(cycles.Load()) }()
 		if runtime.NumCPU() < 2 {
 			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-running:
 		}
 		for state := "0"; ; {
 			// Online 1.5 s, offline 0.5 s: long enough to unplug with
@@ -194,6 +208,18 @@ func torture(t *testing.T, mode, config string, d time.Duration) {
 		wantCycles = 0
 	}
 	interrupted := false
+	// The stress time counts from when every stressor runs: a SIGINT while
+	// stress-ng still forks them ends the run "unsuccessful" (exit 2, its
+	// "abort signal during startup") or, before its handler is set, kills it.
+	var runningAt time.Time
+	// Checked after every task moved too: a round of moves can take 10 s
+	// under user-space mode, and the case should not run that much longer.
+	interrupt := func() {
+		if !interrupted && time.Since(runningAt) >= d && moved > 0 && cycles.Load() >= wantCycles {
+			stress.Process.Signal(syscall.SIGINT)
+			interrupted = true
+		}
+	}
 loop:
 	for {
 		select {
@@ -201,19 +227,28 @@ loop:
 			break loop
 		case <-tick.C:
 		}
-		if !interrupted && time.Since(started) >= d && moved > 0 && cycles.Load() >= wantCycles {
-			stress.Process.Signal(syscall.SIGINT)
-			interrupted = true
+		if runningAt.IsZero() {
+			if !stressorsStarted.MatchString(stressOut.String()) {
+				continue
+			}
+			runningAt = time.Now()
+			close(running)
+			t.Logf("%s: stress-ng started its stressors in %v", mode, runningAt.Sub(started).Round(time.Millisecond))
 		}
-		moved += moveTasks(t, p, mark, from, to)
+		interrupt()
+		moveTasks(t, p, mark, from, to, func() { moved++; interrupt() })
 		moves++
 		from, to = to, from
 	}
 	stopHotplug()
 	hotplugs := <-hotplugged
 	os.WriteFile(cpu, []byte("1"), 0)
+	t.Logf("%s: stress-ng said:\n%s", mode, stressNGReport(stressOut.String()))
 	if stressErr != nil {
 		t.Errorf("stress-ng: %v", stressErr)
+	}
+	if runningAt.IsZero() {
+		t.Errorf("stress-ng never said that every stressor runs (no line matching %q), so no cgroup move or hotplug ran", stressorsStarted)
 	}
 	t.Logf("%s: stress-ng ran %v; %d cgroup moves (%d tasks), %d offline/online cycles (slowest unplug %v)",
 		mode, time.Since(started).Round(time.Millisecond), moves, moved, hotplugs, slowestUnplug.Round(time.Millisecond))
@@ -332,9 +367,9 @@ func tortureCgroups(t *testing.T) (a, b string) {
 	return a, b
 }
 
-// moveTasks moves every task of cgroup from into cgroup to and returns how
-// many moved (tasks exit meanwhile: the fork stressor's children live
-// microseconds).
+// moveTasks moves every task of cgroup from into cgroup to, calling
+// movedOne after each task that moved (tasks exit meanwhile: the fork
+// stressor's children live microseconds).
 //
 // A move writes a PID read a moment before, and the fork stressor recycles
 // PIDs fast: if that process has exited and its PID now names a thread of
@@ -343,13 +378,12 @@ func tortureCgroups(t *testing.T) (a, b string) {
 // cleanup. So a move skips what is not stress-ng just before it writes, a
 // PID that went to a kernel thread meanwhile (EINVAL) is skipped like one
 // that is gone (ESRCH), and evictStrangers runs before a cgroup is killed.
-func moveTasks(t *testing.T, p *schedProc, mark int, from, to string) int {
+func moveTasks(t *testing.T, p *schedProc, mark int, from, to string, movedOne func()) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for _, pid := range strings.Fields(string(b)) {
 		if !isStressNG(pid) {
 			continue
@@ -359,13 +393,12 @@ func moveTasks(t *testing.T, p *schedProc, mark int, from, to string) int {
 		})
 		switch {
 		case err == nil:
-			n++
+			movedOne()
 		case errors.Is(err, syscall.ESRCH), errors.Is(err, syscall.EINVAL):
 		default:
 			t.Fatalf("move %s to %s: %v", pid, to, err)
 		}
 	}
-	return n
 }
 
 // isStressNG says whether pid is a stress-ng process (its stressors are
@@ -423,4 +456,29 @@ func stuckGuard(p *schedProc, mark int, what string, write func() error) error {
 	fmt.Fprintf(os.Stderr, "FAIL: torture: %s still blocked a minute after the scheduler was killed; the kernel is wedged\n", what)
 	os.Exit(3)
 	return nil
+}
+
+// stressorsStarted matches stress-ng's debug line saying that it has forked
+// every stressor and set its own SIGINT handler ("stress-ng: debug: [pid]
+// 24 stressors started"; "spawned" in releases after Debian 12's 0.15.06).
+var stressorsStarted = regexp.MustCompile(`\] \d+ stressors? (started|spawned)\n`)
+
+// stressNGReport keeps from stress-ng's --verbose output what says how the
+// run went: its info, warning, error and fail lines, and the debug lines
+// about a stressor ending other than by returning (a signal, SIGKILL, the
+// OOM killer, a non-zero exit). The debug lines about each start and stop
+// are dropped: there are hundreds.
+func stressNGReport(out string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case l == "":
+		case !strings.Contains(l, " debug: "):
+			keep = append(keep, l)
+		case strings.Contains(l, "signal"), strings.Contains(l, "SIGKILL"), strings.Contains(l, "killed"),
+			strings.Contains(l, "exit status"), strings.Contains(l, "aborted"), strings.Contains(l, "metrics-check"):
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
