@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"net"
 	"testing"
+	"time"
 )
 
 func TestDecap(t *testing.T) {
@@ -71,6 +72,43 @@ func TestPerUETEIDs(t *testing.T) {
 	for teid, want := range map[byte]bool{0x00: true, 0x03: true, 0x04: false} {
 		if _, ok := g.decap(gpdu(teid)); ok != want {
 			t.Errorf("downlink TEID 0x2%02x: accepted %v, want %v", teid, ok, want)
+		}
+	}
+}
+
+// TestPacingSpreadsSends: each UE sends exactly pps a second, the sends of
+// one period spread over it in bursts of at most ceil(n/slots), no two
+// slots closer than minSlot.
+func TestPacingSpreadsSends(t *testing.T) {
+	for _, c := range []struct{ n, pps, wantSlots int }{
+		{127, 2, 100}, {127, 10, 20}, {15, 10, 15}, {1, 50, 1}, {127, 10000, 1}, {3, 250, 1},
+	} {
+		p := newPacing(c.n, c.pps)
+		if p.slots != c.wantSlots {
+			t.Errorf("n=%d pps=%d: %d slots, want %d", c.n, c.pps, p.slots, c.wantSlots)
+		}
+		if p.slots > 1 && p.every < minSlot {
+			t.Errorf("n=%d pps=%d: a slot every %v, under minSlot %v", c.n, c.pps, p.every, minSlot)
+		}
+		if period := time.Duration(p.slots) * p.every; period > time.Second/time.Duration(c.pps) {
+			t.Errorf("n=%d pps=%d: %d slots of %v make a period of %v, longer than 1/pps", c.n, c.pps, p.slots, p.every, period)
+		}
+		sends := make([]int, c.n)
+		burst := 0
+		for slot := 0; slot < p.slots; slot++ {
+			ues := p.uesOf(slot, c.n)
+			for _, i := range ues {
+				sends[i]++
+			}
+			burst = max(burst, len(ues))
+		}
+		for i, k := range sends {
+			if k != 1 {
+				t.Fatalf("n=%d pps=%d: UE %d sends %d times a period, want 1", c.n, c.pps, i+1, k)
+			}
+		}
+		if want := (c.n + p.slots - 1) / p.slots; burst > want {
+			t.Errorf("n=%d pps=%d: a burst of %d sends, want at most %d", c.n, c.pps, burst, want)
 		}
 	}
 }
