@@ -72,6 +72,9 @@ fi
 # shellcheck source=/dev/null
 source "$run/cmd" # sets env, cwd and the cmd array (written by vm.sh)
 # shellcheck disable=SC2154 # cwd and cmd come from $run/cmd
+# The host retries a boot that QEMU itself aborted before this line, and
+# never one after: the marker says the command has begun.
+: >"$run/started"
 {
 	cd "$cwd" || { echo 125 >"$run/rc"; exit 125; }
 	"${cmd[@]}"

@@ -19,7 +19,9 @@ die() { echo "lab: error: $*" >&2; exit "${LAB_DIE_RC:-1}"; }
 # QEMU 7.2 corrupts guests that attach/detach a sched_ext scheduler under
 # multi-threaded TCG; refuse anything older than 10.
 qemu_bin() {
-	local q=/usr/bin/qemu-system-x86_64 v
+	# SWIFTLANE_LAB_QEMU: another QEMU binary (lab/selftest.sh's fault
+	# injection wraps the real one with it).
+	local q=${SWIFTLANE_LAB_QEMU:-/usr/bin/qemu-system-x86_64} v
 	[[ -x $q ]] || die "qemu-system-x86_64 missing: run lab/deps.sh"
 	v=$("$q" --version | sed -n 's/^QEMU emulator version \([0-9]*\).*/\1/p')
 	[[ ${v:-0} -ge 10 ]] || die "QEMU $v found, need >= 10 (bookworm-backports): run lab/deps.sh"

@@ -141,15 +141,30 @@ if [[ -t 0 || ! -e /proc/self/fd/0 ]]; then exec </dev/null; fi
 to=()
 [[ $timeout = 0 ]] || to=(timeout -k 10 "$timeout")
 guest_cmd="exec bash $(printf %q "$LAB_DIR/guest.sh") $(printf %q "$run")"
+# QEMU 10's multi-threaded TCG has been seen to abort on one of its own
+# assertions while the guest boots (msix_table_mmio_write, once in hundreds
+# of boots, on a 4-vCPU SMT guest). Nothing of the command has run then, so
+# boot again, at most twice, and say so; an abort after the guest marked the
+# command started ($run/started) fails like any other lab error, since a
+# rerun would hide whatever the command did to the VM.
+tries=${SWIFTLANE_LAB_BOOT_TRIES:-3}
+[[ $tries =~ ^[1-9]$ ]] || die "SWIFTLANE_LAB_BOOT_TRIES must be 1-9, got '$tries'"
 start=$(date +%s%N)
-set +e
-# QEMU reopens /proc/self/fd/1 and /fd/2 with O_TRUNC for each of virtme's
-# output ports; on a regular file those writers clobber each other, so hand
-# it pipes.
-"${to[@]}" "${vng[@]}" --exec "$guest_cmd" 2> >(cat >&2) | cat
-vrc=${PIPESTATUS[0]}
-set -e
-wait # for the stderr copier
+for ((try = 1; ; try++)); do
+	: >"$run/qemu.err"
+	set +e
+	# QEMU reopens /proc/self/fd/1 and /fd/2 with O_TRUNC for each of virtme's
+	# output ports; on a regular file those writers clobber each other, so
+	# hand it pipes. Its stderr is kept to tell a QEMU abort apart.
+	"${to[@]}" "${vng[@]}" --exec "$guest_cmd" 2> >(tee -a "$run/qemu.err" >&2) | cat
+	vrc=${PIPESTATUS[0]}
+	set -e
+	wait # for the stderr copier
+	[[ ! -e $run/started && ! -e $run/rc && $try -lt $tries ]] || break
+	abort=$(grep -m1 -E '^qemu-system-[a-z0-9_]+: .*Assertion .* failed' "$run/qemu.err" || true)
+	[[ -n $abort ]] || break
+	log "QEMU aborted before the command started (boot $try of $tries): ${abort#qemu-system-*: }; booting again"
+done
 ms=$((($(date +%s%N) - start) / 1000000))
 
 if [[ $vrc = 124 && $timeout -gt 0 && ! -e $run/rc ]]; then

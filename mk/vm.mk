@@ -20,8 +20,14 @@ bench-sched-bin:
 # the verifier under TCG (10-40 s with hogs on every CPU), so CI runs 10 on
 # the newest kernel and 5 on 6.18; ATTACH_CYCLES=20 is the full run.
 ATTACH_CYCLES ?= 10
+# lab/vm.sh's own handling of a QEMU abort, injected (lab/selftest.sh): a
+# boot aborted before the command is retried, one aborted during it is not.
+.PHONY: test-lab
+test-lab: deps ## The lab's handling of a QEMU abort before and during the command, injected (lab/selftest.sh; two real boots, ~40 s)
+	bash lab/selftest.sh $(KERNEL)
+
 .PHONY: test-vm
-test-vm: deps vm-bins ## Scheduler tests on real sched_ext kernels in the VM lab (fails if the VM cannot boot)
+test-vm: deps vm-bins test-lab ## Scheduler tests on real sched_ext kernels in the VM lab (fails if the VM cannot boot)
 	@for k in $(KERNELS); do \
 	  cycles=5; [ "$$k" = newest ] && cycles=$(ATTACH_CYCLES); \
 	  echo "== VM tests on kernel '$$k' ($$cycles attach/detach cycles)"; \
