@@ -5,7 +5,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,14 +24,22 @@ func TestMain(m *testing.M) { crdtest.Main(m) }
 // serveReplica runs an API server on loopback over the Kubernetes store in
 // namespace ns, signing with a (replicas share the key, as the chart's do
 // through its Secret), with watch keep-alives every keepAlive (0: the
-// default).
-func serveReplica(t *testing.T, a *auth.Authority, ns string, keepAlive time.Duration) *server {
+// default). clock (may be nil) times this replica's strategy writes and
+// watch as replica number i.
+func serveReplica(t *testing.T, a *auth.Authority, ns string, keepAlive time.Duration, clock *stageClock, i int) *server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := crdstore.Open(ctx, crdstore.Options{Config: crdtest.Cluster(t).RESTConfig(), Namespace: ns})
+	cfg := crdtest.Cluster(t).RESTConfig()
+	if clock != nil {
+		cfg.WrapTransport = clock.wrap
+	}
+	st, err := crdstore.Open(ctx, crdstore.Options{Config: cfg, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if clock != nil {
+		st.OnChange(func() { clock.seen(i, st.Revision()) })
 	}
 	return serveAPI(t, api.Options{Store: st, Auth: a, KeepAlive: keepAlive}, "")
 }
@@ -39,6 +49,12 @@ func serveReplica(t *testing.T, a *auth.Authority, ns string, keepAlive time.Dur
 // no SchedulingNode left from other tests.
 func twoReplicas(t *testing.T, keepAlive time.Duration) (dir string, reps []*server, urls []string) {
 	t.Helper()
+	return twoReplicasTimed(t, keepAlive, nil)
+}
+
+// twoReplicasTimed is twoReplicas with both replicas' stages on clock.
+func twoReplicasTimed(t *testing.T, keepAlive time.Duration, clock *stageClock) (dir string, reps []*server, urls []string) {
+	t.Helper()
 	cluster := crdtest.Cluster(t)
 	ns := crdtest.Namespace(t, cluster)
 	crdtest.Kubectl(t, cluster, "", "delete", "schedulingnodes", "--all", "--wait=true")
@@ -47,8 +63,81 @@ func twoReplicas(t *testing.T, keepAlive time.Duration) (dir string, reps []*ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	reps = []*server{serveReplica(t, a, ns, keepAlive), serveReplica(t, a, ns, keepAlive)}
+	reps = []*server{serveReplica(t, a, ns, keepAlive, clock, 0), serveReplica(t, a, ns, keepAlive, clock, 1)}
 	return dir, reps, []string{"http://" + reps[0].addr, "http://" + reps[1].addr}
+}
+
+// stageClock times each change on its way from the writer to the agents,
+// for the test's breakdown of the propagation time: when the apiserver
+// answered the replica's write, when each replica's watch delivered the
+// revision, when each agent received it. The changes are made one at a
+// time, so the last strategy write answered belongs to the current change.
+type stageClock struct {
+	mu       sync.Mutex
+	sent     time.Time               // the last strategy write sent to the apiserver
+	answered time.Time               // and its answer
+	replica  [2]map[uint64]time.Time // revision -> delivered by replica i's watch
+	agent    []map[uint64]time.Time  // revision -> received by agent i
+}
+
+func newStageClock(agents int) *stageClock {
+	c := &stageClock{replica: [2]map[uint64]time.Time{{}, {}}}
+	for range agents {
+		c.agent = append(c.agent, map[uint64]time.Time{})
+	}
+	return c
+}
+
+// wrap is the replicas' rest.Config.WrapTransport: it notes when the
+// apiserver answers a write to a SchedulingStrategy.
+func (c *stageClock) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		write := r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/schedulingstrategies") && r.URL.Query().Get("dryRun") == ""
+		sent := time.Now()
+		resp, err := rt.RoundTrip(r)
+		if write {
+			c.mu.Lock()
+			c.sent, c.answered = sent, time.Now()
+			c.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (c *stageClock) seen(i int, rev uint64) {
+	now := time.Now()
+	c.mu.Lock()
+	if _, ok := c.replica[i][rev]; !ok {
+		c.replica[i][rev] = now
+	}
+	c.mu.Unlock()
+}
+
+func (c *stageClock) received(i int) func(uint64) {
+	return func(rev uint64) {
+		now := time.Now()
+		c.mu.Lock()
+		if _, ok := c.agent[i][rev]; !ok {
+			c.agent[i][rev] = now
+		}
+		c.mu.Unlock()
+	}
+}
+
+// firstAt is when the first revision >= rev was recorded in m (a watch may
+// deliver two changes in one go).
+func firstAt(m map[uint64]time.Time, rev uint64) time.Time {
+	var at time.Time
+	for r, t := range m {
+		if r >= rev && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	return at
 }
 
 // applyLog is what one agent applied: each revision, when.
@@ -126,11 +215,12 @@ func (f *fleet) waitAll(t *testing.T, rev uint64) time.Time {
 // the host has no sched_ext, and what is tested is the control plane's
 // delivery; the Recorder holds what the BPF maps would.
 func TestAgentsAcrossReplicas(t *testing.T) {
-	dir, reps, urls := twoReplicas(t, 0)
+	const agents = 4
+	clock := newStageClock(agents)
+	dir, reps, urls := twoReplicasTimed(t, 0, clock)
 	adminTok := token(t, dir, auth.Admin, "")
 	admins := []*apiclient.Client{apiclient.NewClient(urls[0], adminTok, nil), apiclient.NewClient(urls[1], adminTok, nil)}
 
-	const agents = 4
 	f := &fleet{wake: make(chan struct{})}
 	proc := fakeProc(t, map[int]string{100: "nr-gnb"})
 	for i := range agents {
@@ -142,6 +232,7 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 			o.Node = node
 			o.Failover = []*apiclient.Client{apiclient.NewClient(urls[1-home], tok, nil)}
 			o.OnApplied = f.record(i)
+			o.OnReceived = clock.received(i)
 			o.OnHeartbeat = nil
 		})
 		f.agent = append(f.agent, h.agent)
@@ -174,6 +265,13 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 	// the replica answered (the apiserver's write and its own watch back),
 	// which is often later than every agent's apply (early).
 	var total, write []time.Duration
+	// The stages of each change, one after the other: the replica's
+	// handling until it sends the write, the apiserver's answer, the slower
+	// replica watch's delivery after that answer (negative when a watch
+	// was first), the slowest agent's receipt after its replica had the
+	// change, and that agent's apply.
+	stage := map[string][]time.Duration{}
+	stages := []string{"replica handling", "apiserver write", "watch to both replicas", "stream to every agent", "agent apply"}
 	early := 0
 	for i := range n {
 		start := time.Now()
@@ -188,6 +286,23 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 		if !last.After(answered) {
 			early++
 		}
+		clock.mu.Lock()
+		sent, apiserver, watched := clock.sent, clock.answered, firstAt(clock.replica[0], rev)
+		if r1 := firstAt(clock.replica[1], rev); r1.After(watched) {
+			watched = r1
+		}
+		var streamed, applied time.Duration
+		for a := range agents {
+			recv := firstAt(clock.agent[a], rev)
+			streamed = max(streamed, recv.Sub(firstAt(clock.replica[a%2], rev)))
+			f.logs[a].mu.Lock()
+			applied = max(applied, f.logs[a].at[slices.Index(f.logs[a].revs, rev)].Sub(recv))
+			f.logs[a].mu.Unlock()
+		}
+		clock.mu.Unlock()
+		for j, d := range []time.Duration{sent.Sub(start), apiserver.Sub(sent), watched.Sub(apiserver), streamed, applied} {
+			stage[stages[j]] = append(stage[stages[j]], d)
+		}
 	}
 	p := func(d []time.Duration, q float64) float64 {
 		slices.Sort(d)
@@ -195,6 +310,10 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 	}
 	t.Logf("BenchmarkTwoReplicaPropagation\t%d changes\t%d agents\tp50 %.2f ms\tp99 %.2f ms\tmax %.2f ms\twrite answered p99 %.2f ms\tapplied everywhere before the answer %d%%",
 		n, agents, p(total, 0.50), p(total, 0.99), p(total, 1), p(write, 0.99), 100*early/n)
+	for _, name := range stages {
+		d := stage[name]
+		t.Logf("  stage %-24s p50 %6.2f ms  p90 %6.2f ms  p99 %6.2f ms  max %6.2f ms", name, p(d, 0.5), p(d, 0.9), p(d, 0.99), p(d, 1))
+	}
 
 	// Stop replica 0 while a writer makes changes through replica 1, then
 	// make more once it is gone.
