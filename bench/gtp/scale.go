@@ -424,7 +424,7 @@ func scaleFinding(o *benchlab.Stat) string {
 		return fmt.Sprintf("the tracer adds %.1f %% to the UE's average RTT (%.1f to %.1f, higher in every round); goal < 5 %%: %v",
 			o.Median, o.Min, o.Max, o.Median < 5)
 	case o.Max < 0:
-		return fmt.Sprintf("the tracer's runs had a lower average RTT in every round (%.1f %%, %.1f to %.1f): no cost measurable", o.Median, o.Min, o.Max)
+		return fmt.Sprintf("the tracer's runs had a lower average RTT in every round (%.1f %%, %.1f to %.1f): no cost measurable; goal < 5 %%: true", o.Median, o.Min, o.Max)
 	default:
 		return fmt.Sprintf("no difference beyond the spread (median %+.1f %%, rounds %.1f to %.1f); goal < 5 %%: %v", o.Median, o.Min, o.Max, o.Max < 5)
 	}

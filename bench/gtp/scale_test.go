@@ -36,6 +36,11 @@ func TestSummarise(t *testing.T) {
 	if !strings.Contains(s.Finding, "no difference beyond the spread") || !strings.Contains(s.Finding, "goal < 5 %: true") {
 		t.Errorf("finding %q", s.Finding)
 	}
+	// Lower in every round: no cost to see, so under the goal.
+	s = summarise(16, scaleRuns([]float64{2, 3, 4}, []float64{1.9, 2.8, 3.9}))
+	if !strings.Contains(s.Finding, "lower average RTT in every round") || !strings.Contains(s.Finding, "goal < 5 %: true") {
+		t.Errorf("finding %q", s.Finding)
+	}
 	s = summarise(16, scaleRuns([]float64{2, 3, 4}, []float64{2.5, 3.5, 3.9}))
 	if !strings.Contains(s.Finding, "goal < 5 %: false") {
 		t.Errorf("a round 25 %% slower must not meet the goal: %q", s.Finding)
