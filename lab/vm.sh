@@ -141,12 +141,12 @@ if [[ -t 0 || ! -e /proc/self/fd/0 ]]; then exec </dev/null; fi
 to=()
 [[ $timeout = 0 ]] || to=(timeout -k 10 "$timeout")
 guest_cmd="exec bash $(printf %q "$LAB_DIR/guest.sh") $(printf %q "$run")"
-# QEMU 10's multi-threaded TCG has been seen to abort on one of its own
-# assertions while the guest boots (msix_table_mmio_write, once in hundreds
-# of boots, on a 4-vCPU SMT guest). Nothing of the command has run then, so
-# boot again, at most twice, and say so; an abort after the guest marked the
-# command started ($run/started) fails like any other lab error, since a
-# rerun would hide whatever the command did to the VM.
+# QEMU 10's multi-threaded TCG has aborted on one of its own assertions
+# while a guest booted (msix_table_mmio_write, once so far: stop 46's CI, a
+# 4-vCPU SMT guest). Nothing of the command has run then, so boot again (up
+# to SWIFTLANE_LAB_BOOT_TRIES boots, 3) and say so; an abort after the guest marked the command
+# started ($run/started) fails like any other lab error, since a rerun
+# would hide whatever the command did to the VM.
 tries=${SWIFTLANE_LAB_BOOT_TRIES:-3}
 [[ $tries =~ ^[1-9]$ ]] || die "SWIFTLANE_LAB_BOOT_TRIES must be 1-9, got '$tries'"
 start=$(date +%s%N)
