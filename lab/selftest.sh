@@ -67,10 +67,17 @@ check() { # name, want rc, want boots, want command runs, got rc
 vm() { # then: env for the wrapper. The guest command notes its run, then $then.
 	local then=$1 rc=0
 	shift
+	log "selftest: the QEMU abort and lab errors below are injected" >&2
 	env "$@" SWIFTLANE_LAB_QEMU="$tmp/qemu-system-x86_64" SWIFTLANE_LAB_QUIET=1 \
 		bash "$LAB_DIR/vm.sh" --timeout 600 --kernel "$kernel" --rwdir "$tmp/rw" -- \
-		bash -c "echo ran >>$(printf %q "$tmp/rw/ran"); $then" >&2 || rc=$?
+		bash -c "echo ran >>$(printf %q "$tmp/rw/ran"); $then" >&2 2> >(tee "$tmp/err" >&2) || rc=$?
+	wait # for tee
 	[[ ! -e $tmp/rw/ran ]] || mv "$tmp/rw/ran" "$tmp/ran"
+	# The run directories vm.sh kept of these injected failures.
+	sed -n 's/.*\(Run dir: \|guest dmesg: \)\([^ ]*\)$/\2/p' "$tmp/err" | while read -r d; do
+		d=${d%/dmesg}
+		[[ $d = "$LAB_CACHE"/runs/run.* ]] && rm -rf "$d"
+	done
 	echo "$rc"
 }
 mkdir -p "$tmp/rw"
