@@ -22,7 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 real=$(qemu_bin)
 
 # The wrapper. FAULT=boot: abort instead of the first BOOTS boots;
-# FAULT=started: boot for real and abort once the command has begun. Calls without -kernel (virtme-ng's probes) go to QEMU untouched.
+# FAULT=started: boot for real and abort once the command has begun. Calls
+# without -kernel (virtme-ng's probes) go to QEMU untouched.
 cat >"$tmp/qemu-system-x86_64" <<EOF
 #!/usr/bin/env bash
 abort() {
@@ -52,8 +53,7 @@ chmod +x "$tmp/qemu-system-x86_64"
 
 fail=0
 check() { # name, want rc, want boots, want command runs, got rc
-	local boots runs
-	boots=0 runs=0
+	local boots=0 runs=0
 	[[ ! -e $tmp/boots ]] || boots=$(wc -l <"$tmp/boots")
 	[[ ! -e $tmp/ran ]] || runs=$(wc -l <"$tmp/ran")
 	if [[ $5 = "$2" && $boots = "$3" && $runs = "$4" ]]; then
@@ -67,7 +67,7 @@ check() { # name, want rc, want boots, want command runs, got rc
 vm() { # then: env for the wrapper. The guest command notes its run, then $then.
 	local then=$1 rc=0
 	shift
-	log "selftest: the QEMU abort and lab errors below are injected" >&2
+	log "selftest: the QEMU abort and lab errors below are injected"
 	env "$@" SWIFTLANE_LAB_QEMU="$tmp/qemu-system-x86_64" SWIFTLANE_LAB_QUIET=1 \
 		bash "$LAB_DIR/vm.sh" --timeout 600 --kernel "$kernel" --rwdir "$tmp/rw" -- \
 		bash -c "echo ran >>$(printf %q "$tmp/rw/ran"); $then" >&2 2> >(tee "$tmp/err" >&2) || rc=$?

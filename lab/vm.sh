@@ -144,9 +144,10 @@ guest_cmd="exec bash $(printf %q "$LAB_DIR/guest.sh") $(printf %q "$run")"
 # QEMU 10's multi-threaded TCG has aborted on one of its own assertions
 # while a guest booted (msix_table_mmio_write, once so far: stop 46's CI, a
 # 4-vCPU SMT guest). Nothing of the command has run then, so boot again (up
-# to SWIFTLANE_LAB_BOOT_TRIES boots, 3) and say so; an abort after the guest marked the command
-# started ($run/started) fails like any other lab error, since a rerun
-# would hide whatever the command did to the VM.
+# to SWIFTLANE_LAB_BOOT_TRIES boots, 3) and say so; an abort after the
+# guest marked the command started ($run/started, written before $run/rc)
+# fails like any other lab error, since a rerun would hide whatever the
+# command did to the VM.
 tries=${SWIFTLANE_LAB_BOOT_TRIES:-3}
 [[ $tries =~ ^[1-9]$ ]] || die "SWIFTLANE_LAB_BOOT_TRIES must be 1-9, got '$tries'"
 start=$(date +%s%N)
@@ -160,7 +161,7 @@ for ((try = 1; ; try++)); do
 	vrc=${PIPESTATUS[0]}
 	set -e
 	wait # for the stderr copier
-	[[ ! -e $run/started && ! -e $run/rc && $try -lt $tries ]] || break
+	[[ ! -e $run/started && $try -lt $tries ]] || break
 	abort=$(grep -m1 -E '^qemu-system-[a-z0-9_]+: .*Assertion .* failed' "$run/qemu.err" || true)
 	[[ -n $abort ]] || break
 	log "QEMU aborted before the command started (boot $try of $tries): ${abort#qemu-system-*: }; booting again"

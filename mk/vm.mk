@@ -23,7 +23,7 @@ ATTACH_CYCLES ?= 10
 # lab/vm.sh's own handling of a QEMU abort, injected (lab/selftest.sh): a
 # boot aborted before the command is retried, one aborted during it is not.
 .PHONY: test-lab
-test-lab: deps ## The lab's handling of a QEMU abort before and during the command, injected (lab/selftest.sh; two real boots, ~40 s)
+test-lab: deps ## The lab's handling of a QEMU abort before and during the command, injected (lab/selftest.sh; two real boots, ~70 s)
 	bash lab/selftest.sh $(KERNEL)
 
 .PHONY: test-vm

@@ -108,24 +108,20 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func (c *stageClock) seen(i int, rev uint64) {
+// note records now as the first time m saw rev.
+func (c *stageClock) note(m map[uint64]time.Time, rev uint64) {
 	now := time.Now()
 	c.mu.Lock()
-	if _, ok := c.replica[i][rev]; !ok {
-		c.replica[i][rev] = now
+	if _, ok := m[rev]; !ok {
+		m[rev] = now
 	}
 	c.mu.Unlock()
 }
 
+func (c *stageClock) seen(i int, rev uint64) { c.note(c.replica[i], rev) }
+
 func (c *stageClock) received(i int) func(uint64) {
-	return func(rev uint64) {
-		now := time.Now()
-		c.mu.Lock()
-		if _, ok := c.agent[i][rev]; !ok {
-			c.agent[i][rev] = now
-		}
-		c.mu.Unlock()
-	}
+	return func(rev uint64) { c.note(c.agent[i], rev) }
 }
 
 // firstAt is when the first revision >= rev was recorded in m (a watch may
@@ -296,7 +292,8 @@ func TestAgentsAcrossReplicas(t *testing.T) {
 			recv := firstAt(clock.agent[a], rev)
 			streamed = max(streamed, recv.Sub(firstAt(clock.replica[a%2], rev)))
 			f.logs[a].mu.Lock()
-			applied = max(applied, f.logs[a].at[slices.Index(f.logs[a].revs, rev)].Sub(recv))
+			at := f.logs[a].at[slices.IndexFunc(f.logs[a].revs, func(r uint64) bool { return r >= rev })] // waitAll found it
+			applied = max(applied, at.Sub(recv))
 			f.logs[a].mu.Unlock()
 		}
 		clock.mu.Unlock()
