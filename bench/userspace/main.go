@@ -13,7 +13,9 @@
 //   - for swiftlane: the critical probe's round trip (a critical strategy
 //     for `swiftlane probe`) under stress-ng --cpu 2xCPUs.
 //
-// It writes bench/results/userspace.json.
+// One run is one boot (-boot N rotates the variant order by N-1); -merge
+// takes the boots' reports to bench/results/userspace.json: the medians
+// under the keys of one boot's report, and each number's spread (merge.go).
 package main
 
 import (
@@ -66,7 +68,9 @@ type Report struct {
 	CPUs   int    `json:"cpus"`
 	// Boots is how many boots of the lab the numbers come from: one per
 	// run of this command, which runs every variant in one boot.
-	Boots          int                 `json:"boots"`
+	Boots int `json:"boots"`
+	// Boot is which boot this run was (-boot); 0 in a merged report.
+	Boot           int                 `json:"boot,omitempty"`
 	Date           string              `json:"date"`
 	Note           string              `json:"note"`
 	Workload       string              `json:"workload"`
@@ -75,8 +79,11 @@ type Report struct {
 	Variants       map[string]*Variant `json:"variants"`
 	// UserVsKernelPct is swiftlane-user's throughput in % of swiftlane-kernel's (target >= 95).
 	UserVsKernelPct float64 `json:"user_vs_kernel_throughput_pct,omitempty"`
-	// CriticalAvgRatio is swiftlane-user's critical probe average over swiftlane-kernel's (target <= 1.5).
+	// CriticalAvgRatio is swiftlane-user's critical probe average over swiftlane-kernel's (target <= 1.2).
 	CriticalAvgRatio float64 `json:"critical_avg_ratio_user_vs_kernel,omitempty"`
+	// In a merged report (merge.go): the spread over boots and the goals.
+	Spread *Spread `json:"spread,omitempty"`
+	Goals  []Goal  `json:"goals,omitempty"`
 }
 
 var (
@@ -89,6 +96,8 @@ var (
 	runs      = flag.Int("runs", 3, "workload runs per variant (the median counts)")
 	samples   = flag.Int("samples", 500, "critical probe round trips per swiftlane variant")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
+	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): rotates the variant order by boot-1 and is recorded")
+	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
 )
 
 var all = []string{"eevdf", "swiftlane-kernel", "swiftlane-user", "scx_rustland"}
@@ -104,16 +113,26 @@ const metricsAddr = "127.0.0.1:9463"
 
 func main() {
 	flag.Parse()
-	names := all
+	if *merge {
+		if err := mergeBoots(flag.Args(), *out); err != nil {
+			fail(err)
+		}
+		return
+	}
+	names := slices.Clone(all)
 	if *only != "" {
 		names = strings.Split(*only, ",")
+	}
+	if *boot > 1 { // rotate, so no variant always runs first or last
+		k := (*boot - 1) % len(names)
+		names = append(names[k:], names[:k]...)
 	}
 	if _, err := exec.LookPath("perf"); err != nil {
 		fail(fmt.Errorf("perf not found: install linux-perf (perf bench sched messaging is the workload)"))
 	}
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	rep := Report{
-		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Boots: 1, Date: time.Now().UTC().Format(time.RFC3339),
+		Kernel: strings.TrimSpace(string(rel)), CPUs: runtime.NumCPU(), Boots: 1, Boot: *boot, Date: time.Now().UTC().Format(time.RFC3339),
 		Note:           "QEMU TCG guest: absolute numbers are inflated 20-50x and noisy, and anything else running on the host skews them; compare variants within this run only.",
 		Workload:       fmt.Sprintf("perf bench sched messaging -g %d -l %d (processes over socketpairs), median of %d runs", *groups, *loops, *runs),
 		ThroughputUnit: "messages/s",
@@ -211,7 +230,7 @@ func runVariant(name string) (*Variant, error) {
 		if name == "swiftlane-user" {
 			v.DecisionsPerS = delta("user_decisions_total.applied") / wall.Seconds()
 			v.Counters = map[string]float64{}
-			for _, k := range []string{"user_queued_total", "user_decisions_total.applied", "user_decisions_total.stale",
+			for _, k := range []string{"user_queued_total", "user_decisions_total.applied", "user_decisions_total.stale", "dispatch_total.direct",
 				"user_decisions_total.bounced", "dispatch_total.fallback", "dispatch_total.kthread", "dispatch_total.scheduler",
 				"user_loop_iterations_total", "user_round_trips_total", "user_round_trip_seconds_total"} {
 				v.Counters[k] = delta(k)
@@ -358,13 +377,21 @@ func printTable(rep Report) {
 	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\t\n")
 	for _, name := range rep.Order {
 		v := rep.Variants[name]
-		if v.Error != "" {
+		if v == nil {
+			continue
+		}
+		if v.Throughput == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\n", name, v.Error)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t\n", name, v.Throughput, v.DecisionsPerS, v.LoopCPUPct, v.CriticalAvgUs, v.CriticalP99Us)
 	}
 	tw.Flush()
-	fmt.Printf("user-space throughput: %.1f %% of kernel mode (target >= 95); critical avg: %.2fx kernel mode (target <= 1.5)\n",
+	for _, name := range rep.Order {
+		if v := rep.Variants[name]; v != nil && v.Error != "" && v.Throughput > 0 {
+			fmt.Printf("%s: %s\n", name, v.Error)
+		}
+	}
+	fmt.Printf("user-space throughput: %.1f %% of kernel mode (target >= 95); critical avg: %.2fx kernel mode (target <= 1.2)\n",
 		rep.UserVsKernelPct, rep.CriticalAvgRatio)
 }

@@ -54,3 +54,47 @@ func TestReportKeys(t *testing.T) {
 		}
 	}
 }
+
+// Three boots merge into one boot's keys holding medians, the ratios taken
+// within each boot, and goals met only where every boot met them.
+func TestMergeReports(t *testing.T) {
+	boot := func(n int, kernel, user, rustland, kcrit, ucrit, loop float64) Report {
+		return Report{Kernel: "k", Boots: 1, Boot: n, Workload: "w", Order: all, Variants: map[string]*Variant{
+			"eevdf":            {Throughput: 100},
+			"swiftlane-kernel": {Throughput: kernel, CriticalAvgUs: kcrit, RunsSec: []float64{1}},
+			"swiftlane-user":   {Throughput: user, CriticalAvgUs: ucrit, LoopCPUPct: loop, Counters: map[string]float64{"c": float64(n)}},
+			"scx_rustland":     {Throughput: rustland},
+		}}
+	}
+	b3 := boot(3, 100, 0, 100, 1000, 0, 0)
+	b3.Variants["swiftlane-user"].Error = "scheduler did not attach"
+	m := mergeReports([]Report{
+		boot(1, 100, 96, 90, 1000, 1100, 15),
+		boot(2, 200, 180, 150, 2000, 2600, 25), // the host was slower: the ratio is what counts
+		b3,
+	})
+	if m.Boots != 3 || m.Variants["swiftlane-kernel"].Throughput != 100 || len(m.Variants["swiftlane-kernel"].RunsSec) != 3 {
+		t.Errorf("kernel variant: %+v", m.Variants["swiftlane-kernel"])
+	}
+	u := m.Variants["swiftlane-user"]
+	if u.Throughput != 138 || u.Counters["c"] != 1.5 || u.Error != "boot 3: scheduler did not attach" {
+		t.Errorf("user variant: %+v", u)
+	}
+	// Per boot 96 % and 90 %: median 93.
+	if s := m.Spread.UserVsKernelPct; s == nil || s.Median != 93 || s.Min != 90 || m.UserVsKernelPct != 93 {
+		t.Errorf("user vs kernel: %+v %v", s, m.UserVsKernelPct)
+	}
+	goals := map[string]Goal{}
+	for _, g := range m.Goals {
+		goals[g.Goal] = g
+	}
+	if g := goals["messaging: user-space mode, % of scx_rustland"]; !g.Met || !g.EveryBoot || g.Min != 107 {
+		t.Errorf("rustland goal: %+v", g)
+	}
+	if g := goals["critical probe avg under stress-ng: user-space / kernel mode"]; !g.Met || g.EveryBoot || g.Value != 1.2 {
+		t.Errorf("critical goal (1.1 and 1.3: met at the median only): %+v", g)
+	}
+	if g := goals["messaging: user-space mode, % of kernel mode"]; g.Met {
+		t.Errorf("kernel-mode goal: %+v", g)
+	}
+}
