@@ -11,7 +11,12 @@
 //   - for swiftlane: scheduling decisions per second and the scheduler
 //     process's CPU use during that workload,
 //   - for swiftlane: the critical probe's round trip (a critical strategy
-//     for `swiftlane probe`) under stress-ng --cpu 2xCPUs.
+//     for `swiftlane probe`) under stress-ng --cpu 2xCPUs,
+//   - for every variant: the probe's round trip on the idle machine (no
+//     strategy gives it anything there: the cost of a plain wakeup).
+//
+// -base BINARY adds swiftlane-user-base: user-space mode run from another
+// build (e.g. the commit before a change), measured in the same boot.
 //
 // One run is one boot (-boot N rotates the variant order by N-1); -merge
 // takes the boots' reports to bench/results/userspace.json: the medians
@@ -57,6 +62,9 @@ type Variant struct {
 	LoopCPUPct    float64 `json:"loop_cpu_pct,omitempty"`
 	CriticalAvgUs float64 `json:"critical_avg_us,omitempty"`
 	CriticalP99Us float64 `json:"critical_p99_us,omitempty"`
+	// IdleAvgUs and IdleP99Us: the probe on the idle machine (-idle-samples).
+	IdleAvgUs float64 `json:"idle_avg_us,omitempty"`
+	IdleP99Us float64 `json:"idle_p99_us,omitempty"`
 	// Counters of user-space mode over the workload, to explain it.
 	Counters    map[string]float64 `json:"counters,omitempty"`
 	Error       string             `json:"error,omitempty"`
@@ -95,6 +103,8 @@ var (
 	loops     = flag.Int("loops", 100, "perf bench sched messaging: messages each sender sends each receiver")
 	runs      = flag.Int("runs", 3, "workload runs per variant (the median counts)")
 	samples   = flag.Int("samples", 500, "critical probe round trips per swiftlane variant")
+	idleN     = flag.Int("idle-samples", 2000, "probe round trips on the idle machine per variant (0: skip)")
+	base      = flag.String("base", "", "another swiftlane binary: adds variant swiftlane-user-base (user-space mode from that build, same boot)")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): rotates the variant order by boot-1 and is recorded")
 	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
@@ -107,6 +117,7 @@ var describe = map[string]string{
 	"swiftlane-kernel": "swiftlane run (policy in BPF), probe class critical",
 	"swiftlane-user":   "swiftlane run --mode userspace --policy vruntime (policy in Go), probe class critical",
 	"scx_rustland":     "scx_rustland (crates.io; policy in Rust, user space)",
+	"swiftlane-user-base": "swiftlane-user from the -base build, for a same-boot comparison",
 }
 
 const metricsAddr = "127.0.0.1:9463"
@@ -122,6 +133,9 @@ func main() {
 	names := slices.Clone(all)
 	if *only != "" {
 		names = strings.Split(*only, ",")
+	}
+	if *base != "" && !slices.Contains(names, "swiftlane-user-base") {
+		names = append(names, "swiftlane-user-base")
 	}
 	if *boot > 1 { // rotate, so no variant always runs first or last
 		k := (*boot - 1) % len(names)
@@ -177,16 +191,22 @@ func runVariant(name string) (*Variant, error) {
 	var err error
 	switch name {
 	case "eevdf":
-	case "swiftlane-kernel", "swiftlane-user":
+	case "swiftlane-kernel", "swiftlane-user", "swiftlane-user-base":
 		cfg, err := benchlab.WriteConfig(probeConfig)
 		if err != nil {
 			return nil, err
 		}
 		args := []string{"run", "--metrics-addr", metricsAddr, "--config", cfg}
-		if name == "swiftlane-user" {
+		if name != "swiftlane-kernel" {
 			args = append(args, "--mode", "userspace", "--policy", "vruntime")
 		}
-		sched, err = startScheduler(*swiftlane, args...)
+		bin := *swiftlane
+		if name == "swiftlane-user-base" {
+			if bin = *base; bin == "" {
+				return nil, fmt.Errorf("variant %s needs -base BINARY", name)
+			}
+		}
+		sched, err = startScheduler(bin, args...)
 	case "scx_rustland":
 		bin := filepath.Join(*peersDir, name)
 		if _, serr := os.Stat(bin); serr != nil {
@@ -205,6 +225,14 @@ func runVariant(name string) (*Variant, error) {
 
 	v := &Variant{}
 	swift := strings.HasPrefix(name, "swiftlane")
+	// Idle first: nothing else has run under this scheduler yet.
+	if *idleN > 0 {
+		r, err := probe(*idleN, "10s")
+		if err != nil {
+			return v, fmt.Errorf("idle probe: %w", err)
+		}
+		v.IdleAvgUs, v.IdleP99Us = r.AvgUs, r.P99Us
+	}
 	var before map[string]float64
 	var cpuBefore time.Duration
 	if swift {
@@ -227,7 +255,7 @@ func runVariant(name string) (*Variant, error) {
 	if swift {
 		after := scrape()
 		delta := func(k string) float64 { return after[k] - before[k] }
-		if name == "swiftlane-user" {
+		if name != "swiftlane-kernel" {
 			v.DecisionsPerS = delta("user_decisions_total.applied") / wall.Seconds()
 			v.Counters = map[string]float64{}
 			for _, k := range []string{"user_queued_total", "user_decisions_total.applied", "user_decisions_total.stale", "dispatch_total.direct",
@@ -292,6 +320,12 @@ func probeUnderLoad() (probeResult, error) {
 	if err := benchlab.WaitChildren(hog.Process.Pid, 2*runtime.NumCPU(), 30*time.Second); err != nil {
 		return probeResult{}, err
 	}
+	return probe(*samples, "20s")
+}
+
+// probe runs the UDP echo server and n round trips at 1 ms intervals
+// against it (at most d, plus the probe's timeout).
+func probe(n int, d string) (probeResult, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	echo := exec.CommandContext(ctx, *swiftlane, "probe", "echo", "--listen", "127.0.0.1:7779")
@@ -300,8 +334,8 @@ func probeUnderLoad() (probeResult, error) {
 	}
 	defer func() { cancel(); echo.Wait() }()
 	res := filepath.Join(os.TempDir(), fmt.Sprintf("rtt-%d.json", time.Now().UnixNano()))
-	cmd := exec.Command(*swiftlane, "probe", "rtt", "--target", "127.0.0.1:7779", "--samples", fmt.Sprint(*samples),
-		"--duration", "20s", "--interval", "1ms", "--timeout", "2s", "--json", res)
+	cmd := exec.Command(*swiftlane, "probe", "rtt", "--target", "127.0.0.1:7779", "--samples", fmt.Sprint(n),
+		"--duration", d, "--interval", "1ms", "--timeout", "2s", "--json", res)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return probeResult{}, fmt.Errorf("probe: %v: %s", err, b)
 	}
@@ -374,17 +408,17 @@ func (s *scheduler) cpuTime() time.Duration {
 
 func printTable(rep Report) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\t\n")
+	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\tidle avg µs\tidle p99 µs\t\n")
 	for _, name := range rep.Order {
 		v := rep.Variants[name]
 		if v == nil {
 			continue
 		}
 		if v.Throughput == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\n", name, v.Error)
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\t\n", name, v.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t\n", name, v.Throughput, v.DecisionsPerS, v.LoopCPUPct, v.CriticalAvgUs, v.CriticalP99Us)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, v.Throughput, v.DecisionsPerS, v.LoopCPUPct, v.CriticalAvgUs, v.CriticalP99Us, v.IdleAvgUs, v.IdleP99Us)
 	}
 	tw.Flush()
 	for _, name := range rep.Order {

@@ -5,6 +5,8 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -96,5 +98,29 @@ func TestMergeReports(t *testing.T) {
 	}
 	if g := goals["messaging: user-space mode, % of kernel mode"]; g.Met {
 		t.Errorf("kernel-mode goal: %+v", g)
+	}
+}
+
+// With -base in every boot, swiftlane-user is compared with the base build
+// boot by boot, and the verdict states a ratio only when the ranges part.
+func TestMergeBase(t *testing.T) {
+	var boots []Report
+	for i, idle := range [][2]float64{{1000, 700}, {1200, 800}, {1100, 900}} {
+		boots = append(boots, Report{Kernel: "k", Boots: 1, Boot: i + 1, Order: append(slices.Clone(all), "swiftlane-user-base"), Variants: map[string]*Variant{
+			"eevdf":               {Throughput: 1, IdleAvgUs: 600},
+			"swiftlane-user":      {Throughput: 1, IdleAvgUs: idle[1]},
+			"swiftlane-user-base": {Throughput: 1, IdleAvgUs: idle[0]},
+		}})
+	}
+	m := mergeReports(boots)
+	if !slices.Contains(m.Order, "swiftlane-user-base") || m.Variants["swiftlane-user-base"].IdleAvgUs != 1100 {
+		t.Fatalf("base variant: %v %+v", m.Order, m.Variants["swiftlane-user-base"])
+	}
+	c := m.Spread.Base["idle_avg_us"]
+	if !c.Measurable || !strings.HasPrefix(c.Verdict, "swiftlane-user 1.4x faster than the base build") {
+		t.Errorf("idle comparison: %+v", c)
+	}
+	if c := m.Spread.Base["critical_avg_us"]; c.Measurable || c.Rounds != 0 {
+		t.Errorf("critical comparison without numbers: %+v", c)
 	}
 }

@@ -25,6 +25,15 @@ type Spread struct {
 	UserVsKernelPct   *benchlab.Stat `json:"user_vs_kernel_throughput_pct"`
 	UserVsRustlandPct *benchlab.Stat `json:"user_vs_rustland_throughput_pct,omitempty"`
 	CriticalAvgRatio  *benchlab.Stat `json:"critical_avg_ratio_user_vs_kernel"`
+	// Base: swiftlane-user against swiftlane-user-base (-base), boot by
+	// boot, when the boots ran it.
+	Base map[string]Comparison `json:"user_vs_base,omitempty"`
+}
+
+// Comparison is one number of swiftlane-user against the base build's.
+type Comparison struct {
+	benchlab.Comparison
+	Verdict string `json:"verdict"`
 }
 
 // Goal is one of issue 39's targets for user-space mode, judged on the
@@ -40,11 +49,11 @@ type Goal struct {
 	EveryBoot bool `json:"every_boot"`
 }
 
-var statKeys = []string{"throughput", "decisions_per_s", "loop_cpu_pct", "critical_avg_us", "critical_p99_us"}
+var statKeys = []string{"throughput", "decisions_per_s", "loop_cpu_pct", "critical_avg_us", "critical_p99_us", "idle_avg_us", "idle_p99_us"}
 
 func (v *Variant) stat(k string) float64 {
 	return map[string]float64{"throughput": v.Throughput, "decisions_per_s": v.DecisionsPerS, "loop_cpu_pct": v.LoopCPUPct,
-		"critical_avg_us": v.CriticalAvgUs, "critical_p99_us": v.CriticalP99Us}[k]
+		"critical_avg_us": v.CriticalAvgUs, "critical_p99_us": v.CriticalP99Us, "idle_avg_us": v.IdleAvgUs, "idle_p99_us": v.IdleP99Us}[k]
 }
 
 // usable: the variant ran without an error in that boot.
@@ -80,14 +89,17 @@ func mergeReports(boots []Report) *Report {
 	m := &Report{
 		Kernel: first.Kernel, CPUs: first.CPUs, Boots: len(boots), Date: boots[len(boots)-1].Date,
 		Note: first.Note + " Medians over boots, the variant order rotated by boot; spread (min-max) under \"spread\".",
-		Workload: first.Workload, ThroughputUnit: first.ThroughputUnit, Order: all, Variants: map[string]*Variant{},
+		Workload: first.Workload, ThroughputUnit: first.ThroughputUnit, Order: slices.Clone(all), Variants: map[string]*Variant{},
 		Spread: &Spread{Variants: map[string]map[string]*benchlab.Stat{}},
 	}
 	for _, b := range boots {
 		m.Spread.Dates = append(m.Spread.Dates, b.Date)
 		m.Spread.BootOrders = append(m.Spread.BootOrders, b.Order)
+		if b.Variants["swiftlane-user-base"] != nil && !slices.Contains(m.Order, "swiftlane-user-base") {
+			m.Order = append(m.Order, "swiftlane-user-base")
+		}
 	}
-	for _, name := range all {
+	for _, name := range m.Order {
 		v := &Variant{Description: describe[name]}
 		spread := map[string]*benchlab.Stat{}
 		var errs []string
@@ -127,6 +139,7 @@ func mergeReports(boots []Report) *Report {
 		}
 		v.Throughput, v.DecisionsPerS, v.LoopCPUPct = med("throughput"), med("decisions_per_s"), med("loop_cpu_pct")
 		v.CriticalAvgUs, v.CriticalP99Us = med("critical_avg_us"), med("critical_p99_us")
+		v.IdleAvgUs, v.IdleP99Us = med("idle_avg_us"), med("idle_p99_us")
 		if len(counters) > 0 {
 			v.Counters = map[string]float64{}
 			for _, k := range slices.Sorted(maps.Keys(counters)) {
@@ -160,6 +173,20 @@ func mergeReports(boots []Report) *Report {
 	if s := m.Spread.CriticalAvgRatio; s != nil {
 		m.CriticalAvgRatio = math.Round(100*s.Median) / 100
 	}
+	if slices.Contains(m.Order, "swiftlane-user-base") {
+		m.Spread.Base = map[string]Comparison{}
+		for _, k := range []string{"idle_avg_us", "idle_p99_us", "critical_avg_us", "critical_p99_us"} {
+			var b, c []float64
+			for _, r := range boots {
+				bv, cv := r.Variants["swiftlane-user-base"], r.Variants["swiftlane-user"]
+				if usable(bv) && usable(cv) {
+					b, c = append(b, bv.stat(k)), append(c, cv.stat(k))
+				}
+			}
+			cmp := benchlab.Compare(b, c)
+			m.Spread.Base[k] = Comparison{cmp, cmp.Verdict("swiftlane-user", "the base build", "")}
+		}
+	}
 	m.Goals = userGoals(m)
 	return m
 }
@@ -182,7 +209,26 @@ func userGoals(m *Report) []Goal {
 	add("messaging: user-space mode, % of scx_rustland", m.Spread.UserVsRustlandPct, ">= 100", func(x float64) bool { return x >= 100 })
 	add("critical probe avg under stress-ng: user-space / kernel mode", m.Spread.CriticalAvgRatio, "<= 1.2", func(x float64) bool { return x <= 1.2 })
 	add("scheduler process CPU during messaging, % of one CPU", m.Spread.Variants["swiftlane-user"]["loop_cpu_pct"], "<= 20", func(x float64) bool { return x <= 20 })
+	reported := func(float64) bool { return true }
+	add("idle probe avg: user-space mode / EEVDF", ratioStat(m, "swiftlane-user", "eevdf", "idle_avg_us"), "reported", reported)
+	add("idle probe avg: kernel mode / EEVDF", ratioStat(m, "swiftlane-kernel", "eevdf", "idle_avg_us"), "reported", reported)
 	return g
+}
+
+// ratioStat is num's key over den's, boot by boot, from the spread.
+func ratioStat(m *Report, num, den, k string) *benchlab.Stat {
+	n, d := m.Spread.Variants[num][k], m.Spread.Variants[den][k]
+	if n == nil || d == nil {
+		return nil
+	}
+	var xs []float64
+	var from []int
+	for i, b := range n.Boots {
+		if j := slices.Index(d.Boots, b); j >= 0 && d.Values[j] > 0 {
+			xs, from = append(xs, n.Values[i]/d.Values[j]), append(from, b)
+		}
+	}
+	return benchlab.NewStat(xs, from)
 }
 
 func printGoals(m *Report) {
@@ -195,6 +241,12 @@ func printGoals(m *Report) {
 		case g.Met:
 			met = "met at the median, not in every boot"
 		}
+		if g.Target == "reported" {
+			met = "reported"
+		}
 		fmt.Printf("  %s: %.3g [%.3g–%.3g], target %s: %s\n", g.Goal, g.Value, g.Min, g.Max, g.Target, met)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Spread.Base)) {
+		fmt.Printf("  %s against the base build: %s\n", k, m.Spread.Base[k].Verdict)
 	}
 }
