@@ -113,10 +113,10 @@ var (
 var all = []string{"eevdf", "swiftlane-kernel", "swiftlane-user", "scx_rustland"}
 
 var describe = map[string]string{
-	"eevdf":            "kernel default scheduler",
-	"swiftlane-kernel": "swiftlane run (policy in BPF), probe class critical",
-	"swiftlane-user":   "swiftlane run --mode userspace --policy vruntime (policy in Go), probe class critical",
-	"scx_rustland":     "scx_rustland (crates.io; policy in Rust, user space)",
+	"eevdf":               "kernel default scheduler",
+	"swiftlane-kernel":    "swiftlane run (policy in BPF), probe class critical",
+	"swiftlane-user":      "swiftlane run --mode userspace --policy vruntime (policy in Go), probe class critical",
+	"scx_rustland":        "scx_rustland (crates.io; policy in Rust, user space)",
 	"swiftlane-user-base": "swiftlane-user from the -base build, for a same-boot comparison",
 }
 

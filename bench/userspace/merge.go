@@ -88,7 +88,7 @@ func mergeReports(boots []Report) *Report {
 	first := boots[0]
 	m := &Report{
 		Kernel: first.Kernel, CPUs: first.CPUs, Boots: len(boots), Date: boots[len(boots)-1].Date,
-		Note: first.Note + " Medians over boots, the variant order rotated by boot; spread (min-max) under \"spread\".",
+		Note:     first.Note + " Medians over boots, the variant order rotated by boot; spread (min-max) under \"spread\".",
 		Workload: first.Workload, ThroughputUnit: first.ThroughputUnit, Order: slices.Clone(all), Variants: map[string]*Variant{},
 		Spread: &Spread{Variants: map[string]map[string]*benchlab.Stat{}},
 	}
