@@ -12,8 +12,10 @@
 //     process's CPU use during that workload,
 //   - for swiftlane: the critical probe's round trip (a critical strategy
 //     for `swiftlane probe`) under stress-ng --cpu 2xCPUs,
-//   - for every variant: the probe's round trip on the idle machine (no
-//     strategy gives it anything there: the cost of a plain wakeup).
+//   - for every variant: the probe's round trip on the idle machine, and
+//     under the same stress-ng as a plain process (run through a link
+//     named plainprobe, which the critical strategy does not match): what
+//     a scheduler gives a task that nobody prioritised.
 //
 // -base BINARY adds swiftlane-user-base: user-space mode run from another
 // build (e.g. the commit before a change), measured in the same boot.
@@ -65,6 +67,9 @@ type Variant struct {
 	// IdleAvgUs and IdleP99Us: the probe on the idle machine (-idle-samples).
 	IdleAvgUs float64 `json:"idle_avg_us,omitempty"`
 	IdleP99Us float64 `json:"idle_p99_us,omitempty"`
+	// PlainAvgUs and PlainP99Us: the probe without a strategy under stress-ng.
+	PlainAvgUs float64 `json:"plain_loaded_avg_us,omitempty"`
+	PlainP99Us float64 `json:"plain_loaded_p99_us,omitempty"`
 	// Counters of user-space mode over the workload, to explain it.
 	Counters    map[string]float64 `json:"counters,omitempty"`
 	Error       string             `json:"error,omitempty"`
@@ -227,7 +232,7 @@ func runVariant(name string) (*Variant, error) {
 	swift := strings.HasPrefix(name, "swiftlane")
 	// Idle first: nothing else has run under this scheduler yet.
 	if *idleN > 0 {
-		r, err := probe(*idleN, "10s")
+		r, err := probe(*swiftlane, *idleN, "10s")
 		if err != nil {
 			return v, fmt.Errorf("idle probe: %w", err)
 		}
@@ -275,12 +280,13 @@ func runVariant(name string) (*Variant, error) {
 		v.DecisionsPerS = math.Round(v.DecisionsPerS)
 		v.LoopCPUPct = math.Round(1000*(sched.cpuTime()-cpuBefore).Seconds()/wall.Seconds()) / 10
 
-		r, err := probeUnderLoad()
-		if err != nil {
-			return v, err
-		}
-		v.CriticalAvgUs, v.CriticalP99Us = r.AvgUs, r.P99Us
 	}
+	crit, plain, err := probeUnderLoad(swift)
+	if err != nil {
+		return v, err
+	}
+	v.CriticalAvgUs, v.CriticalP99Us = crit.AvgUs, crit.P99Us
+	v.PlainAvgUs, v.PlainP99Us = plain.AvgUs, plain.P99Us
 	if sched != nil {
 		if err := sched.Stop(); err != nil {
 			return v, fmt.Errorf("scheduler stopped badly: %w", err)
@@ -310,31 +316,48 @@ type probeResult struct {
 	P99Us   float64 `json:"p99_us"`
 }
 
-// probeUnderLoad times the UDP echo probe while stress-ng keeps every CPU busy.
-func probeUnderLoad() (probeResult, error) {
+// probeUnderLoad times the UDP echo probe while stress-ng keeps every CPU
+// busy: as the critical strategy's process (swiftlane variants only), then
+// as a plain one.
+func probeUnderLoad(critical bool) (crit, plain probeResult, err error) {
+	link := filepath.Join(os.TempDir(), fmt.Sprintf("plain-%d", time.Now().UnixNano()), "plainprobe")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return crit, plain, err
+	}
+	if err := os.Symlink(*swiftlane, link); err != nil {
+		return crit, plain, err
+	}
 	hog := exec.Command("stress-ng", "--temp-path", os.TempDir(), "--quiet", "--cpu", fmt.Sprint(2*runtime.NumCPU()))
 	if err := hog.Start(); err != nil {
-		return probeResult{}, fmt.Errorf("stress-ng: %w", err)
+		return crit, plain, fmt.Errorf("stress-ng: %w", err)
 	}
 	defer func() { hog.Process.Signal(syscall.SIGTERM); hog.Wait() }()
 	if err := benchlab.WaitChildren(hog.Process.Pid, 2*runtime.NumCPU(), 30*time.Second); err != nil {
-		return probeResult{}, err
+		return crit, plain, err
 	}
-	return probe(*samples, "20s")
+	if critical {
+		if crit, err = probe(*swiftlane, *samples, "20s"); err != nil {
+			return crit, plain, err
+		}
+	}
+	if plain, err = probe(link, *samples, "20s"); err != nil {
+		return crit, plain, fmt.Errorf("plain probe: %w", err)
+	}
+	return crit, plain, nil
 }
 
 // probe runs the UDP echo server and n round trips at 1 ms intervals
-// against it (at most d, plus the probe's timeout).
-func probe(n int, d string) (probeResult, error) {
+// against it (at most d, plus the probe's timeout), both from bin.
+func probe(bin string, n int, d string) (probeResult, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	echo := exec.CommandContext(ctx, *swiftlane, "probe", "echo", "--listen", "127.0.0.1:7779")
+	echo := exec.CommandContext(ctx, bin, "probe", "echo", "--listen", "127.0.0.1:7779")
 	if err := echo.Start(); err != nil {
 		return probeResult{}, err
 	}
 	defer func() { cancel(); echo.Wait() }()
 	res := filepath.Join(os.TempDir(), fmt.Sprintf("rtt-%d.json", time.Now().UnixNano()))
-	cmd := exec.Command(*swiftlane, "probe", "rtt", "--target", "127.0.0.1:7779", "--samples", fmt.Sprint(n),
+	cmd := exec.Command(bin, "probe", "rtt", "--target", "127.0.0.1:7779", "--samples", fmt.Sprint(n),
 		"--duration", d, "--interval", "1ms", "--timeout", "2s", "--json", res)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return probeResult{}, fmt.Errorf("probe: %v: %s", err, b)
@@ -408,17 +431,18 @@ func (s *scheduler) cpuTime() time.Duration {
 
 func printTable(rep Report) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\tidle avg µs\tidle p99 µs\t\n")
+	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\tidle avg µs\tidle p99 µs\tplain loaded avg µs\tplain loaded p99 µs\t\n")
 	for _, name := range rep.Order {
 		v := rep.Variants[name]
 		if v == nil {
 			continue
 		}
 		if v.Throughput == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\t\n", name, v.Error)
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\t\t\t\n", name, v.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, v.Throughput, v.DecisionsPerS, v.LoopCPUPct, v.CriticalAvgUs, v.CriticalP99Us, v.IdleAvgUs, v.IdleP99Us)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, v.Throughput, v.DecisionsPerS, v.LoopCPUPct,
+			v.CriticalAvgUs, v.CriticalP99Us, v.IdleAvgUs, v.IdleP99Us, v.PlainAvgUs, v.PlainP99Us)
 	}
 	tw.Flush()
 	for _, name := range rep.Order {

@@ -49,11 +49,12 @@ type Goal struct {
 	EveryBoot bool `json:"every_boot"`
 }
 
-var statKeys = []string{"throughput", "decisions_per_s", "loop_cpu_pct", "critical_avg_us", "critical_p99_us", "idle_avg_us", "idle_p99_us"}
+var statKeys = []string{"throughput", "decisions_per_s", "loop_cpu_pct", "critical_avg_us", "critical_p99_us", "idle_avg_us", "idle_p99_us", "plain_loaded_avg_us", "plain_loaded_p99_us"}
 
 func (v *Variant) stat(k string) float64 {
 	return map[string]float64{"throughput": v.Throughput, "decisions_per_s": v.DecisionsPerS, "loop_cpu_pct": v.LoopCPUPct,
-		"critical_avg_us": v.CriticalAvgUs, "critical_p99_us": v.CriticalP99Us, "idle_avg_us": v.IdleAvgUs, "idle_p99_us": v.IdleP99Us}[k]
+		"critical_avg_us": v.CriticalAvgUs, "critical_p99_us": v.CriticalP99Us, "idle_avg_us": v.IdleAvgUs, "idle_p99_us": v.IdleP99Us,
+		"plain_loaded_avg_us": v.PlainAvgUs, "plain_loaded_p99_us": v.PlainP99Us}[k]
 }
 
 // usable: the variant ran without an error in that boot.
@@ -140,6 +141,7 @@ func mergeReports(boots []Report) *Report {
 		v.Throughput, v.DecisionsPerS, v.LoopCPUPct = med("throughput"), med("decisions_per_s"), med("loop_cpu_pct")
 		v.CriticalAvgUs, v.CriticalP99Us = med("critical_avg_us"), med("critical_p99_us")
 		v.IdleAvgUs, v.IdleP99Us = med("idle_avg_us"), med("idle_p99_us")
+		v.PlainAvgUs, v.PlainP99Us = med("plain_loaded_avg_us"), med("plain_loaded_p99_us")
 		if len(counters) > 0 {
 			v.Counters = map[string]float64{}
 			for _, k := range slices.Sorted(maps.Keys(counters)) {
@@ -175,7 +177,7 @@ func mergeReports(boots []Report) *Report {
 	}
 	if slices.Contains(m.Order, "swiftlane-user-base") {
 		m.Spread.Base = map[string]Comparison{}
-		for _, k := range []string{"idle_avg_us", "idle_p99_us", "critical_avg_us", "critical_p99_us"} {
+		for _, k := range []string{"idle_avg_us", "idle_p99_us", "critical_avg_us", "critical_p99_us", "plain_loaded_avg_us", "plain_loaded_p99_us"} {
 			var b, c []float64
 			for _, r := range boots {
 				bv, cv := r.Variants["swiftlane-user-base"], r.Variants["swiftlane-user"]
@@ -209,6 +211,8 @@ func userGoals(m *Report) []Goal {
 	add("messaging: user-space mode, % of scx_rustland", m.Spread.UserVsRustlandPct, ">= 100", func(x float64) bool { return x >= 100 })
 	add("critical probe avg under stress-ng: user-space / kernel mode", m.Spread.CriticalAvgRatio, "<= 1.2", func(x float64) bool { return x <= 1.2 })
 	add("scheduler process CPU during messaging, % of one CPU", m.Spread.Variants["swiftlane-user"]["loop_cpu_pct"], "<= 20", func(x float64) bool { return x <= 20 })
+	add("plain probe under stress-ng avg: user-space / kernel mode", ratioStat(m, "swiftlane-user", "swiftlane-kernel", "plain_loaded_avg_us"), "<= 1.5",
+		func(x float64) bool { return x <= 1.5 })
 	reported := func(float64) bool { return true }
 	add("idle probe avg: user-space mode / EEVDF", ratioStat(m, "swiftlane-user", "eevdf", "idle_avg_us"), "reported", reported)
 	add("idle probe avg: kernel mode / EEVDF", ratioStat(m, "swiftlane-kernel", "eevdf", "idle_avg_us"), "reported", reported)
