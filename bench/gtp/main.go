@@ -48,6 +48,11 @@ type Result struct {
 	MaxMs    float64   `json:"max_ms,omitempty"`
 	Samples  int       `json:"samples,omitempty"`
 	Timeouts int       `json:"timeouts,omitempty"`
+	// TimeoutMs: each lost reply is counted in the statistics above as a
+	// round trip of this many ms (the ping's -timeout), a lower bound; left
+	// out, a variant that loses replies would look faster than one that
+	// answers them all slowly. Samples counts the replies only.
+	TimeoutMs float64 `json:"timeout_ms,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	Note     string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
 	RTTMs    []float64 `json:"rtt_ms,omitempty"`
@@ -734,7 +739,26 @@ func measure() (*Result, error) {
 	if v.Samples == 0 {
 		return v, fmt.Errorf("no echo replies (%d timeouts)", v.Timeouts)
 	}
+	v.summarize(float64(timeout.Milliseconds()))
+	if v.Samples < *samples { // the slowest variants: their samples still count
+		v.Note = fmt.Sprintf("only %d of %d samples within %v (%d timeouts)", v.Samples, *samples, *budget, v.Timeouts)
+	}
+	return v, nil
+}
+
+// summarize computes the statistics from the replies' RTTs and the lost
+// replies, each counted as timeoutMs (TimeoutMs).
+func (v *Result) summarize(timeoutMs float64) {
 	s := append([]float64(nil), v.RTTMs...)
+	for range v.Timeouts {
+		s = append(s, timeoutMs)
+	}
+	if len(s) == 0 {
+		return
+	}
+	if v.Timeouts > 0 {
+		v.TimeoutMs = timeoutMs
+	}
 	sort.Float64s(s)
 	var sum float64
 	for _, x := range s {
@@ -746,10 +770,6 @@ func measure() (*Result, error) {
 	v.P90Ms = round3(percentile(s, 90))
 	v.P99Ms = round3(percentile(s, 99))
 	v.MaxMs = s[len(s)-1]
-	if v.Samples < *samples { // the slowest variants: their samples still count
-		v.Note = fmt.Sprintf("only %d of %d samples within %v (%d timeouts)", v.Samples, *samples, *budget, v.Timeouts)
-	}
-	return v, nil
 }
 
 // percentile of sorted samples, nearest rank, p in percent.

@@ -207,3 +207,24 @@ time=4 level=INFO msg="GTP-U carrier prioritised" pid=12 comm=swiftlane class=cr
 		t.Fatalf("carriersIn = %q, want %q", got, want)
 	}
 }
+
+// A lost reply counts as the timeout: a variant that loses replies cannot
+// look faster than one that answers them all; old boots are recomputed.
+func TestLostRepliesCount(t *testing.T) {
+	r := &Result{RTTMs: []float64{10, 10, 10}, Timeouts: 1}
+	r.summarize(3000)
+	if r.AvgMs != 757.5 || r.MaxMs != 3000 || r.TimeoutMs != 3000 {
+		t.Errorf("with one lost reply: %+v", r)
+	}
+	old := Report{Variants: map[string]*Variant{"v": {Loads: map[string]*Result{
+		"hogs":  {RTTMs: []float64{10, 10, 10}, Timeouts: 1, AvgMs: 10},
+		"clean": {RTTMs: []float64{10}, AvgMs: 10},
+	}}}}
+	countLostReplies([]Report{old})
+	if r := old.Variants["v"].Loads["hogs"]; r.AvgMs != 757.5 || r.TimeoutMs != legacyTimeoutMs {
+		t.Errorf("old boot with a lost reply not recomputed: %+v", r)
+	}
+	if r := old.Variants["v"].Loads["clean"]; r.AvgMs != 10 || r.TimeoutMs != 0 {
+		t.Errorf("old boot without lost replies changed: %+v", r)
+	}
+}

@@ -86,6 +86,7 @@ func mergeBoots(files []string, out string) error {
 	if err != nil {
 		return err
 	}
+	countLostReplies(boots)
 	for i, b := range boots {
 		if b.UPF != boots[0].UPF {
 			return fmt.Errorf("-merge: %s is a %q UPF run and %s a %q one: merge each UPF's boots on their own", files[i], b.UPF, files[0], boots[0].UPF)
@@ -94,6 +95,24 @@ func mergeBoots(files []string, out string) error {
 	m := mergeReports(boots)
 	printMerged(m)
 	return benchlab.WriteJSON(out, m)
+}
+
+// legacyTimeoutMs is the ping timeout of the boots written before a
+// result recorded it (-timeout's default; make bench-gtp never set it).
+const legacyTimeoutMs = 3000
+
+// countLostReplies recomputes the statistics of results written before
+// lost replies were counted (TimeoutMs), so boots of either age merge alike.
+func countLostReplies(boots []Report) {
+	for _, b := range boots {
+		for _, v := range b.Variants {
+			for _, r := range v.Loads {
+				if r != nil && r.Timeouts > 0 && r.TimeoutMs == 0 && len(r.RTTMs) > 0 {
+					r.summarize(legacyTimeoutMs)
+				}
+			}
+		}
+	}
 }
 
 func mergeReports(boots []Report) *Merged {
