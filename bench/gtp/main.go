@@ -40,22 +40,22 @@ import (
 
 // Result is the UE's ping RTT distribution under one variant and load.
 type Result struct {
-	AvgMs    float64   `json:"avg_ms,omitempty"`
-	MinMs    float64   `json:"min_ms,omitempty"`
-	P50Ms    float64   `json:"p50_ms,omitempty"`
-	P90Ms    float64   `json:"p90_ms,omitempty"`
-	P99Ms    float64   `json:"p99_ms,omitempty"`
-	MaxMs    float64   `json:"max_ms,omitempty"`
-	Samples  int       `json:"samples,omitempty"`
-	Timeouts int       `json:"timeouts,omitempty"`
+	AvgMs    float64 `json:"avg_ms,omitempty"`
+	MinMs    float64 `json:"min_ms,omitempty"`
+	P50Ms    float64 `json:"p50_ms,omitempty"`
+	P90Ms    float64 `json:"p90_ms,omitempty"`
+	P99Ms    float64 `json:"p99_ms,omitempty"`
+	MaxMs    float64 `json:"max_ms,omitempty"`
+	Samples  int     `json:"samples,omitempty"`
+	Timeouts int     `json:"timeouts,omitempty"`
 	// TimeoutMs: each lost reply is counted in the statistics above as a
 	// round trip of this many ms (the ping's -timeout), a lower bound; left
 	// out, a variant that loses replies would look faster than one that
 	// answers them all slowly. Samples counts the replies only.
-	TimeoutMs float64 `json:"timeout_ms,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	Note     string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
-	RTTMs    []float64 `json:"rtt_ms,omitempty"`
+	TimeoutMs float64   `json:"timeout_ms,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Note      string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
+	RTTMs     []float64 `json:"rtt_ms,omitempty"`
 	// Carriers are the processes automatic mode newly prioritised during
 	// this phase ("comm pid"); the gNB, prioritised on its first packets
 	// before the first phase, is listed only if it idled out and came back.
