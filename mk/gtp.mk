@@ -22,17 +22,23 @@ lab-gtp: deps vm-bins gtp5g ## 5G user-plane lab in the VM: gtp and gtp5g UPFs, 
 # kernel's gtp UPF and once with free5GC's gtp5g (issue 38; same boot, the
 # two runs' order alternating by boot); each run writes its JSON, the merge
 # takes medians and spread into gtp.json and gtp5g.json and the PNGs.
-# ~15 min per UPF and boot. A failed run does not stop the others; the
-# target fails at the end. GTP_UPFS=gtp runs the in-tree UPF alone.
+# ~15 min per UPF and boot on a quiet host (30 on a slow one: variants
+# that lose replies use their whole 2 min per load). A failed run does not
+# stop the others; the target fails at the end. GTP_UPFS=gtp runs the
+# in-tree UPF alone. GTP_BOOT_FIRST=N resumes a run: boots N..GTP_BOOTS,
+# keeping the earlier boots' files in bench/results/gtp-boots, and merges
+# them all.
 GTP_BOOTS       ?= 3
+GTP_BOOT_FIRST  ?= 1
 GTP_UPFS        ?= gtp gtp5g
 BENCH_GTP_FLAGS ?=
 .PHONY: bench-gtp
 bench-gtp: deps vm-bins peers gtp5g ## UE ping RTT through GTP-U, 6 variants x 3 loads + gNB restarts, gtp and gtp5g UPFs, GTP_BOOTS=3 boots -> bench/results/gtp.json, gtp5g.json + .png
 	$(GO) build -o $(BUILD)/bench-gtp ./bench/gtp
-	@rm -rf bench/results/gtp-boots && mkdir -p bench/results/gtp-boots
+	@[ "$(GTP_BOOT_FIRST)" != 1 ] || rm -rf bench/results/gtp-boots; mkdir -p bench/results/gtp-boots
 	@failed=0; upfs="$(GTP_UPFS)"; \
-	for b in $$(seq 1 $(GTP_BOOTS)); do \
+	[ $$(( $(GTP_BOOT_FIRST) % 2 )) = 1 ] || upfs=$$(echo $$upfs | awk '{for (i = NF; i > 0; i--) printf "%s ", $$i}'); \
+	for b in $$(seq $(GTP_BOOT_FIRST) $(GTP_BOOTS)); do \
 	  echo "== bench-gtp: boot $$b of $(GTP_BOOTS) ($$upfs)"; \
 	  runs=; for u in $$upfs; do \
 	    runs="$$runs $(BUILD)/bench-gtp -boot $$b -upf $$u -swiftlane $(BUILD)/swiftlane \
