@@ -79,22 +79,6 @@ type Policy interface {
 	Dispatch(d *Dispatcher)
 }
 
-// WorkConserving is implemented by a policy that sends a task to an idle
-// CPU whenever one is free and no other task waits for it (AnyCPU, or
-// PickIdleCPU over every CPU the task may use), as both built-in policies
-// do. For such a policy the BPF side puts a task that wakes while a CPU is
-// idle and nothing waits (no task queued for the policy, held by it, or
-// queued for a CPU) straight onto that CPU, with the default slice or its
-// strategy's: the place the policy would choose, without the round trip
-// through the loop, which on a quiet machine is most of a wakeup's cost.
-// The policy does not see those wakeups (Stats.Direct counts them); the
-// task's Vtime still grows by the CPU time it uses. A policy that keeps
-// CPUs free for some tasks, or must see every wakeup, does not implement
-// it or returns false.
-type WorkConserving interface {
-	WorkConserving() bool
-}
-
 // CPUSet is a set of CPU numbers below MaxCPUs.
 type CPUSet [MaxCPUs / 64]uint64
 
@@ -311,10 +295,6 @@ func yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 func (l *loop) run(ctx context.Context, p Policy) error {
 	sh := l.d.shared
 	defer atomic.StoreUint32(&sh.LoopTid, 0)
-	if wc, ok := p.(WorkConserving); ok && wc.WorkConserving() {
-		atomic.StoreUint32(&sh.DirectIdle, 1)
-		defer atomic.StoreUint32(&sh.DirectIdle, 0)
-	}
 	done := ctx.Done()
 	for {
 		select {

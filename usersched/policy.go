@@ -51,9 +51,6 @@ func (f *FIFO) Dispatch(d *Dispatcher) {
 // Len is the number of tasks waiting.
 func (f *FIFO) Len() int { return f.q.n }
 
-// WorkConserving implements WorkConserving: every task goes to AnyCPU.
-func (f *FIFO) WorkConserving() bool { return true }
-
 // Vruntime orders tasks as the in-kernel scheduler does, in Go: by deadline
 // = virtual runtime + the CPU time used since the task last slept (capped,
 // both scaled by weight and class), so tasks that sleep often go before CPU
@@ -138,9 +135,6 @@ func (v *Vruntime) Dispatch(d *Dispatcher) {
 
 // Len is the number of tasks waiting.
 func (v *Vruntime) Len() int { return len(v.heap) }
-
-// WorkConserving implements WorkConserving: every task goes to AnyCPU.
-func (v *Vruntime) WorkConserving() bool { return true }
 
 func (v *Vruntime) less(i, j int) bool { return v.heap[i].deadline < v.heap[j].deadline }
 

@@ -24,12 +24,12 @@ type userschedUsrDecision struct {
 }
 
 type userschedUsrShared struct {
-	_          structs.HostLayout
-	Idle       [16]uint64
-	Exited     uint32
-	LoopTid    uint32
-	Held       uint32
-	DirectIdle uint32
+	_       structs.HostLayout
+	Idle    [16]uint64
+	Exited  uint32
+	LoopTid uint32
+	Held    uint32
+	Pad     uint32
 }
 
 type userschedUsrStats struct {
@@ -54,7 +54,6 @@ type userschedUsrStats struct {
 	RttMaxNs        uint64
 	RttHist         [32]uint64
 	WaitMaxNs       uint64
-	Direct          uint64
 }
 
 type userschedUsrTask struct {

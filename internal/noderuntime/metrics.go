@@ -20,7 +20,7 @@ import (
 var (
 	descDispatch = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path. "+
 		"Kernel mode: direct (idle CPU at wakeup), critical, shared, kthread, overdue (waited longer than the starvation bound), handoff (critical wakee queued on its critical waker's CPU). "+
-		"User-space mode: user (a user-space decision), direct (woke onto an idle CPU with nothing waiting, placed in BPF for a work-conserving policy), fallback (ring to user space full), rescued (user space stalled, or a task waited over 250 ms), critical, kthread, scheduler (the user-space scheduler's own threads).",
+		"User-space mode: user (a user-space decision), fallback (ring to user space full), rescued (user space stalled, or a task waited over 250 ms), critical, kthread, scheduler (the user-space scheduler's own threads).",
 		[]string{"path"}, nil)
 	descPreempt   = prometheus.NewDesc("swiftlane_preempt_kicks_total", "CPUs preempted to run a critical task.", nil, nil)
 	descDemoted   = prometheus.NewDesc("swiftlane_critical_demoted_total", "Critical tasks queued as normal because they used up their CPU budget.", nil, nil)
@@ -91,7 +91,7 @@ func kernelPaths(st sched.Stats) map[string]uint64 {
 func userPaths(st usersched.Stats) map[string]uint64 {
 	return map[string]uint64{
 		"user": st.Applied, "fallback": st.Fallback, "rescued": st.Rescued,
-		"critical": st.Critical, "kthread": st.Kthread, "scheduler": st.SchedThread, "direct": st.Direct,
+		"critical": st.Critical, "kthread": st.Kthread, "scheduler": st.SchedThread,
 	}
 }
 

@@ -28,9 +28,6 @@
  *    sched_ext's own watchdog): made to wait behind a slow user space, they
  *    get the scheduler ejected (RCU stall, watchdog). A user-space policy
  *    is for user workloads;
- *  - with a work-conserving policy (usersched.WorkConserving), tasks that
- *    wake while a CPU is idle and nothing waits: straight onto that CPU,
- *    where the policy would have sent them (direct_idle_ok; counted);
  *  - tasks that find the ring to user space full: DSQ_FALLBACK (counted);
  *  - tasks waiting for a user space that has answered nothing for stall_ns
  *    while it has work pending: a CPU takes them back from the map of
@@ -268,28 +265,6 @@ static bool loop_has_work(void)
 	struct usr_shared *sh = lookup_shared();
 
 	return bpf_ringbuf_query(&queued, BPF_RB_AVAIL_DATA) || (sh && *(volatile u32 *)&sh->held);
-}
-
-/*
- * May a waking task skip user space for an idle CPU? Only for a policy that
- * declared itself work-conserving (usersched.WorkConserving: it sends a
- * task to an idle CPU whenever one is free and nothing else waits, as
- * both built-in ones do): there the round trip through the Go loop only
- * delays the same placement, by the loop's pass and two context switches
- * (on an idle machine, most of a wakeup's cost). And only while nothing
- * waits, neither for a decision nor in our queues (DSQ_LOOP holds the parked
- * loop, not work): a task that skipped user space must not overtake one that
- * did not.
- */
-static bool direct_idle_ok(void)
-{
-	struct usr_shared *sh = lookup_shared();
-
-	if (!sh || !*(volatile u32 *)&sh->direct_idle || user_work_pending() || *(volatile u32 *)&sh->held)
-		return false;
-	return !scx_bpf_dsq_nr_queued(DSQ_USER) && !scx_bpf_dsq_nr_queued(DSQ_FALLBACK) &&
-	       !scx_bpf_dsq_nr_queued(DSQ_CRITICAL) && !scx_bpf_dsq_nr_queued(DSQ_KTHREAD) &&
-	       !scx_bpf_dsq_nr_queued(DSQ_SCHED);
 }
 
 /* User space has had work for stall_ns and answered nothing meanwhile. */
@@ -533,23 +508,16 @@ s32 BPF_STRUCT_OPS(usr_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake
 	u64 now;
 	s32 cpu;
 
-	/*
-	 * Critical tasks are placed here, and other tasks only when they can
-	 * go straight to an idle CPU (direct_idle_ok); for the rest, the CPU
-	 * is user space's decision.
-	 */
+	/* Only critical tasks are placed here; for the rest, the CPU is user space's decision. */
 	if (is_sched_thread(p) || !(tctx = lookup_task_ctx(p)))
 		return prev_cpu;
 	resolve_strategy(p, tctx);
+	if (tctx->class != SWL_CLASS_CRITICAL)
+		return prev_cpu;
 	now = bpf_ktime_get_ns();
 	tctx->run_class = effective_class(tctx, now);
-	if (tctx->run_class != SWL_CLASS_CRITICAL) {
-		if (!direct_idle_ok() || (cpu = pick_idle_cpu(p, prev_cpu)) < 0)
-			return prev_cpu;
-		STAT_INC(direct);
-		swl_insert(p, SCX_DSQ_LOCAL, tctx->strat_slice ? tctx->strat_slice : slice_ns, 0);
-		return cpu;
-	}
+	if (tctx->run_class != SWL_CLASS_CRITICAL)
+		return prev_cpu;
 	cpu = pick_idle_cpu(p, prev_cpu);
 	if (cpu < 0)
 		return prev_cpu;

@@ -51,7 +51,7 @@ struct usr_shared {
 	__u32 exited;                  /* BPF: set when the kernel disables the scheduler */
 	__u32 loop_tid;                /* user space: the thread running the dispatch loop now */
 	__u32 held;                    /* user space: tasks it has read and not dispatched yet */
-	__u32 direct_idle;             /* user space: the policy is work-conserving (usersched.WorkConserving) */
+	__u32 _pad;
 };
 
 /* Per-CPU counters; user space sums them. */
@@ -76,7 +76,6 @@ struct usr_stats {
 	__u64 rtt_max_ns;      /* longest round trip on this CPU */
 	__u64 rtt_hist[USR_RTT_BUCKETS]; /* bucket i: round trips in [2^(i-1), 2^i) µs; 0: < 1 µs */
 	__u64 wait_max_ns;     /* longest runnable -> running wait on this CPU */
-	__u64 direct;          /* woke onto an idle CPU with nothing waiting, placed here (direct_idle) */
 };
 
 #endif /* USERSCHED_H */
