@@ -263,7 +263,7 @@ func runVariant(name string) (*Variant, error) {
 		if name != "swiftlane-kernel" {
 			v.DecisionsPerS = delta("user_decisions_total.applied") / wall.Seconds()
 			v.Counters = map[string]float64{}
-			for _, k := range []string{"user_queued_total", "user_decisions_total.applied", "user_decisions_total.stale", "dispatch_total.direct",
+			for _, k := range []string{"user_queued_total", "user_decisions_total.applied", "user_decisions_total.stale",
 				"user_decisions_total.bounced", "dispatch_total.fallback", "dispatch_total.kthread", "dispatch_total.scheduler",
 				"user_loop_iterations_total", "user_round_trips_total", "user_round_trip_seconds_total"} {
 				v.Counters[k] = delta(k)
