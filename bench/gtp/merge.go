@@ -79,10 +79,7 @@ func (r *Result) stat(k string) float64 {
 }
 
 func mergeBoots(files []string, out string) error {
-	if len(files) == 0 {
-		return fmt.Errorf("-merge: give the per-boot JSON files as arguments")
-	}
-	boots, err := benchlab.ReadJSONFiles[Report](files)
+	boots, err := benchlab.ReadBoots[Report](files)
 	if err != nil {
 		return err
 	}

@@ -87,10 +87,7 @@ type Torture struct {
 
 // mergeBoots reads boot reports and writes the merged report to out.
 func mergeBoots(files []string, tortureFile, out string) error {
-	if len(files) == 0 {
-		return errors.New("-merge needs the boot reports as arguments")
-	}
-	boots, err := benchlab.ReadJSONFiles[BootReport](files)
+	boots, err := benchlab.ReadBoots[BootReport](files)
 	if err != nil {
 		return err
 	}

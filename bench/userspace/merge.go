@@ -61,10 +61,7 @@ func (v *Variant) stat(k string) float64 {
 func usable(v *Variant) bool { return v != nil && v.Error == "" && v.Throughput > 0 }
 
 func mergeBoots(files []string, out string) error {
-	if len(files) == 0 {
-		return fmt.Errorf("-merge: give the per-boot JSON files as arguments")
-	}
-	boots, err := benchlab.ReadJSONFiles[Report](files)
+	boots, err := benchlab.ReadBoots[Report](files)
 	if err != nil {
 		return err
 	}

@@ -68,3 +68,11 @@ func ReadJSONFiles[T any](files []string) ([]T, error) {
 	}
 	return out, nil
 }
+
+// ReadBoots reads the per-boot reports given to -merge, refusing none.
+func ReadBoots[T any](files []string) ([]T, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("-merge: give the per-boot JSON files as arguments")
+	}
+	return ReadJSONFiles[T](files)
+}
