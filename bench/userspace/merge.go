@@ -20,8 +20,7 @@ type Spread struct {
 	// Variants: per variant, each of statKeys over the boots that
 	// measured it.
 	Variants map[string]map[string]*benchlab.Stat `json:"variants"`
-	// The ratios within each boot (both variants ran in it), then their
-	// median: a boot-to-boot drift of the host cancels out.
+	// The ratios within each boot (bootRatio).
 	UserVsKernelPct   *benchlab.Stat `json:"user_vs_kernel_throughput_pct"`
 	UserVsRustlandPct *benchlab.Stat `json:"user_vs_rustland_throughput_pct,omitempty"`
 	CriticalAvgRatio  *benchlab.Stat `json:"critical_avg_ratio_user_vs_kernel"`
@@ -151,21 +150,9 @@ func mergeReports(boots []Report) *Report {
 			m.Spread.Variants[name] = spread
 		}
 	}
-	// Ratios within each boot.
-	ratio := func(num, den, k string, scale float64) *benchlab.Stat {
-		var xs []float64
-		var from []int
-		for _, b := range boots {
-			n, d := b.Variants[num], b.Variants[den]
-			if usable(n) && usable(d) && n.stat(k) > 0 && d.stat(k) > 0 {
-				xs, from = append(xs, scale*n.stat(k)/d.stat(k)), append(from, b.Boot)
-			}
-		}
-		return benchlab.NewStat(xs, from)
-	}
-	m.Spread.UserVsKernelPct = ratio("swiftlane-user", "swiftlane-kernel", "throughput", 100)
-	m.Spread.UserVsRustlandPct = ratio("swiftlane-user", "scx_rustland", "throughput", 100)
-	m.Spread.CriticalAvgRatio = ratio("swiftlane-user", "swiftlane-kernel", "critical_avg_us", 1)
+	m.Spread.UserVsKernelPct = bootRatio(boots, "swiftlane-user", "swiftlane-kernel", "throughput", 100)
+	m.Spread.UserVsRustlandPct = bootRatio(boots, "swiftlane-user", "scx_rustland", "throughput", 100)
+	m.Spread.CriticalAvgRatio = bootRatio(boots, "swiftlane-user", "swiftlane-kernel", "critical_avg_us", 1)
 	if s := m.Spread.UserVsKernelPct; s != nil {
 		m.UserVsKernelPct = math.Round(10*s.Median) / 10
 	}
@@ -186,13 +173,13 @@ func mergeReports(boots []Report) *Report {
 			m.Spread.Base[k] = Comparison{cmp, cmp.Verdict("swiftlane-user", "the base build", "")}
 		}
 	}
-	m.Goals = userGoals(m)
+	m.Goals = userGoals(m, boots)
 	return m
 }
 
 // userGoals are issue 39's targets that this benchmark measures (the ones
 // under saturation without strategies are bench-sched's).
-func userGoals(m *Report) []Goal {
+func userGoals(m *Report, boots []Report) []Goal {
 	var g []Goal
 	add := func(goal string, s *benchlab.Stat, target string, ok func(float64) bool) {
 		if s == nil {
@@ -208,25 +195,24 @@ func userGoals(m *Report) []Goal {
 	add("messaging: user-space mode, % of scx_rustland", m.Spread.UserVsRustlandPct, ">= 100", func(x float64) bool { return x >= 100 })
 	add("critical probe avg under stress-ng: user-space / kernel mode", m.Spread.CriticalAvgRatio, "<= 1.2", func(x float64) bool { return x <= 1.2 })
 	add("scheduler process CPU during messaging, % of one CPU", m.Spread.Variants["swiftlane-user"]["loop_cpu_pct"], "<= 20", func(x float64) bool { return x <= 20 })
-	add("plain probe under stress-ng avg: user-space / kernel mode", ratioStat(m, "swiftlane-user", "swiftlane-kernel", "plain_loaded_avg_us"), "<= 1.5",
+	add("plain probe under stress-ng avg: user-space / kernel mode", bootRatio(boots, "swiftlane-user", "swiftlane-kernel", "plain_loaded_avg_us", 1), "<= 1.5",
 		func(x float64) bool { return x <= 1.5 })
 	reported := func(float64) bool { return true }
-	add("idle probe avg: user-space mode / EEVDF", ratioStat(m, "swiftlane-user", "eevdf", "idle_avg_us"), "reported", reported)
-	add("idle probe avg: kernel mode / EEVDF", ratioStat(m, "swiftlane-kernel", "eevdf", "idle_avg_us"), "reported", reported)
+	add("idle probe avg: user-space mode / EEVDF", bootRatio(boots, "swiftlane-user", "eevdf", "idle_avg_us", 1), "reported", reported)
+	add("idle probe avg: kernel mode / EEVDF", bootRatio(boots, "swiftlane-kernel", "eevdf", "idle_avg_us", 1), "reported", reported)
 	return g
 }
 
-// ratioStat is num's key over den's, boot by boot, from the spread.
-func ratioStat(m *Report, num, den, k string) *benchlab.Stat {
-	n, d := m.Spread.Variants[num][k], m.Spread.Variants[den][k]
-	if n == nil || d == nil {
-		return nil
-	}
+// bootRatio is num's key over den's times scale within each boot where
+// both are usable, then over the boots: a boot-to-boot drift of the host
+// cancels out.
+func bootRatio(boots []Report, num, den, k string, scale float64) *benchlab.Stat {
 	var xs []float64
 	var from []int
-	for i, b := range n.Boots {
-		if j := slices.Index(d.Boots, b); j >= 0 && d.Values[j] > 0 {
-			xs, from = append(xs, n.Values[i]/d.Values[j]), append(from, b)
+	for _, b := range boots {
+		n, d := b.Variants[num], b.Variants[den]
+		if usable(n) && usable(d) && n.stat(k) > 0 && d.stat(k) > 0 {
+			xs, from = append(xs, scale*n.stat(k)/d.stat(k)), append(from, b.Boot)
 		}
 	}
 	return benchlab.NewStat(xs, from)
