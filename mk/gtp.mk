@@ -36,9 +36,9 @@ BENCH_GTP_FLAGS ?=
 bench-gtp: deps vm-bins peers gtp5g ## UE ping RTT through GTP-U, 6 variants x 3 loads + gNB restarts, gtp and gtp5g UPFs, GTP_BOOTS=3 boots -> bench/results/gtp.json, gtp5g.json + .png
 	$(GO) build -o $(BUILD)/bench-gtp ./bench/gtp
 	@[ "$(GTP_BOOT_FIRST)" != 1 ] || rm -rf bench/results/gtp-boots; mkdir -p bench/results/gtp-boots
-	@failed=0; upfs="$(GTP_UPFS)"; \
-	[ $$(( $(GTP_BOOT_FIRST) % 2 )) = 1 ] || upfs=$$(echo $$upfs | awk '{for (i = NF; i > 0; i--) printf "%s ", $$i}'); \
+	@failed=0; rev=$$(echo $(GTP_UPFS) | awk '{for (i = NF; i > 0; i--) printf "%s ", $$i}'); \
 	for b in $$(seq $(GTP_BOOT_FIRST) $(GTP_BOOTS)); do \
+	  upfs="$(GTP_UPFS)"; [ $$((b % 2)) = 1 ] || upfs=$$rev; \
 	  echo "== bench-gtp: boot $$b of $(GTP_BOOTS) ($$upfs)"; \
 	  runs=; for u in $$upfs; do \
 	    runs="$$runs $(BUILD)/bench-gtp -boot $$b -upf $$u -swiftlane $(BUILD)/swiftlane \
@@ -46,7 +46,6 @@ bench-gtp: deps vm-bins peers gtp5g ## UE ping RTT through GTP-U, 6 variants x 3
 	      -out bench/results/gtp-boots/$$u-boot-$$b.json $(BENCH_GTP_FLAGS) || st=1;"; \
 	  done; \
 	  $(VM) --timeout 5000 --kernel $(KERNEL) -- bash -c "st=0; $$runs exit \$$st" || { echo "== bench-gtp: boot $$b failed"; failed=1; }; \
-	  upfs=$$(echo $$upfs | awk '{for (i = NF; i > 0; i--) printf "%s ", $$i}'); \
 	done; \
 	for u in $(GTP_UPFS); do \
 	  res=gtp; [ $$u = gtp ] || res=$$u; \
