@@ -39,7 +39,9 @@ boot)
 started)
 	$(printf %q "$real") "\$@" &
 	q=\$!
-	until [[ -e $(printf %q "$tmp/rw/ran") ]]; do
+	# -s, not -e: the guest's open(O_CREAT) and its write reach the host as
+	# two 9p requests; aborting between them left an empty file (0 runs).
+	until [[ -s $(printf %q "$tmp/rw/ran") ]]; do
 		kill -0 \$q 2>/dev/null || { wait \$q; exit; }
 		sleep 0.2 # polls a file the guest writes over 9p: no event to wait on from here
 	done
