@@ -56,12 +56,47 @@ type Result struct {
 	Error     string    `json:"error,omitempty"`
 	Note      string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
 	RTTMs     []float64 `json:"rtt_ms,omitempty"`
+	// Waits: swiftlane's own record of its run queues in this phase (its
+	// variants only), so a run that starved a task says so.
+	Waits *Waits `json:"runqueue_waits,omitempty"`
 	// Carriers are the processes automatic mode newly prioritised during
 	// this phase ("comm pid"); the gNB, prioritised on its first packets
 	// before the first phase, is listed only if it idled out and came back.
 	// Anyone else is a load process credited with GTP-U work it did not carry.
 	Carriers []string `json:"carriers,omitempty"`
 }
+
+// Waits is what swiftlane's metrics say of its run-queue waits in one phase:
+// every task's time from runnable to running, by the scheduler's histogram.
+type Waits struct {
+	// MaxMs is the longest wait since the scheduler attached (its gauge
+	// has no per-phase form); a phase that raised it is the one to blame.
+	MaxMs float64 `json:"max_ms"`
+	// Over500ms counts this phase's waits above 0.52 s (the histogram's
+	// 2^19 µs bucket), five times the starvation bound (overdue.h).
+	Over500ms float64 `json:"over_500ms"`
+	Count     float64 `json:"count"`
+	// Overdue counts tasks the overdue walk moved in this phase.
+	Overdue float64 `json:"overdue_dispatches"`
+}
+
+// phaseWaits is Waits from scrapes before and after a phase.
+func phaseWaits(before, after map[string]float64) *Waits {
+	if len(after) == 0 {
+		return nil
+	}
+	w := &Waits{MaxMs: after["runqueue_wait_max_seconds"] * 1000, Overdue: after["dispatch_total.overdue"] - before["dispatch_total.overdue"]}
+	for _, class := range []string{"critical", "high", "normal", "background"} {
+		k := "runqueue_wait_seconds." + class
+		n := after[k+".count"] - before[k+".count"]
+		w.Count += n
+		w.Over500ms += n - (after[k+".le.0.524288"] - before[k+".le.0.524288"])
+	}
+	return w
+}
+
+// metricsAddr is where swiftlane's variants serve their metrics.
+const metricsAddr = "127.0.0.1:9464"
 
 // Variant is one scheduler's results: at the top level under the first
 // load (the reference's CPU hogs; the keys issue 3 specified), and under
@@ -427,9 +462,9 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	switch {
 	case strings.HasPrefix(name, "eevdf"):
 	case name == "swiftlane-loaded":
-		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", "", "--config", writeConfig("strategies: []\n"))
+		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig("strategies: []\n"))
 	case name == "swiftlane-auto-loaded":
-		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", "", "--config", writeConfig(autoConfig()))
+		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig(autoConfig()))
 		if err == nil {
 			_, err = sched.waitFor(regexp.MustCompile(`automatic mode: tracing GTP-U`), 60*time.Second)
 		}
@@ -491,8 +526,10 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 			return v, nil, err
 		}
 		logFrom := 0
+		var before map[string]float64
 		if sched != nil {
 			logFrom = len(sched.out.String())
+			before = benchlab.Scrape(metricsAddr)
 		}
 		r, err := func() (r *Result, err error) {
 			defer func() {
@@ -532,8 +569,14 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if name == "swiftlane-auto-loaded" {
 			r.Carriers = carriersIn(sched.out.String()[logFrom:])
 		}
+		if strings.HasPrefix(name, "swiftlane") {
+			r.Waits = phaseWaits(before, benchlab.Scrape(metricsAddr))
+		}
 		v.Loads[l.Key] = r
 		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms %s%s %s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.Error, r.Note, strings.Join(r.Carriers, ", "))
+		if w := r.Waits; w != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s under %s: run-queue waits %.0f, over 0.52 s %.0f, longest so far %.1f ms, overdue moves %.0f\n", name, l.Key, w.Count, w.Over500ms, w.MaxMs, w.Overdue)
+		}
 		if err != nil && sched != nil && sched.exited() {
 			break // nothing left to measure this variant with
 		}

@@ -4,12 +4,17 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 	"github.com/swiftlane/swiftlane/internal/applier"
 	"github.com/swiftlane/swiftlane/internal/operator"
 	"github.com/swiftlane/swiftlane/internal/strategy"
@@ -226,5 +231,36 @@ func TestLostRepliesCount(t *testing.T) {
 	}
 	if r := old.Variants["v"].Loads["clean"]; r.AvgMs != 10 || r.TimeoutMs != 0 {
 		t.Errorf("old boot without lost replies changed: %+v", r)
+	}
+}
+
+// phaseWaits over two scrapes of swiftlane's exposition (the names and
+// bucket bounds noderuntime serves), read through benchlab.Scrape.
+func TestPhaseWaits(t *testing.T) {
+	expo := func(count, under, overdue int) string {
+		return fmt.Sprintf(`# TYPE swiftlane_runqueue_wait_seconds histogram
+swiftlane_runqueue_wait_seconds_bucket{class="normal",le="0.262144"} %[2]d
+swiftlane_runqueue_wait_seconds_bucket{class="normal",le="0.524288"} %[2]d
+swiftlane_runqueue_wait_seconds_bucket{class="normal",le="+Inf"} %[1]d
+swiftlane_runqueue_wait_seconds_sum{class="normal"} 1
+swiftlane_runqueue_wait_seconds_count{class="normal"} %[1]d
+# TYPE swiftlane_runqueue_wait_max_seconds gauge
+swiftlane_runqueue_wait_max_seconds 2.5
+# TYPE swiftlane_dispatch_total counter
+swiftlane_dispatch_total{path="overdue"} %[3]d
+`, count, under, overdue)
+	}
+	body := expo(10, 9, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	before := benchlab.Scrape(addr)
+	body = expo(110, 105, 40)
+	w := phaseWaits(before, benchlab.Scrape(addr))
+	if w == nil || w.Count != 100 || w.Over500ms != 4 || w.MaxMs != 2500 || w.Overdue != 36 {
+		t.Fatalf("phaseWaits = %+v, want count 100, over 0.5 s 4, max 2500 ms, overdue 36", w)
+	}
+	if phaseWaits(before, map[string]float64{}) != nil {
+		t.Error("no scrape after the phase (the scheduler gone) should give no record")
 	}
 }

@@ -5,14 +5,10 @@ package main
 import (
 	_ "embed"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
@@ -139,37 +135,13 @@ func (s *scheduler) attached() error {
 	return nil
 }
 
-// scrapeCounters reads swiftlane's counters and run-queue wait per class.
+// scrapeCounters reads swiftlane's counters and run-queue wait per class
+// (count and average; the buckets stay out of the JSON).
 func scrapeCounters() map[string]float64 {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for name, f := range fams {
-		if !strings.HasPrefix(name, "swiftlane_") {
-			continue
-		}
-		for _, m := range f.Metric {
-			key := strings.TrimPrefix(name, "swiftlane_")
-			for _, l := range m.Label {
-				key += "." + l.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			case m.Histogram != nil && m.Histogram.GetSampleCount() > 0:
-				out[key+".avg_us"] = m.Histogram.GetSampleSum() / float64(m.Histogram.GetSampleCount()) * 1e6
-				out[key+".count"] = float64(m.Histogram.GetSampleCount())
-			}
+	out := benchlab.Scrape(metricsAddr)
+	for k := range out {
+		if strings.Contains(k, ".le.") {
+			delete(out, k)
 		}
 	}
 	return out

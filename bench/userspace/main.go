@@ -31,7 +31,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,9 +42,6 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
@@ -373,35 +369,8 @@ func probe(bin string, n int, d string) (probeResult, error) {
 	return r, err
 }
 
-// scrape reads swiftlane's counters as name.label -> value.
-func scrape() map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return out
-	}
-	for name, f := range fams {
-		for _, m := range f.Metric {
-			key := strings.TrimPrefix(name, "swiftlane_")
-			for _, l := range m.Label {
-				key += "." + l.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			}
-		}
-	}
-	return out
-}
+// scrape reads swiftlane's metrics (benchlab.Scrape).
+func scrape() map[string]float64 { return benchlab.Scrape(metricsAddr) }
 
 type scheduler struct{ *benchlab.Scheduler }
 
