@@ -480,6 +480,12 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	}
 	if sched != nil {
 		defer stopScheduler(sched)
+		defer func() {
+			if sched.exited() && *logDir == "" {
+				// The kernel's state dump is the evidence of an ejection.
+				os.WriteFile(ejectedLog(name), []byte(sched.out.String()), 0o644)
+			}
+		}()
 		if *logDir != "" {
 			defer func() {
 				os.MkdirAll(*logDir, 0o755)
@@ -651,9 +657,20 @@ func startLoad(l Load) (stop func() error, err error) {
 
 // kernelSaid is the scheduler's last line and the kernel's recent sched_ext
 // and RCU messages, for a scheduler that the kernel stopped.
+// ejectedLog is where a variant's scheduler output is kept when the kernel
+// ejected it: beside -out.
+func ejectedLog(variant string) string {
+	return strings.TrimSuffix(*out, ".json") + "-" + variant + ".log"
+}
+
 func kernelSaid(p *proc) string {
 	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
 	said := lines[len(lines)-1]
+	for _, l := range lines {
+		if strings.Contains(l, "the kernel stopped the scheduler") {
+			said = l // its state dump follows, in the log ejectedLog keeps
+		}
+	}
 	b, _ := exec.Command("dmesg").Output()
 	var k []string
 	for _, l := range strings.Split(string(b), "\n") {

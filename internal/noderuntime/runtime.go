@@ -214,7 +214,7 @@ func (r *runner[S, T]) run(ctx context.Context) error {
 		if exit == nil { // stopped by ctx
 			return nil
 		}
-		fmt.Fprintln(r.o.Out, "swiftlane: the kernel stopped the scheduler:", exit)
+		reportExit(r.o.Out, exit)
 		if exit.WantsRestart() && ctx.Err() == nil {
 			fmt.Fprintln(r.o.Out, "swiftlane: the kernel asked for a restart; reloading")
 			continue
@@ -238,6 +238,16 @@ func (r *runner[S, T]) run(ctx context.Context) error {
 			continue
 		}
 		return ErrStopped
+	}
+}
+
+// reportExit says why the kernel stopped the scheduler, with the kernel's
+// state dump when it made one (error exits): where each runnable task
+// waited and for how long, which is what explains a stall after the fact.
+func reportExit(w io.Writer, exit *schedext.ExitInfo) {
+	fmt.Fprintln(w, "swiftlane: the kernel stopped the scheduler:", exit)
+	if exit.Dump != "" {
+		fmt.Fprintf(w, "swiftlane: the kernel's state at the error:\n%s\nswiftlane: end of the kernel's state\n", exit.Dump)
 	}
 }
 

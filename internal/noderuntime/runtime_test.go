@@ -222,3 +222,24 @@ func TestUnmatchableStrategyReported(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// The kernel's dump follows the reason, delimited, when there is one. No test
+// makes the kernel eject swiftlane for real (that takes a scheduler bug), so
+// the record here is built by hand; the BPF side that copies it is loaded and
+// verified by every VM test on both kernels.
+func TestReportExitWithDump(t *testing.T) {
+	var b strings.Builder
+	reportExit(&b, &schedext.ExitInfo{Kind: schedext.ExitError, Reason: "runtime error", Message: "RCU CPU stall on CPUs ()",
+		Dump: "CPU 1   : nr_run=3 flags=0x1 cpu_rel=0 ops_qseq=1 pnt_seq=2\n  R khugepaged[42] -21000ms"})
+	want := "swiftlane: the kernel stopped the scheduler: runtime error (kind 1024): RCU CPU stall on CPUs ()\n" +
+		"swiftlane: the kernel's state at the error:\nCPU 1   : nr_run=3 flags=0x1 cpu_rel=0 ops_qseq=1 pnt_seq=2\n  R khugepaged[42] -21000ms\n" +
+		"swiftlane: end of the kernel's state\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	reportExit(&b, &schedext.ExitInfo{Kind: schedext.ExitUnreg})
+	if strings.Contains(b.String(), "state at the error") {
+		t.Errorf("an exit without a dump printed one: %q", b.String())
+	}
+}

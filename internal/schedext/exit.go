@@ -16,6 +16,10 @@ type ExitInfo struct {
 	ExitCode int64
 	Reason   string
 	Message  string
+	// Dump is the kernel's state dump at an error exit: each CPU's
+	// current task and the runnable tasks on it with how long each has
+	// been runnable and in which queue. Empty otherwise.
+	Dump string
 }
 
 // Exit kinds (enum scx_exit_kind) that user space distinguishes.
@@ -102,7 +106,8 @@ func ReadExit(v *ebpf.Variable) (*ExitInfo, error) {
 	if raw.Valid == 0 {
 		return nil, nil
 	}
-	return &ExitInfo{Kind: raw.Kind, ExitCode: raw.ExitCode, Reason: cstr(raw.Reason[:]), Message: cstr(raw.Msg[:])}, nil
+	return &ExitInfo{Kind: raw.Kind, ExitCode: raw.ExitCode, Reason: cstr(raw.Reason[:]), Message: cstr(raw.Msg[:]),
+		Dump: strings.TrimRight(cstr(raw.Dump[:]), "\n")}, nil
 }
 
 func cstr(b []int8) string {

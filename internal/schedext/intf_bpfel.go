@@ -28,6 +28,7 @@ type intfSwlExitInfo struct {
 	Valid    uint32
 	Reason   [128]int8
 	Msg      [1024]int8
+	Dump     [32768]int8
 }
 
 type intfSwlStrategy struct {

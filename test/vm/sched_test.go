@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -148,6 +149,11 @@ func TestEnableWaitsForDeadlineBandwidth(t *testing.T) {
 			t.Errorf("the hint does not name deadline task %d: %s", pid, hint)
 		}
 	}
+	// The refused enable is an error exit, the one this suite causes for
+	// real: the kernel's state dump comes with it, printed before the hint.
+	if !kernelDump.MatchString(p.out.String()) {
+		t.Errorf("no kernel state dump (%v) with the refused enable:\n%s", kernelDump, p.out)
+	}
 	release()
 	select {
 	case <-p.attached:
@@ -161,6 +167,10 @@ func TestEnableWaitsForDeadlineBandwidth(t *testing.T) {
 		t.Errorf("no retry reported:\n%s", p.out)
 	}
 }
+
+// kernelDump is how swiftlane prints the kernel's exit dump (reportExit).
+// 7.x kernels put the scheduler's name ("swiftlane: root") first.
+var kernelDump = regexp.MustCompile(`swiftlane: the kernel's state at the error:\n(?:.*\n)?\S+\[\d+\] triggered exit kind 1024(?s:.*)swiftlane: end of the kernel's state`)
 
 // holdDeadlineBandwidth starts one SCHED_DEADLINE sleep per CPU that
 // together reserve all the root domain's free deadline bandwidth (read from

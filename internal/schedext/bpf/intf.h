@@ -49,6 +49,13 @@ struct swl_event {
 	__u32 ppid; /* parent tgid, for SWL_EV_FORK */
 };
 
+/*
+ * The kernel's state dump on an error exit: what every CPU ran and which
+ * tasks were runnable where, and for how long. The kernel's default
+ * length (ops.exit_dump_len unset); a longer one is truncated.
+ */
+#define SWL_EXIT_DUMP_LEN 32768
+
 /* Why the scheduler stopped, copied from the kernel's scx_exit_info. */
 struct swl_exit_info {
 	__s64 exit_code;
@@ -56,6 +63,7 @@ struct swl_exit_info {
 	__u32 valid;
 	char reason[128];
 	char msg[1024];
+	char dump[SWL_EXIT_DUMP_LEN]; /* empty unless the kernel dumped (error exits) */
 };
 
 #endif /* SWIFTLANE_INTF_H */

@@ -292,6 +292,9 @@ static void record_exit(struct scx_exit_info *ei)
 		exit_info.exit_code = BPF_CORE_READ(ei, exit_code);
 	bpf_probe_read_kernel_str(exit_info.reason, sizeof(exit_info.reason), BPF_CORE_READ(ei, reason));
 	bpf_probe_read_kernel_str(exit_info.msg, sizeof(exit_info.msg), BPF_CORE_READ(ei, msg));
+	/* Written before ops.exit runs, on error exits only. */
+	if (bpf_core_field_exists(ei->dump))
+		bpf_probe_read_kernel_str(exit_info.dump, sizeof(exit_info.dump), BPF_CORE_READ(ei, dump));
 	exit_info.valid = 1;
 }
 
