@@ -56,6 +56,11 @@ type Result struct {
 	Error     string    `json:"error,omitempty"`
 	Note      string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
 	RTTMs     []float64 `json:"rtt_ms,omitempty"`
+	// GuestStallMs is the longest wake-up delay of a SCHED_FIFO thread
+	// over the phase (benchlab.StallProbe): time the guest itself lost, on
+	// a loaded host, under any scheduler. A lost reply or a long wait no
+	// longer than it need not be the scheduler's.
+	GuestStallMs float64 `json:"guest_stall_ms,omitempty"`
 	// Waits: swiftlane's own record of its run queues in this phase (its
 	// variants only), so a run that starved a task says so.
 	Waits *Waits `json:"runqueue_waits,omitempty"`
@@ -531,6 +536,11 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if err != nil {
 			return v, nil, err
 		}
+		probe, err := benchlab.StartStallProbe()
+		if err != nil {
+			stopLoad()
+			return v, nil, err
+		}
 		logFrom := 0
 		var before map[string]float64
 		if sched != nil {
@@ -569,6 +579,11 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if r == nil {
 			r = &Result{}
 		}
+		if stall, perr := probe.Stop(); perr == nil {
+			r.GuestStallMs = float64(stall.Microseconds()) / 1000
+		} else if err == nil {
+			err = perr
+		}
 		if err != nil {
 			r.Error = fmt.Sprintf("%s: %v", l.Key, err)
 		}
@@ -579,7 +594,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 			r.Waits = phaseWaits(before, benchlab.Scrape(metricsAddr))
 		}
 		v.Loads[l.Key] = r
-		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms %s%s %s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.Error, r.Note, strings.Join(r.Carriers, ", "))
+		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms (guest stall %.1f ms) %s%s %s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.GuestStallMs, r.Error, r.Note, strings.Join(r.Carriers, ", "))
 		if w := r.Waits; w != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s under %s: run-queue waits %.0f, over 0.52 s %.0f, longest so far %.1f ms, overdue moves %.0f\n", name, l.Key, w.Count, w.Over500ms, w.MaxMs, w.Overdue)
 		}
