@@ -61,6 +61,10 @@ type Result struct {
 	// a loaded host, under any scheduler. A lost reply or a long wait no
 	// longer than it need not be the scheduler's.
 	GuestStallMs float64 `json:"guest_stall_ms,omitempty"`
+	// Drops counts the packets the lab dropped during the phase, by where
+	// (dropCounters): a lost reply is one of them or a reply later than
+	// the timeout.
+	Drops map[string]float64 `json:"drops,omitempty"`
 	// Waits: swiftlane's own record of its run queues in this phase (its
 	// variants only), so a run that starved a task says so.
 	Waits *Waits `json:"runqueue_waits,omitempty"`
@@ -541,6 +545,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 			stopLoad()
 			return v, nil, err
 		}
+		drops := dropCounters()
 		logFrom := 0
 		var before map[string]float64
 		if sched != nil {
@@ -579,6 +584,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if r == nil {
 			r = &Result{}
 		}
+		r.Drops = dropDeltas(drops, dropCounters())
 		if stall, perr := probe.Stop(); perr == nil {
 			r.GuestStallMs = float64(stall.Microseconds()) / 1000
 		} else if err == nil {
@@ -595,6 +601,9 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		}
 		v.Loads[l.Key] = r
 		fmt.Fprintf(os.Stderr, "bench: %s under %s: avg %.3f p99 %.3f max %.3f ms (guest stall %.1f ms) %s%s %s\n", name, l.Key, r.AvgMs, r.P99Ms, r.MaxMs, r.GuestStallMs, r.Error, r.Note, strings.Join(r.Carriers, ", "))
+		if len(r.Drops) > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %s under %s: drops %v\n", name, l.Key, r.Drops)
+		}
 		if w := r.Waits; w != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s under %s: run-queue waits %.0f, over 0.52 s %.0f, longest so far %.1f ms, overdue moves %.0f\n", name, l.Key, w.Count, w.Over500ms, w.MaxMs, w.Overdue)
 		}
