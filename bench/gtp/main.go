@@ -222,11 +222,20 @@ func autoConfig() string {
 	return c
 }
 
+// autoEarly is automatic mode with early_processing (per-CPU kthreads,
+// ksoftirqd among them, preempt the running task): a variant only on
+// request (-variants), to see whether the carriers' packets wait for
+// ksoftirqd behind other work.
+const autoEarly = "swiftlane-auto-early-loaded"
+
+func isAuto(name string) bool { return name == "swiftlane-auto-loaded" || name == autoEarly }
+
 var describe = map[string]string{
 	"eevdf-idle":            "kernel default scheduler, idle machine",
 	"eevdf-loaded":          "kernel default scheduler, under each load",
 	"swiftlane-loaded":      "swiftlane, no strategies, under each load",
 	"swiftlane-auto-loaded": "swiftlane, automatic mode (GTP-U carriers critical, UE pinger as companion), idle (its floor), then under each load",
+	autoEarly:               "swiftlane, automatic mode as above with early_processing: true (ksoftirqd preempts), idle, then under each load",
 	"scx_bpfland-loaded":    "scx_bpfland (crates.io), under each load",
 	"scx_rustland-loaded":   "scx_rustland (crates.io), under each load",
 }
@@ -472,8 +481,12 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	case strings.HasPrefix(name, "eevdf"):
 	case name == "swiftlane-loaded":
 		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig("strategies: []\n"))
-	case name == "swiftlane-auto-loaded":
-		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig(autoConfig()))
+	case isAuto(name):
+		cfg := autoConfig()
+		if name == autoEarly {
+			cfg += "early_processing: true\n"
+		}
+		sched, err = startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", writeConfig(cfg))
 		if err == nil {
 			_, err = sched.waitFor(regexp.MustCompile(`automatic mode: tracing GTP-U`), 60*time.Second)
 		}
@@ -528,7 +541,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	switch name {
 	case "eevdf-idle":
 		use = []Load{idleLoad}
-	case "swiftlane-auto-loaded":
+	case "swiftlane-auto-loaded", autoEarly:
 		// Automatic mode's own floor, in the same boot: how far below its
 		// idle RTT no load can push it says how much of a ratio to
 		// swiftlane without strategies is reachable at all.
@@ -563,7 +576,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 			if _, _, err := ping(5); err != nil {
 				return nil, fmt.Errorf("warm-up ping: %w", err)
 			}
-			if name == "swiftlane-auto-loaded" && i == 0 {
+			if isAuto(name) && i == 0 {
 				if _, err := sched.waitFor(carrierRE(gnb.cmd.Process.Pid), 30*time.Second); err != nil {
 					return nil, fmt.Errorf("the gNB was not prioritised: %w", err)
 				}
@@ -593,7 +606,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if err != nil {
 			r.Error = fmt.Sprintf("%s: %v", l.Key, err)
 		}
-		if name == "swiftlane-auto-loaded" {
+		if isAuto(name) {
 			r.Carriers = carriersIn(sched.out.String()[logFrom:])
 		}
 		if strings.HasPrefix(name, "swiftlane") {
