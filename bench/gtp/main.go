@@ -502,12 +502,6 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	}
 	if sched != nil {
 		defer stopScheduler(sched)
-		defer func() {
-			if sched.exited() && *logDir == "" {
-				// The kernel's state dump is the evidence of an ejection.
-				os.WriteFile(ejectedLog(name), []byte(sched.out.String()), 0o644)
-			}
-		}()
 		if *logDir != "" {
 			defer func() {
 				os.MkdirAll(*logDir, 0o755)
@@ -626,6 +620,11 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 	}
 	v.Result = *firstLoaded(v, use)
 	var err2 error
+	if sched != nil && sched.exited() && *logDir == "" {
+		// Exited before we stopped it: the kernel ejected it, and its
+		// output has the kernel's state dump, the evidence.
+		os.WriteFile(ejectedLog(name), []byte(sched.out.String()), 0o644)
+	}
 	if sched != nil {
 		if err := stopScheduler(sched); err != nil {
 			err2 = fmt.Errorf("scheduler stopped badly: %w", err)
