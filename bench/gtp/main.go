@@ -36,6 +36,7 @@ import (
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 	"github.com/swiftlane/swiftlane/internal/gtplab"
 	"github.com/swiftlane/swiftlane/internal/probe"
+	"github.com/swiftlane/swiftlane/internal/stallprobe"
 )
 
 // Result is the UE's ping RTT distribution under one variant and load.
@@ -57,7 +58,7 @@ type Result struct {
 	Note      string    `json:"note,omitempty"` // e.g. fewer samples than asked within the time budget
 	RTTMs     []float64 `json:"rtt_ms,omitempty"`
 	// GuestStallMs is the longest wake-up delay of a SCHED_FIFO thread
-	// over the phase (benchlab.StallProbe): time the guest itself lost, on
+	// over the phase (package stallprobe): time the guest itself lost, on
 	// a loaded host, under any scheduler. A lost reply or a long wait no
 	// longer than it need not be the scheduler's.
 	GuestStallMs float64 `json:"guest_stall_ms,omitempty"`
@@ -547,7 +548,7 @@ func runVariant(name string, use []Load) (*Variant, *Restart, error) {
 		if err != nil {
 			return v, nil, err
 		}
-		probe, err := benchlab.StartStallProbe()
+		probe, err := stallprobe.Start()
 		if err != nil {
 			stopLoad()
 			return v, nil, err

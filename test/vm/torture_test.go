@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swiftlane/swiftlane/internal/stallprobe"
 )
 
 // The torture suite: the stress that ejected the scheduler before (yield,
@@ -293,49 +295,31 @@ loop:
 	checkKernelLog(t, mark)
 }
 
-// startStallProbe runs cyclictest's one SCHED_FIFO thread (priority 99,
-// every 10 ms, no CPU affinity so it survives the unplugs) beside the
-// torture. Real-time tasks are not ours to schedule, so its longest wake-up
-// delay is what the guest itself lost: host load on the vCPU threads under
-// TCG, or an unplug's stop_machine. The returned func ends it (SIGINT makes
-// it print its summary) and returns that delay.
+// startStallProbe runs the stall probe (package stallprobe: cyclictest's
+// one SCHED_FIFO thread, every 10 ms, no CPU affinity so it survives the
+// unplugs) beside the torture: its longest wake-up delay is what the guest
+// itself lost, host load on the vCPU threads under TCG or an unplug's
+// stop_machine. The returned func ends it and returns that delay.
 func startStallProbe(t *testing.T) func() time.Duration {
 	t.Helper()
-	var out strings.Builder
-	cmd := exec.Command("cyclictest", "--priority", "99", "--threads", "1", "--interval", "10000", "--quiet")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("cyclictest (the stall probe): %v", err)
+	p, err := stallprobe.Start()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return func() time.Duration {
-		cmd.Process.Signal(syscall.SIGINT)
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("cyclictest (the stall probe): %v\n%s", err, &out)
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			p.Kill()
 		}
-		d, err := cyclictestMax(out.String())
+	})
+	return func() time.Duration {
+		done = true
+		d, err := p.Stop()
 		if err != nil {
-			t.Fatalf("cyclictest (the stall probe): %v", err)
+			t.Fatal(err)
 		}
 		return d
 	}
-}
-
-// cyclictestMax reads the "Max:" figure (µs) of cyclictest's summary line.
-func cyclictestMax(out string) (time.Duration, error) {
-	i := strings.LastIndex(out, "Max:")
-	if i < 0 {
-		return 0, fmt.Errorf("no Max: in its output %q", out)
-	}
-	f := strings.Fields(out[i+len("Max:"):])
-	if len(f) == 0 {
-		return 0, fmt.Errorf("nothing after Max: in its output %q", out)
-	}
-	us, err := strconv.ParseInt(f[0], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("Max: %q is not a number", f[0])
-	}
-	return time.Duration(us) * time.Microsecond, nil
 }
 
 // tortureCgroups makes /swl-torture/{a,b} with the cpu controller on, so a

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package benchlab
+// Package stallprobe measures what a guest itself loses: one SCHED_FIFO
+// cyclictest thread whose longest wake-up delay no sched_ext scheduler
+// causes. The VM lab's torture suite and bench-gtp use it.
+package stallprobe
 
 import (
 	"bytes"
@@ -12,19 +15,19 @@ import (
 	"time"
 )
 
-// StallProbe is one SCHED_FIFO cyclictest thread (priority 99, a 10 ms
+// Probe is one SCHED_FIFO cyclictest thread (priority 99, a 10 ms
 // period, no CPU affinity) beside a measurement. Real-time tasks are not a
 // sched_ext scheduler's to schedule, so its longest wake-up delay is what
 // the guest itself lost (its vCPU threads descheduled on a loaded host),
 // under any scheduler: a wait that long says nothing about the scheduler.
-type StallProbe struct {
+type Probe struct {
 	cmd *exec.Cmd
 	out bytes.Buffer
 }
 
-// StartStallProbe starts the probe.
-func StartStallProbe() (*StallProbe, error) {
-	s := &StallProbe{}
+// Start starts the probe.
+func Start() (*Probe, error) {
+	s := &Probe{}
 	s.cmd = exec.Command("cyclictest", "--priority", "99", "--threads", "1", "--interval", "10000", "--quiet")
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	if err := s.cmd.Start(); err != nil {
@@ -35,12 +38,18 @@ func StartStallProbe() (*StallProbe, error) {
 
 // Stop ends the probe (SIGINT makes cyclictest print its summary) and
 // returns its longest wake-up delay.
-func (s *StallProbe) Stop() (time.Duration, error) {
+func (s *Probe) Stop() (time.Duration, error) {
 	s.cmd.Process.Signal(syscall.SIGINT)
 	if err := s.cmd.Wait(); err != nil {
 		return 0, fmt.Errorf("cyclictest (the stall probe): %w: %s", err, &s.out)
 	}
 	return CyclictestMax(s.out.String())
+}
+
+// Kill ends the probe without a result (a test's cleanup).
+func (s *Probe) Kill() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
 }
 
 // CyclictestMax reads the "Max:" figure (µs) of cyclictest's summary line.
