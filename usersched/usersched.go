@@ -355,6 +355,7 @@ type Stats struct {
 	CriticalDemoted uint64 // critical tasks over their CPU budget, sent to user space
 	PreemptKicks    uint64 // CPUs preempted for a critical task
 	Kthread         uint64 // kernel threads, dispatched in BPF
+	RCUReader       uint64 // tasks preempted inside an RCU read-side section, queued first in BPF
 	SchedThread     uint64 // the scheduler's own threads dispatched
 	Heartbeats      uint64 // heartbeats that gave the scheduler's threads a turn
 	IdleKicks       uint64 // heartbeat kicks of CPUs not running one of ours with tasks on their local queue (only an idle one wakes)
@@ -411,7 +412,7 @@ func (s *Scheduler) Stats() (Stats, error) {
 	return Stats{
 		Sent: c.Sent, Applied: c.Applied, Stale: c.Stale, Bounced: c.Bounced, Fallback: c.Fallback, Rescued: c.Rescued,
 		Critical: c.Critical, CriticalDirect: c.CriticalDirect, CriticalDemoted: c.CriticalDemoted, PreemptKicks: c.PreemptKicks,
-		Kthread: c.Kthread, SchedThread: c.SchedThread, Heartbeats: c.Heartbeats, IdleKicks: c.IdleKicks, EventsDropped: c.EventsDropped,
+		Kthread: c.Kthread, RCUReader: c.RcuReader, SchedThread: c.SchedThread, Heartbeats: c.Heartbeats, IdleKicks: c.IdleKicks, EventsDropped: c.EventsDropped,
 		RoundTrips: c.RttCount, RoundTripSumNs: c.RttSumNs, RoundTripMaxNs: c.RttMaxNs, RoundTripHist: c.RttHist, WaitMaxNs: c.WaitMaxNs,
 		QueuedForUser: s.loop.queued.Available(),
 		Loop:          s.loop.loopStats(),

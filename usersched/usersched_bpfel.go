@@ -43,6 +43,7 @@ type userschedUsrStats struct {
 	Critical        uint64
 	CriticalDirect  uint64
 	Kthread         uint64
+	RcuReader       uint64
 	SchedThread     uint64
 	Heartbeats      uint64
 	IdleKicks       uint64

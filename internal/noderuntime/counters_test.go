@@ -16,7 +16,7 @@ func TestCounters(t *testing.T) {
 	st.Enqueued[strategy.Critical], st.OverdueDispatch, st.WakeupPreempts = 4, 2, 3
 	st.WaitCount[strategy.High], st.WaitSumNs[strategy.High], st.WaitHist[strategy.High][sched.HistBuckets-1] = 1, 9, 1
 	k := kernelCounters(st)
-	if k.Enqueued["critical"] != 4 || k.Dispatched["overdue"] != 2 || k.WakeupPreempts != 3 || len(k.Dispatched) != 6 {
+	if k.Enqueued["critical"] != 4 || k.Dispatched["overdue"] != 2 || k.WakeupPreempts != 3 || len(k.Dispatched) != 7 {
 		t.Errorf("kernel counters %+v", k)
 	}
 	if w := k.RunqueueWait["high"]; w.Count != 1 || w.SumNs != 9 || len(w.Buckets) != sched.HistBuckets || w.Buckets[sched.HistBuckets-1] != 1 {

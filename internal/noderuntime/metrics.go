@@ -19,8 +19,8 @@ import (
 // one dashboard reads either.
 var (
 	descDispatch = prometheus.NewDesc("swiftlane_dispatch_total", "Tasks handed to a CPU, by path. "+
-		"Kernel mode: direct (idle CPU at wakeup), critical, shared, kthread, overdue (waited longer than the starvation bound), handoff (critical wakee queued on its critical waker's CPU). "+
-		"User-space mode: user (a user-space decision), fallback (ring to user space full), rescued (user space stalled, or a task waited over 250 ms), critical, kthread, scheduler (the user-space scheduler's own threads).",
+		"Kernel mode: direct (idle CPU at wakeup), critical, shared, kthread, overdue (waited longer than the starvation bound), handoff (critical wakee queued on its critical waker's CPU), rcu_reader (preempted inside an RCU read-side section, queued first). "+
+		"User-space mode: user (a user-space decision), fallback (ring to user space full), rescued (user space stalled, or a task waited over 250 ms), critical, kthread, scheduler (the user-space scheduler's own threads), rcu_reader (as in kernel mode).",
 		[]string{"path"}, nil)
 	descPreempt   = prometheus.NewDesc("swiftlane_preempt_kicks_total", "CPUs preempted to run a critical task.", nil, nil)
 	descDemoted   = prometheus.NewDesc("swiftlane_critical_demoted_total", "Critical tasks queued as normal because they used up their CPU budget.", nil, nil)
@@ -85,6 +85,7 @@ func kernelPaths(st sched.Stats) map[string]uint64 {
 	return map[string]uint64{
 		"direct": st.DirectDispatch, "critical": st.CriticalDispatch, "shared": st.SharedDispatch,
 		"kthread": st.KthreadDispatch, "overdue": st.OverdueDispatch, "handoff": st.HandoffDispatch,
+		"rcu_reader": st.RCUReaderDispatch,
 	}
 }
 
@@ -92,6 +93,7 @@ func userPaths(st usersched.Stats) map[string]uint64 {
 	return map[string]uint64{
 		"user": st.Applied, "fallback": st.Fallback, "rescued": st.Rescued,
 		"critical": st.Critical, "kthread": st.Kthread, "scheduler": st.SchedThread,
+		"rcu_reader": st.RCUReader,
 	}
 }
 

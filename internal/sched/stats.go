@@ -24,6 +24,7 @@ type Stats struct {
 	KthreadDispatch   uint64
 	OverdueDispatch   uint64
 	HandoffDispatch   uint64
+	RCUReaderDispatch uint64 // preempted inside an RCU read-side section, queued first
 	PreemptKicks      uint64
 	WakeupPreempts    uint64
 	CriticalDemoted   uint64
@@ -54,7 +55,8 @@ func (s *Scheduler) ReadStats() (Stats, error) {
 		Enqueued: c.Enqueued, WaitCount: c.WaitCount, WaitSumNs: c.WaitSumNs, WaitHist: c.WaitHist, WaitMaxNs: c.WaitMaxNs,
 		DirectDispatch: c.DirectDispatch, SharedDispatch: c.SharedDispatch, CriticalDispatch: c.CriticalDispatch,
 		KthreadDispatch: c.KthreadDispatch, OverdueDispatch: c.OverdueDispatch, HandoffDispatch: c.HandoffDispatch,
-		PreemptKicks: c.PreemptKicks, WakeupPreempts: c.WakeupPreempts, CriticalDemoted: c.CriticalDemoted,
+		RCUReaderDispatch: c.RcuReaderDispatch,
+		PreemptKicks:      c.PreemptKicks, WakeupPreempts: c.WakeupPreempts, CriticalDemoted: c.CriticalDemoted,
 		StarvationRescues: c.StarvationRescues, EventsDropped: c.EventsDropped, CPUHotplug: c.CpuHotplug,
 	}
 	_ = s.objs.QueuedCritical.Get(&t.QueuedCritical)

@@ -22,6 +22,7 @@ type swiftlaneSwlStats struct {
 	KthreadDispatch   uint64
 	OverdueDispatch   uint64
 	HandoffDispatch   uint64
+	RcuReaderDispatch uint64
 	PreemptKicks      uint64
 	WakeupPreempts    uint64
 	CriticalDemoted   uint64

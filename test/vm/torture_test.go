@@ -265,9 +265,9 @@ loop:
 	platform := stall()
 	m := p.scrape(t)
 	wait := time.Duration(m["swiftlane_runqueue_wait_max_seconds"] * float64(time.Second))
-	t.Logf("%s: longest run-queue wait %v; overdue dispatches %.0f (kernel mode), rescued from user space %.0f, heartbeat kicks of idle-looking CPUs %.0f",
-		mode, wait.Round(time.Millisecond), m["swiftlane_dispatch_total{path=overdue}"], m["swiftlane_dispatch_total{path=rescued}"],
-		m["swiftlane_user_idle_kicks_total"])
+	t.Logf("%s: longest run-queue wait %v; overdue dispatches %.0f (kernel mode), preempted RCU readers queued first %.0f, rescued from user space %.0f, heartbeat kicks of idle-looking CPUs %.0f",
+		mode, wait.Round(time.Millisecond), m["swiftlane_dispatch_total{path=overdue}"], m["swiftlane_dispatch_total{path=rcu_reader}"],
+		m["swiftlane_dispatch_total{path=rescued}"], m["swiftlane_user_idle_kicks_total"])
 	// Which classes waited long: the histogram's buckets are powers of
 	// two of µs, so 2^19 µs (0.52 s) is the last one below the bound.
 	var slow []string

@@ -69,6 +69,7 @@
 #define NO_RESCUE (~0ULL)
 /* Renumbered between kernels, like ENQ_WAKEUP (common.h). */
 #define ENQ_LAST bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_LAST)
+#define ENQ_HEAD bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_HEAD)
 
 #define DSQ_CRITICAL 1 /* critical tasks, FIFO, served first */
 #define DSQ_USER 2     /* decisions for any CPU, by the deadline user space gave */
@@ -209,6 +210,7 @@ struct task_ctx {
 	u64 strat_slice;  /* slice from its strategy, 0 for the default */
 	u32 class;        /* class from its strategy */
 	u32 run_class;    /* class it runs with this time (critical may be demoted) */
+	u32 rcu_reader;   /* queued preempted inside an RCU read-side section (rcu_reader()) */
 };
 
 #include "schedext.h" /* task and CPU state, strategies, critical class, process events, exit record */
@@ -580,6 +582,19 @@ void BPF_STRUCT_OPS(usr_enqueue, struct task_struct *p, u64 enq_flags)
 		swl_insert(p, DSQ_FALLBACK, slice_ns, enq_flags);
 		return;
 	}
+	/*
+	 * A task preempted inside an RCU read-side section (rcu_reader(),
+	 * schedext.h) holds up every grace period: it goes to the head of the
+	 * critical queue here, not through user space, and no critical wakeup
+	 * preempts it (usr_running) until it stops.
+	 */
+	tctx->rcu_reader = rcu_reader(p);
+	if (tctx->rcu_reader) {
+		STAT_INC(rcu_reader);
+		swl_insert(p, DSQ_CRITICAL, slice_ns, enq_flags | ENQ_HEAD);
+		kick_idle(p);
+		return;
+	}
 	if (is_kthread(p)) {
 		STAT_INC(kthread);
 		if (p->nr_cpus_allowed == 1) {
@@ -730,7 +745,8 @@ void BPF_STRUCT_OPS(usr_running, struct task_struct *p)
 	}
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs) {
-		cs->class = tctx->run_class;
+		/* A preempted RCU reader is not preempted again for a critical task. */
+		cs->class = tctx->rcu_reader ? SWL_CLASS_CRITICAL : tctx->run_class;
 		cs->busy = 1;
 	}
 }
@@ -750,6 +766,7 @@ void BPF_STRUCT_OPS(usr_stopping, struct task_struct *p, bool runnable)
 	if (!tctx)
 		return;
 	delta = bpf_ktime_get_ns() - tctx->started_at;
+	tctx->rcu_reader = 0; /* its next queueing says again */
 	if (runnable)
 		tctx->enq_at = tctx->started_at + delta; /* waits again from now */
 	if (is_sched_thread(p) && !loop)

@@ -65,6 +65,7 @@ struct usr_stats {
 	__u64 critical;        /* critical tasks dispatched here, never seen by user space */
 	__u64 critical_direct; /* ... of which woke straight onto an idle CPU */
 	__u64 kthread;         /* kernel threads, dispatched here */
+	__u64 rcu_reader;      /* tasks preempted inside an RCU read-side section, queued first here */
 	__u64 sched_thread;    /* the user-space scheduler's own threads dispatched */
 	__u64 heartbeats;      /* timer ticks that gave the scheduler's threads a turn */
 	__u64 idle_kicks;      /* heartbeat kicks of CPUs not running ours, tasks on their local queue */

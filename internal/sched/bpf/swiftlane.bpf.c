@@ -144,6 +144,7 @@ struct task_ctx {
 	u32 run_class;    /* class it was queued with this time */
 	u32 yielded;      /* it called sched_yield() in this run */
 	u32 sync_wake;    /* this wakeup came from a task about to sleep */
+	u32 rcu_reader;   /* queued preempted inside an RCU read-side section (rcu_reader()) */
 };
 
 #include "schedext.h"      /* task and CPU state, strategies, critical class, process events, exit record */
@@ -471,6 +472,25 @@ void BPF_STRUCT_OPS(swl_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->run_class = class;
 	STAT_INC(enqueued[class & (SWL_NR_CLASSES - 1)]);
 
+	/*
+	 * A preempted RCU reader (rcu_reader()) goes to the head of the
+	 * critical queue for a minimal slice, and no critical wakeup preempts
+	 * it (swl_running): it runs until it leaves its section, as on a
+	 * kernel without preemption. Read-side sections are short by design,
+	 * so this costs critical work at most a slice or two; its vruntime is
+	 * charged as usual, so it gains no share.
+	 */
+	tctx->rcu_reader = rcu_reader(p);
+	if (tctx->rcu_reader) {
+		tctx->deadline = vtime_now - VRUNTIME_AHEAD_MAX; /* ahead of every critical deadline */
+		STAT_INC(rcu_reader_dispatch);
+		swl_insert_vtime(p, DSQ_CRITICAL, slice_min_ns, tctx->deadline, enq_flags);
+		cpu = pick_idle_cpu(p, scx_bpf_task_cpu(p));
+		if (cpu >= 0)
+			swl_kick_cpu(cpu, SCX_KICK_IDLE);
+		return;
+	}
+
 	tctx->deadline = task_deadline(p, tctx, class);
 	prev = scx_bpf_task_cpu(p);
 	if (class == SWL_CLASS_CRITICAL) {
@@ -630,7 +650,8 @@ void BPF_STRUCT_OPS(swl_running, struct task_struct *p)
 
 	cs = bpf_map_lookup_elem(&cpu_states, &cpu);
 	if (cs) {
-		cs->class = tctx->run_class;
+		/* A preempted RCU reader is not preempted again for a critical task. */
+		cs->class = tctx->rcu_reader ? SWL_CLASS_CRITICAL : tctx->run_class;
 		cs->deadline = tctx->deadline;
 		cs->started_at = now;
 		cs->busy = 1;
@@ -648,6 +669,7 @@ void BPF_STRUCT_OPS(swl_stopping, struct task_struct *p, bool runnable)
 		return;
 
 	delta = bpf_ktime_get_ns() - tctx->started_at;
+	tctx->rcu_reader = 0; /* its next queueing says again */
 	if (tctx->run_class == SWL_CLASS_CRITICAL)
 		crit_charge(&tctx->crit_budget, delta);
 	/*

@@ -22,6 +22,7 @@ struct swl_stats {
 	__u64 kthread_dispatch;   /* per-CPU kthread put on its CPU's local queue */
 	__u64 overdue_dispatch;   /* waited over starvation_ns, run ahead of the deadline order */
 	__u64 handoff_dispatch;   /* critical wakee queued behind its critical waker on the waker's CPU */
+	__u64 rcu_reader_dispatch; /* task preempted inside an RCU read-side section, queued first */
 	__u64 preempt_kicks;      /* CPUs kicked to make room for a critical task */
 	__u64 wakeup_preempts;    /* woken task preempted a later-deadline task on its CPU */
 	__u64 critical_demoted;   /* critical task over its CPU budget, queued as normal */
