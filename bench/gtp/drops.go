@@ -4,13 +4,13 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 
 	"github.com/swiftlane/swiftlane/internal/gtplab"
+	"github.com/swiftlane/swiftlane/internal/netstat"
 )
 
 // dropCounters reads where the lab can lose a packet: in each of its
@@ -64,23 +64,11 @@ func linkDrops(b []byte, ns string, out map[string]float64) {
 
 // udpErrors adds ns/udp/{InErrors,RcvbufErrors,SndbufErrors} from /proc/net/snmp.
 func udpErrors(snmp, ns string, out map[string]float64) {
-	var names []string
-	for _, l := range strings.Split(snmp, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 || f[0] != "Udp:" {
-			continue
+	udp := netstat.SNMP(snmp, "Udp")
+	for _, k := range []string{"InErrors", "RcvbufErrors", "SndbufErrors"} {
+		if v, ok := udp[k]; ok {
+			out[ns+"/udp/"+k] = float64(v)
 		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, v := range f[1:] {
-			if i < len(names) && (names[i] == "InErrors" || names[i] == "RcvbufErrors" || names[i] == "SndbufErrors") {
-				n, _ := strconv.ParseFloat(v, 64)
-				out[fmt.Sprintf("%s/udp/%s", ns, names[i])] = n
-			}
-		}
-		return
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	lbbpf "github.com/swiftlane/swiftlane/internal/lb/bpf"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 	"github.com/swiftlane/swiftlane/internal/lb/services"
+	"github.com/swiftlane/swiftlane/internal/netstat"
 )
 
 // startLB runs `swiftlane lb` as its own process in the node namespace, so
@@ -75,23 +75,7 @@ func tcpCounters(t *testing.T, ns labnet.NS) map[string]int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	m := map[string]int64{}
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 || f[0] != "Tcp:" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, v := range f[1:] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			m[names[i]] = n
-		}
-	}
-	return m
+	return netstat.SNMP(out, "Tcp")
 }
 
 // startStreamEcho echoes every byte back on each TCP connection: a
