@@ -173,29 +173,26 @@ static u32 effective_class(struct task_ctx *tctx, u64 now)
 }
 
 /*
- * Was p preempted inside an RCU read-side critical section? A task cannot
- * sleep in one, so a task queued with a nesting above zero was preempted
- * there, and every RCU grace period on the machine waits until it runs
- * again and leaves it: each synchronize_rcu(), so each CPU unplug and each
- * cgroup move. Kernels built with RCU priority boosting lift such a reader
- * to a real-time priority after half a second; Debian's are built without
- * (CONFIG_RCU_BOOST unset), so only the scheduler can. The one ejection of
- * kernel mode outside the torture was such a reader: khugepaged (nice
- * 19), preempted in its section under CPU hogs, messaging and critical
- * preemptions, had not left it 21 s later, and the kernel ejected the
- * scheduler for an RCU stall (docs/gtp.md; scx_bpfland the same way in
- * another boot). The bounded wait (overdue.h) runs such a task every
- * starvation_ns, but only for a slice that anything may cut short.
+ * Was p preempted inside an RCU read-side critical section? Every RCU grace
+ * period on the machine then waits until it runs again and leaves it: each
+ * synchronize_rcu(), so each CPU unplug and each cgroup move. Kernels built
+ * with RCU priority boosting lift such a reader to a real-time priority
+ * after half a second; Debian's are built without (CONFIG_RCU_BOOST unset),
+ * so only the scheduler can. The one ejection of kernel mode outside the
+ * torture was such a reader: khugepaged (nice 19), preempted in its
+ * section under CPU hogs, messaging and critical preemptions, had not left
+ * it 21 s later, and the kernel ejected the scheduler for an RCU stall
+ * (docs/gtp.md; scx_bpfland the same way in another boot). The bounded
+ * wait (overdue.h) runs such a task every starvation_ns, but only for a
+ * slice that anything may cut short.
+ *
+ * RCU's own mark, set by rcu_note_context_switch() at the start of the
+ * switch, not rcu_read_lock_nesting: for the task being switched out
+ * (current) that also counts the RCU read lock this BPF program runs
+ * under, and every preempted task read as a reader.
  */
 static bool rcu_reader(const struct task_struct *p)
 {
-	/*
-	 * Not rcu_read_lock_nesting: when p is the task being switched out,
-	 * it is current, and this BPF program's own entry holds the RCU read
-	 * lock, so every self-enqueue read as a reader (6.18's user-space
-	 * tests failed: every hog bypassed user space). rcu_note_context_switch()
-	 * marks a reader blocked at the start of the switch, before any of ours.
-	 */
 	return bpf_core_field_exists(p->rcu_read_unlock_special) && BPF_CORE_READ(p, rcu_read_unlock_special.b.blocked);
 }
 
