@@ -207,6 +207,7 @@ var (
 	pps       = flag.Int("pps", 50, "background traffic: ICMP echo requests per second from each other UE through the gNB (0: none)")
 	scale     = flag.String("scale", "", "tracer cost at scale instead: comma-separated UE counts (e.g. 1,16,128), each with and without the tracer alone, -scale-rounds rounds; -samples pings per run")
 	scaleRnds = flag.Int("scale-rounds", 3, "rounds per UE count in -scale (variant order alternating)")
+	scaleMrg  = flag.Bool("scale-merge", false, "pool the per-boot -scale JSON files given as arguments (each measured with its own -boot) into -out, print its table")
 	scaleTbl  = flag.String("scale-table", "", "print the markdown table (docs/gtp.md) of this -scale JSON, summarised again from its runs, and exit")
 	upf       = flag.String("upf", gtplab.UPFGTP, `the UPF module: "gtp" (the kernel's) or "gtp5g" (free5GC's, from .cache/gtp5g: make gtp5g)`)
 )
@@ -250,13 +251,23 @@ func main() {
 		}
 		return
 	}
-	if *scaleTbl != "" {
-		reps, err := benchlab.ReadJSONFiles[ScaleReport]([]string{*scaleTbl})
+	if *scaleTbl != "" || *scaleMrg {
+		var rep *ScaleReport
+		var err error
+		if *scaleMrg {
+			if rep, err = mergeScale(flag.Args()); err == nil {
+				err = benchlab.WriteJSON(*out, rep)
+			}
+		} else {
+			var reps []ScaleReport
+			if reps, err = benchlab.ReadJSONFiles[ScaleReport]([]string{*scaleTbl}); err == nil {
+				rep = &reps[0]
+				rescore(rep)
+			}
+		}
 		if err != nil {
 			fail(err)
 		}
-		rep := &reps[0]
-		rescore(rep)
 		fmt.Print(scaleTable(rep))
 		for _, s := range rep.Summary {
 			fmt.Printf("\n%d UEs: %s; %s\n", s.UEs, s.Saturation, s.Finding)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -35,6 +36,7 @@ var tracerPrograms = []string{"gtp_fentry", "mark_ip4", "mark_ip6"}
 type ScaleRun struct {
 	UEs     int     `json:"ues"`
 	Variant string  `json:"variant"` // "no-tracer" or "tracer"
+	Boot    int     `json:"boot,omitempty"` // -boot; runs pair up by boot and round
 	Round   int     `json:"round"`
 	Result  *Result `json:"rtt"`
 	// Packets through the UPF's device (received + sent) during the UE's
@@ -54,7 +56,8 @@ type ScaleRun struct {
 }
 
 // ScaleSummary is one UE count's comparison: each figure's median and
-// spread over the rounds (Stat.Boots holds the round numbers).
+// spread over the rounds (Stat.Boots holds each value's boot, or its round
+// in a report of one boot).
 type ScaleSummary struct {
 	UEs               int            `json:"ues"`
 	PacketsPerSecond  *benchlab.Stat `json:"packets_per_second"`
@@ -65,6 +68,10 @@ type ScaleSummary struct {
 	NoTracerP99Ms     *benchlab.Stat `json:"no_tracer_p99_ms"`
 	TracerP99Ms       *benchlab.Stat `json:"tracer_p99_ms"`
 	AvgOverheadPct    *benchlab.Stat `json:"avg_overhead_pct"` // tracer's average RTT against the same round's no-tracer one
+	// The median overhead's 95 % distribution-free confidence interval over
+	// the rounds' paired differences (null with fewer than 6 pairs): what
+	// the goal is judged on when there are enough rounds.
+	AvgOverheadCI *benchlab.CI `json:"avg_overhead_ci"`
 	// Whether the guest was saturated without the tracer (see saturation):
 	// an overhead measured there is mostly the queueing that any added CPU
 	// work causes in a full machine, not the tracer's own cost.
@@ -85,7 +92,8 @@ type ScaleReport struct {
 	Date     string         `json:"date"`
 	Note     string         `json:"note"`
 	PPSPerUE int            `json:"pps_per_ue"`
-	Rounds   int            `json:"rounds"`
+	Rounds   int            `json:"rounds"`          // per UE count and boot
+	Boots    []int          `json:"boots,omitempty"` // the boots whose runs this report pools
 	Runs     []ScaleRun     `json:"runs"`
 	Summary  []ScaleSummary `json:"summary"`
 }
@@ -211,11 +219,11 @@ func scaleOne(n, rounds int) ([]ScaleRun, error) {
 	var runs []ScaleRun
 	for r := 1; r <= rounds; r++ {
 		order := []string{"no-tracer", "tracer"}
-		if r%2 == 0 {
+		if (r+*boot)%2 == 0 { // odd boots start with the tracer, even ones (0: no -boot) without
 			slices.Reverse(order)
 		}
 		for _, v := range order {
-			run := ScaleRun{UEs: n, Variant: v, Round: r}
+			run := ScaleRun{UEs: n, Variant: v, Boot: *boot, Round: r}
 			if err := scaleRun(&run, t); err != nil {
 				run.Error = err.Error()
 				runs = append(runs, run)
@@ -366,58 +374,91 @@ func (c cpuTimes) busyPctSince(c0 cpuTimes) float64 {
 
 // summarise compares the variants of one UE count, round by round.
 func summarise(n int, runs []ScaleRun) ScaleSummary {
-	by := map[string]map[int]*ScaleRun{"no-tracer": {}, "tracer": {}}
-	maxRound := 0
+	type key struct{ boot, round int }
+	by := map[string]map[key]*ScaleRun{"no-tracer": {}, "tracer": {}}
+	var keys []key
+	boots := map[int]bool{}
 	for i := range runs {
-		if runs[i].Result != nil {
-			by[runs[i].Variant][runs[i].Round] = &runs[i]
-			maxRound = max(maxRound, runs[i].Round)
+		if r := &runs[i]; r.Result != nil {
+			k := key{r.Boot, r.Round}
+			if by["no-tracer"][k] == nil && by["tracer"][k] == nil {
+				keys = append(keys, k)
+			}
+			by[r.Variant][k] = r
+			boots[r.Boot] = true
 		}
 	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(a.boot-b.boot, a.round-b.round) })
 	vals := map[string][]float64{}
-	rounds := map[string][]int{}
-	add := func(k string, r int, v float64) { vals[k] = append(vals[k], v); rounds[k] = append(rounds[k], r) }
-	for r := 1; r <= maxRound; r++ {
-		off, on := by["no-tracer"][r], by["tracer"][r]
+	label := map[string][]int{}
+	add := func(name string, k key, v float64) {
+		vals[name] = append(vals[name], v)
+		if len(boots) > 1 {
+			label[name] = append(label[name], k.boot)
+		} else {
+			label[name] = append(label[name], k.round)
+		}
+	}
+	for _, k := range keys {
+		off, on := by["no-tracer"][k], by["tracer"][k]
 		if off != nil {
-			add("off_avg", r, off.Result.AvgMs)
-			add("off_p99", r, off.Result.P99Ms)
+			add("off_avg", k, off.Result.AvgMs)
+			add("off_p99", k, off.Result.P99Ms)
 			if off.CPUBusyPct > 0 {
-				add("off_busy", r, off.CPUBusyPct)
+				add("off_busy", k, off.CPUBusyPct)
 			}
 		}
 		if on == nil {
 			continue
 		}
 		if on.CPUBusyPct > 0 {
-			add("on_busy", r, on.CPUBusyPct)
+			add("on_busy", k, on.CPUBusyPct)
 		}
-		add("pps", r, on.PacketsPerSecond)
-		add("ns", r, on.TracerNsPerPacket)
-		add("cpu", r, on.TracerNsPerPacket*on.PacketsPerSecond/1e7) // ns per s over 1e9, in percent
-		add("on_avg", r, on.Result.AvgMs)
-		add("on_p99", r, on.Result.P99Ms)
+		add("pps", k, on.PacketsPerSecond)
+		add("ns", k, on.TracerNsPerPacket)
+		add("cpu", k, on.TracerNsPerPacket*on.PacketsPerSecond/1e7) // ns per s over 1e9, in percent
+		add("on_avg", k, on.Result.AvgMs)
+		add("on_p99", k, on.Result.P99Ms)
 		if off != nil {
-			add("over", r, 100*(on.Result.AvgMs/off.Result.AvgMs-1))
+			add("over", k, 100*(on.Result.AvgMs/off.Result.AvgMs-1))
 		}
 	}
-	stat := func(k string) *benchlab.Stat { return benchlab.NewStat(vals[k], rounds[k]) }
+	stat := func(k string) *benchlab.Stat { return benchlab.NewStat(vals[k], label[k]) }
 	s := ScaleSummary{
 		UEs: n, PacketsPerSecond: stat("pps"), TracerNsPerPacket: stat("ns"), TracerCPUPct: stat("cpu"),
 		NoTracerAvgMs: stat("off_avg"), TracerAvgMs: stat("on_avg"), NoTracerP99Ms: stat("off_p99"), TracerP99Ms: stat("on_p99"),
 		AvgOverheadPct: stat("over"), NoTracerCPUBusyPct: stat("off_busy"), TracerCPUBusyPct: stat("on_busy"),
 	}
-	s.Finding = scaleFinding(s.AvgOverheadPct)
+	if ci, ok := benchlab.MedianCI(vals["over"], 0.95); ok {
+		s.AvgOverheadCI = &ci
+	}
+	s.Finding = scaleFinding(s.AvgOverheadPct, s.AvgOverheadCI)
 	return s
 }
 
-// scaleFinding says whether the tracer's RTT cost is beyond the rounds'
-// spread (the same sign in every round), and whether it meets the goal
-// (< 5 % of the UE's average RTT).
-func scaleFinding(o *benchlab.Stat) string {
+// scaleFinding says whether the tracer's RTT cost is beyond the noise and
+// whether it meets the goal (< 5 % of the UE's average RTT). With 6 or
+// more paired rounds it judges on the median overhead's confidence
+// interval (ci): the goal holds when the whole interval is under 5 %, a
+// cost shows when the whole interval is above 0. With fewer, on the
+// rounds' range: a sign that holds in every round.
+func scaleFinding(o *benchlab.Stat, ci *benchlab.CI) string {
 	switch {
 	case o == nil:
 		return "no round measured both variants"
+	case ci != nil:
+		ival := fmt.Sprintf("median %+.1f %% over %d paired rounds, %.0f %% confidence interval %+.1f to %+.1f; rounds %+.1f to %+.1f",
+			o.Median, ci.N, 100*ci.Level, ci.Lo, ci.Hi, o.Min, o.Max)
+		switch {
+		case ci.Lo >= 5:
+			return "the tracer adds a cost above the goal: " + ival + "; goal < 5 %: false"
+		case ci.Hi < 5 && ci.Lo > 0:
+			return "the tracer adds a cost, under the goal: " + ival + "; goal < 5 %: true"
+		case ci.Hi < 5:
+			return "no cost beyond the noise, and the interval is under the goal: " + ival + "; goal < 5 %: true"
+		default:
+			return "not settled, the interval reaches 5 %: " + ival + "; goal < 5 %: not shown"
+		}
 	case len(o.Values) < 3:
 		return fmt.Sprintf("%d round(s) only, too few to judge against a spread: the tracer's average RTT %+.1f %% (%.1f to %.1f)", len(o.Values), o.Median, o.Min, o.Max)
 	case o.Min > 0:
@@ -443,7 +484,9 @@ func scaleTable(rep *ScaleReport) string {
 	}
 	for _, s := range rep.Summary {
 		over := "n/a"
-		if o := s.AvgOverheadPct; o != nil {
+		if o, ci := s.AvgOverheadPct, s.AvgOverheadCI; ci != nil {
+			over = fmt.Sprintf("%+.1f %% (%.0f %% CI %+.1f to %+.1f, %d pairs)", o.Median, 100*ci.Level, ci.Lo, ci.Hi, ci.N)
+		} else if o != nil {
 			over = fmt.Sprintf("%+.1f %% (%+.1f to %+.1f)", o.Median, o.Min, o.Max)
 		}
 		vs1 := "n/a"
@@ -483,4 +526,39 @@ func rescore(rep *ScaleReport) {
 		rep.Summary = append(rep.Summary, summarise(n, byUEs[n]))
 	}
 	judgeSaturation(rep.Summary)
+}
+
+// mergeScale pools per-boot -scale reports (each made with its own -boot)
+// into one: the runs of every boot, summarised again over all paired
+// rounds. The boots must have measured the same thing.
+func mergeScale(files []string) (*ScaleReport, error) {
+	reps, err := benchlab.ReadBoots[ScaleReport](files)
+	if err != nil {
+		return nil, err
+	}
+	out := reps[0]
+	out.Runs, out.Boots = nil, nil
+	seen := map[int]string{}
+	for i, r := range reps {
+		if r.UPF != out.UPF || r.PPSPerUE != out.PPSPerUE || r.Kernel != out.Kernel {
+			return nil, fmt.Errorf("%s: UPF %s, %d packets/s per UE on %s, but %s has %s, %d on %s: merge only boots of one setup",
+				files[i], r.UPF, r.PPSPerUE, r.Kernel, files[0], out.UPF, out.PPSPerUE, out.Kernel)
+		}
+		b := 0
+		if len(r.Runs) > 0 {
+			b = r.Runs[0].Boot
+		}
+		if b == 0 {
+			return nil, fmt.Errorf("%s: its runs carry no boot number: measure each boot with -boot N to merge them", files[i])
+		}
+		if f, dup := seen[b]; dup {
+			return nil, fmt.Errorf("%s and %s are both boot %d", f, files[i], b)
+		}
+		seen[b] = files[i]
+		out.Boots = append(out.Boots, b)
+		out.Runs = append(out.Runs, r.Runs...)
+		out.Date = max(out.Date, r.Date)
+	}
+	rescore(&out)
+	return &out, nil
 }

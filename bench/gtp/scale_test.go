@@ -3,8 +3,11 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 )
 
 func scaleRuns(offAvg, onAvg []float64) []ScaleRun {
@@ -116,5 +119,92 @@ func TestJudgeSaturation(t *testing.T) {
 	rescore(old)
 	if s := old.Summary[0]; s.Saturated || !strings.HasPrefix(s.Saturation, "not judged") {
 		t.Errorf("no figures: %+v", s)
+	}
+}
+
+// Enough paired rounds: the finding is judged on the median's interval,
+// and pairs from different boots never mix.
+func TestSummariseInterval(t *testing.T) {
+	var runs []ScaleRun
+	// Two boots of 4 rounds; within a boot the RTT drifts, the tracer's run
+	// of each round is 1-3 % dearer than its pair.
+	for b := 1; b <= 2; b++ {
+		for r := 1; r <= 4; r++ {
+			off := float64(5+b) + float64(r) // drift across rounds and boots
+			on := off * (1 + float64(r)/100)
+			runs = append(runs,
+				ScaleRun{UEs: 128, Variant: "no-tracer", Boot: b, Round: r, Result: &Result{AvgMs: off}},
+				ScaleRun{UEs: 128, Variant: "tracer", Boot: b, Round: r, Result: &Result{AvgMs: on}})
+		}
+	}
+	s := summarise(128, runs)
+	if s.AvgOverheadCI == nil || s.AvgOverheadCI.N != 8 {
+		t.Fatalf("interval %+v, want one over 8 pairs", s.AvgOverheadCI)
+	}
+	if s.AvgOverheadPct.Max > 4.01 || s.AvgOverheadPct.Min < 0.99 {
+		t.Errorf("overheads %v: a pair mixed boots", s.AvgOverheadPct.Values)
+	}
+	if got := s.AvgOverheadPct.Boots; len(got) != 8 || got[0] != 1 || got[7] != 2 {
+		t.Errorf("labels %v, want each value's boot", got)
+	}
+	if !strings.Contains(s.Finding, "adds a cost, under the goal") || !strings.Contains(s.Finding, "goal < 5 %: true") {
+		t.Errorf("finding %q", s.Finding)
+	}
+
+	// Pairs far above 5 % among pairs near 0: with 10 pairs the 97.9 %
+	// interval runs from the 2nd to the 9th, so one such pair is left out
+	// and two are not.
+	over := func(pcts ...float64) ScaleSummary {
+		var runs []ScaleRun
+		for i, p := range pcts {
+			runs = append(runs,
+				ScaleRun{UEs: 128, Variant: "no-tracer", Boot: 1, Round: i + 1, Result: &Result{AvgMs: 10}},
+				ScaleRun{UEs: 128, Variant: "tracer", Boot: 1, Round: i + 1, Result: &Result{AvgMs: 10 * (1 + p/100)}})
+		}
+		return summarise(128, runs)
+	}
+	if s := over(-2, 1, -1, 0, 2, 3, 9, -3, 1, 0); !strings.Contains(s.Finding, "goal < 5 %: true") {
+		t.Errorf("one outlier pair: %q", s.Finding)
+	}
+	if s := over(-2, 1, 9, 0, 2, 3, 9, -3, 1, 0); !strings.Contains(s.Finding, "not settled") {
+		t.Errorf("two pairs above 5 %%: %q", s.Finding)
+	}
+	if s := over(6, 7, 9, 8, 8, 6, 9, 7); !strings.Contains(s.Finding, "goal < 5 %: false") {
+		t.Errorf("every pair above 5 %%: %q", s.Finding)
+	}
+}
+
+func TestMergeScale(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, rep ScaleReport) string {
+		p := filepath.Join(dir, name)
+		if err := benchlab.WriteJSON(p, rep); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	boot := func(b int, kernel string) ScaleReport {
+		runs := scaleRuns([]float64{2, 3, 4}, []float64{2.02, 3.03, 4.04})
+		for i := range runs {
+			runs[i].Boot = b
+		}
+		return ScaleReport{Kernel: kernel, UPF: "gtp5g", PPSPerUE: 2, Rounds: 3, Runs: runs}
+	}
+	a, b := write("a.json", boot(1, "7.3.4")), write("b.json", boot(2, "7.3.4"))
+	rep, err := mergeScale([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 12 || len(rep.Boots) != 2 || len(rep.Summary) != 1 || rep.Summary[0].AvgOverheadCI == nil {
+		t.Fatalf("merged %d runs of boots %v, summary %+v", len(rep.Runs), rep.Boots, rep.Summary)
+	}
+	if _, err := mergeScale([]string{a, a}); err == nil || !strings.Contains(err.Error(), "both boot 1") {
+		t.Errorf("the same boot twice: %v", err)
+	}
+	if _, err := mergeScale([]string{a, write("c.json", boot(2, "6.18.15"))}); err == nil || !strings.Contains(err.Error(), "one setup") {
+		t.Errorf("another kernel: %v", err)
+	}
+	if _, err := mergeScale([]string{a, write("d.json", boot(0, "7.3.4"))}); err == nil || !strings.Contains(err.Error(), "-boot N") {
+		t.Errorf("no boot number: %v", err)
 	}
 }

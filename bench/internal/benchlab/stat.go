@@ -76,3 +76,43 @@ func ReadBoots[T any](files []string) ([]T, error) {
 	}
 	return ReadJSONFiles[T](files)
 }
+
+// MedianCI is a distribution-free confidence interval for the median of
+// the population that xs were drawn from: the k-th smallest and k-th
+// largest values, k the largest order such that the binomial tails (each
+// value falls on either side of the median with probability 1/2) leave at
+// least level outside the interval. It assumes nothing about the shape of
+// the noise, which in a TCG guest is neither normal nor stable, only that
+// the values are independent, which paired differences of alternating
+// runs approximate (each pair cancels the drift common to both runs).
+// ok is false when xs are too few for any interval at that level (fewer
+// than 6 values at 0.95).
+type CI struct {
+	Lo    float64 `json:"lo"`
+	Hi    float64 `json:"hi"`
+	Level float64 `json:"level"` // the interval's actual coverage, >= the level asked for
+	N     int     `json:"n"`
+}
+
+func MedianCI(xs []float64, level float64) (CI, bool) {
+	n := len(xs)
+	s := slices.Sorted(slices.Values(xs))
+	// tail(k) = P(X <= k-1) for X ~ Binomial(n, 1/2): the chance that the
+	// k-th smallest value lies above the median.
+	tail := func(k int) float64 {
+		p, c := 0.0, 1.0 // c = C(n, i)
+		for i := 0; i < k; i++ {
+			p += c
+			c = c * float64(n-i) / float64(i+1)
+		}
+		return p / math.Pow(2, float64(n))
+	}
+	k := 0
+	for k+1 <= n/2 && 1-2*tail(k+1) >= level {
+		k++
+	}
+	if k == 0 {
+		return CI{N: n}, false
+	}
+	return CI{Lo: Round(s[k-1]), Hi: Round(s[n-k]), Level: Round(1 - 2*tail(k)), N: n}, true
+}
