@@ -35,7 +35,7 @@ var tracerPrograms = []string{"gtp_fentry", "mark_ip4", "mark_ip6"}
 // ScaleRun is one measurement: one UE count, one variant, one round.
 type ScaleRun struct {
 	UEs     int     `json:"ues"`
-	Variant string  `json:"variant"` // "no-tracer" or "tracer"
+	Variant string  `json:"variant"`        // "no-tracer" or "tracer"
 	Boot    int     `json:"boot,omitempty"` // -boot; runs pair up by boot and round
 	Round   int     `json:"round"`
 	Result  *Result `json:"rtt"`
