@@ -26,8 +26,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -67,9 +69,12 @@ type Variant struct {
 	PlainAvgUs float64 `json:"plain_loaded_avg_us,omitempty"`
 	PlainP99Us float64 `json:"plain_loaded_p99_us,omitempty"`
 	// Counters of user-space mode over the workload, to explain it.
-	Counters    map[string]float64 `json:"counters,omitempty"`
-	Error       string             `json:"error,omitempty"`
-	Description string             `json:"description"`
+	Counters map[string]float64 `json:"counters,omitempty"`
+	// Threads is where the scheduler process's CPU went during the
+	// workload, per thread (the busiest first; those under 1 % left out).
+	Threads     []ThreadCPU `json:"threads,omitempty"`
+	Error       string      `json:"error,omitempty"`
+	Description string      `json:"description"`
 }
 
 type Report struct {
@@ -236,9 +241,11 @@ func runVariant(name string) (*Variant, error) {
 	}
 	var before map[string]float64
 	var cpuBefore time.Duration
+	var threadsBefore map[int]threadSample
 	if swift {
 		before = scrape()
 		cpuBefore = sched.cpuTime()
+		threadsBefore = threadSamples(sched.Cmd.Process.Pid)
 	}
 	start := time.Now()
 	for i := 0; i < *runs; i++ {
@@ -275,6 +282,7 @@ func runVariant(name string) (*Variant, error) {
 		}
 		v.DecisionsPerS = math.Round(v.DecisionsPerS)
 		v.LoopCPUPct = math.Round(1000*(sched.cpuTime()-cpuBefore).Seconds()/wall.Seconds()) / 10
+		v.Threads = threadCPU(threadsBefore, threadSamples(sched.Cmd.Process.Pid), wall)
 
 	}
 	crit, plain, err := probeUnderLoad(swift)
@@ -398,6 +406,86 @@ func (s *scheduler) cpuTime() time.Duration {
 	return time.Duration((utime + stime) / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
 }
 
+// ThreadCPU is one thread's share of the workload's wall time: in user
+// and system mode (from /proc's tick counts), how often it got a CPU and
+// how long it waited for one (schedstat).
+type ThreadCPU struct {
+	TID      int     `json:"tid"`
+	UserPct  float64 `json:"user_pct"`
+	SysPct   float64 `json:"sys_pct"`
+	RunsPerS float64 `json:"runs_per_s"` // times it was switched in
+	WaitPct  float64 `json:"wait_pct"`   // runnable but not running
+}
+
+type threadSample struct {
+	utime, stime  float64 // USER_HZ ticks
+	runNs, waitNs float64
+	runs          float64
+}
+
+// threadSamples reads every thread of pid; threads that end in between are
+// skipped.
+func threadSamples(pid int) map[int]threadSample {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, _ := os.ReadDir(dir)
+	out := map[int]threadSample{}
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err1 := os.ReadFile(dir + "/" + e.Name() + "/stat")
+		sched, err2 := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if ts, ok := parseThread(string(stat), string(sched)); ok {
+			out[tid] = ts
+		}
+	}
+	return out
+}
+
+func parseThread(stat, schedstat string) (threadSample, bool) {
+	i := strings.LastIndexByte(stat, ')')
+	ss := strings.Fields(schedstat)
+	if i < 0 || len(ss) < 3 {
+		return threadSample{}, false
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is the state, so utime is f[11]
+	if len(f) < 13 {
+		return threadSample{}, false
+	}
+	var t threadSample
+	var errs [5]error
+	t.utime, errs[0] = strconv.ParseFloat(f[11], 64)
+	t.stime, errs[1] = strconv.ParseFloat(f[12], 64)
+	t.runNs, errs[2] = strconv.ParseFloat(ss[0], 64)
+	t.waitNs, errs[3] = strconv.ParseFloat(ss[1], 64)
+	t.runs, errs[4] = strconv.ParseFloat(ss[2], 64)
+	return t, errors.Join(errs[:]...) == nil
+}
+
+// threadCPU is the change from a to b per thread over wall, busiest first.
+func threadCPU(a, b map[int]threadSample, wall time.Duration) []ThreadCPU {
+	var out []ThreadCPU
+	sec := wall.Seconds()
+	for tid, y := range b {
+		x := a[tid] // a thread started in between counts from zero
+		t := ThreadCPU{TID: tid,
+			UserPct:  benchlab.Round((y.utime - x.utime) / 100 / sec * 100), // USER_HZ is 100
+			SysPct:   benchlab.Round((y.stime - x.stime) / 100 / sec * 100),
+			RunsPerS: benchlab.Round((y.runs - x.runs) / sec),
+			WaitPct:  benchlab.Round((y.waitNs - x.waitNs) / 1e9 / sec * 100),
+		}
+		if t.UserPct+t.SysPct >= 1 {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(p, q ThreadCPU) int { return cmp.Compare(q.UserPct+q.SysPct, p.UserPct+p.SysPct) })
+	return out
+}
+
 func printTable(rep Report) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "variant\tmsgs/s\tdecisions/s\tsched CPU %%\tcritical avg µs\tcritical p99 µs\tidle avg µs\tidle p99 µs\tplain loaded avg µs\tplain loaded p99 µs\t\n")
@@ -417,6 +505,15 @@ func printTable(rep Report) {
 	for _, name := range rep.Order {
 		if v := rep.Variants[name]; v != nil && v.Error != "" && v.Throughput > 0 {
 			fmt.Printf("%s: %s\n", name, v.Error)
+		}
+	}
+	for _, name := range rep.Order {
+		if v := rep.Variants[name]; v != nil && len(v.Threads) > 0 {
+			fmt.Printf("%s: its threads during messaging (%% of one CPU user/sys, switched in /s, %% waiting):", name)
+			for _, t := range v.Threads {
+				fmt.Printf(" %d %.1f/%.1f %.0f/s %.1f;", t.TID, t.UserPct, t.SysPct, t.RunsPerS, t.WaitPct)
+			}
+			fmt.Println()
 		}
 	}
 	fmt.Printf("user-space throughput: %.1f %% of kernel mode (target >= 95); critical avg: %.2fx kernel mode (target <= 1.2)\n",

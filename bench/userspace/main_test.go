@@ -4,10 +4,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The report keeps every key of the committed bench/results/userspace.json
@@ -122,5 +125,29 @@ func TestMergeBase(t *testing.T) {
 	}
 	if c := m.Spread.Base["critical_avg_us"]; c.Measurable || c.Rounds != 0 {
 		t.Errorf("critical comparison without numbers: %+v", c)
+	}
+}
+
+func TestThreadCPU(t *testing.T) {
+	// A thread's stat line (comm with a space and a parenthesis, as comm
+	// may be) and its schedstat.
+	stat := func(utime, stime int) string {
+		return fmt.Sprintf("4242 (go) sched) R 1 4242 4242 0 -1 4194560 100 0 0 0 %d %d 0 0 20 0 7 0 50 0 0", utime, stime)
+	}
+	a, ok := parseThread(stat(100, 50), "1000000000 200000000 300\n")
+	if !ok {
+		t.Fatal("parseThread refused a well-formed thread")
+	}
+	b, _ := parseThread(stat(400, 250), "4500000000 1200000000 2300\n")
+	if _, ok := parseThread("4242 (go) R 1", "1 2 3"); ok {
+		t.Error("a short stat line must be refused")
+	}
+	idle, _ := parseThread(stat(0, 0), "0 0 0")
+	got := threadCPU(map[int]threadSample{1: a}, map[int]threadSample{1: b, 2: idle}, 10*time.Second)
+	// 300 user and 200 system ticks over 10 s: 30 % and 20 %; 2,000 runs;
+	// 1 s waiting.
+	want := []ThreadCPU{{TID: 1, UserPct: 30, SysPct: 20, RunsPerS: 200, WaitPct: 10}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("threadCPU = %+v, want %+v (the idle thread left out)", got, want)
 	}
 }
