@@ -113,6 +113,7 @@ var (
 	base      = flag.String("base", "", "another swiftlane binary: adds variant swiftlane-user-base (user-space mode from that build, same boot)")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): rotates the variant order by boot-1 and is recorded")
+	perfDir   = flag.String("perf", "", "diagnostics: profile the scheduler process during the messaging runs (perf record -g, 999 Hz) into this directory, with a perf report beside each profile; slows what it measures")
 	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
 )
 
@@ -247,6 +248,13 @@ func runVariant(name string) (*Variant, error) {
 		cpuBefore = sched.cpuTime()
 		threadsBefore = threadSamples(sched.Cmd.Process.Pid)
 	}
+	var prof *profile
+	if swift && *perfDir != "" {
+		var err error
+		if prof, err = startProfile(*perfDir, name, sched.Cmd.Process.Pid); err != nil {
+			return v, err
+		}
+	}
 	start := time.Now()
 	for i := 0; i < *runs; i++ {
 		sec, err := messaging()
@@ -256,6 +264,11 @@ func runVariant(name string) (*Variant, error) {
 		v.RunsSec = append(v.RunsSec, sec)
 	}
 	wall := time.Since(start)
+	if prof != nil {
+		if err := prof.stop(); err != nil {
+			return v, err
+		}
+	}
 	sorted := slices.Clone(v.RunsSec)
 	slices.Sort(sorted)
 	msgs := float64(*groups * 20 * 20 * *loops)
@@ -297,6 +310,40 @@ func runVariant(name string) (*Variant, error) {
 		}
 	}
 	return v, nil
+}
+
+// profile is a perf record of one process, for -perf.
+type profile struct {
+	cmd        *exec.Cmd
+	data, text string
+}
+
+func startProfile(dir, variant string, pid int) (*profile, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	p := &profile{data: filepath.Join(dir, variant+".perf.data"), text: filepath.Join(dir, variant+".perf.txt")}
+	p.cmd = exec.Command("perf", "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", p.data)
+	p.cmd.Stderr = os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("-perf: %w", err)
+	}
+	return p, nil
+}
+
+// stop ends the recording and writes the report: the hottest symbols by
+// their own samples, user space and kernel together, per thread.
+func (p *profile) stop() error {
+	p.cmd.Process.Signal(syscall.SIGINT)
+	if err := p.cmd.Wait(); err != nil {
+		return fmt.Errorf("-perf: perf record: %w", err)
+	}
+	out, err := exec.Command("perf", "report", "-i", p.data, "--stdio", "--no-children", "--sort", "tid,sym", "--percent-limit", "0.5").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("-perf: perf report: %v: %s", err, out)
+	}
+	fmt.Fprintf(os.Stderr, "bench-userspace: profile in %s\n", p.text)
+	return os.WriteFile(p.text, out, 0o644)
 }
 
 var totalRE = regexp.MustCompile(`Total time: ([0-9.]+) \[sec\]`)
