@@ -360,6 +360,7 @@ type Stats struct {
 	Heartbeats      uint64 // heartbeats that gave the scheduler's threads a turn
 	IdleKicks       uint64 // heartbeat kicks of CPUs not running one of ours with tasks on their local queue (only an idle one wakes)
 	EventsDropped   uint64 // process events lost (event ring full)
+	RequestWalks    uint64 // walks over the requests user space holds, for ones held over 250 ms (only when one may be)
 	// Round trips: from a task queued to user space to its decision applied.
 	RoundTrips     uint64
 	RoundTripSumNs uint64
@@ -413,7 +414,8 @@ func (s *Scheduler) Stats() (Stats, error) {
 		Sent: c.Sent, Applied: c.Applied, Stale: c.Stale, Bounced: c.Bounced, Fallback: c.Fallback, Rescued: c.Rescued,
 		Critical: c.Critical, CriticalDirect: c.CriticalDirect, CriticalDemoted: c.CriticalDemoted, PreemptKicks: c.PreemptKicks,
 		Kthread: c.Kthread, RCUReader: c.RcuReader, SchedThread: c.SchedThread, Heartbeats: c.Heartbeats, IdleKicks: c.IdleKicks, EventsDropped: c.EventsDropped,
-		RoundTrips: c.RttCount, RoundTripSumNs: c.RttSumNs, RoundTripMaxNs: c.RttMaxNs, RoundTripHist: c.RttHist, WaitMaxNs: c.WaitMaxNs,
+		RequestWalks: c.RequestWalks,
+		RoundTrips:   c.RttCount, RoundTripSumNs: c.RttSumNs, RoundTripMaxNs: c.RttMaxNs, RoundTripHist: c.RttHist, WaitMaxNs: c.WaitMaxNs,
 		QueuedForUser: s.loop.queued.Available(),
 		Loop:          s.loop.loopStats(),
 	}, nil

@@ -55,6 +55,7 @@ type userschedUsrStats struct {
 	RttMaxNs        uint64
 	RttHist         [32]uint64
 	WaitMaxNs       uint64
+	RequestWalks    uint64
 }
 
 type userschedUsrTask struct {

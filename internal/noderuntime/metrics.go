@@ -46,6 +46,7 @@ var (
 	descUserRTTMax    = prometheus.NewDesc("swiftlane_user_round_trip_max_seconds", "Longest round trip through user space so far.", nil, nil)
 	descUserLoop      = prometheus.NewDesc("swiftlane_user_loop_iterations_total", "Passes of the Go dispatch loop.", nil, nil)
 	descUserBeats     = prometheus.NewDesc("swiftlane_user_heartbeats_total", "Heartbeats that gave the scheduler's own threads a turn.", nil, nil)
+	descUserWalks     = prometheus.NewDesc("swiftlane_user_request_walks_total", "Walks over the requests user space holds, looking for ones held past the 250 ms bound (only when one may be, or when user space stalls).", nil, nil)
 	descUserIdleKicks = prometheus.NewDesc("swiftlane_user_idle_kicks_total", "Heartbeat kicks of CPUs that run none of our tasks while tasks wait on their local queue (only an idle CPU wakes).", nil, nil)
 )
 
@@ -193,6 +194,7 @@ func exportUser(ch chan<- prometheus.Metric, st usersched.Stats) {
 	counter(ch, descUserLoop, st.Loop.Iterations)
 	counter(ch, descUserBeats, st.Heartbeats)
 	counter(ch, descUserIdleKicks, st.IdleKicks)
+	counter(ch, descUserWalks, st.RequestWalks)
 	counter(ch, descPreempt, st.PreemptKicks)
 	counter(ch, descDemoted, st.CriticalDemoted)
 	counter(ch, descDropped, st.EventsDropped)

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -417,6 +418,79 @@ func TestUserspaceRingFullFallback(t *testing.T) {
 	st := waitStats(t, ip, "every request answered", func(st usersched.Stats) bool { return st.Sent == st.Applied+st.Stale })
 	t.Logf("loop blocked: %d fallback (ring full), %d rescued (stall); overall sent %d, applied %d, stale %d",
 		during.Fallback-before.Fallback, during.Rescued-before.Rescued, st.Sent, st.Applied, st.Stale)
+	checkKernelLog(t, mark)
+}
+
+// holdPID is a policy that never dispatches the tasks of one process
+// (tgid, 0 for none): the BPF side must take each back once user space has
+// held it overdue_ns (250 ms).
+type holdPID struct {
+	usersched.Policy
+	tgid atomic.Int32
+}
+
+func (h *holdPID) Enqueue(t *usersched.Task) {
+	if tg := h.tgid.Load(); tg != 0 && int32(t.TGID) == tg {
+		return // held: the kernel still waits for a decision
+	}
+	h.Policy.Enqueue(t)
+}
+
+// A task the policy holds is taken back after overdue_ns and runs, and the
+// walk that finds such tasks runs only while one may be that old. It used
+// to run on every busy CPU every 4 ms, and a walk over the hash map of
+// outstanding requests visits all of its 32,768 buckets: most of a CPU
+// under TCG (the req_epochs comment in usersched.bpf.c).
+func TestUserspaceHeldTaskRescued(t *testing.T) {
+	mark := logMark(t)
+	p := &holdPID{Policy: usersched.NewFIFO()}
+	ip := runInProcess(t, usersched.Options{}, p)
+	stress := exec.Command("stress-ng", "--temp-path", t.TempDir(), "--quiet", "--cpu", "4", "--timeout", "60s")
+	stress.Stdout, stress.Stderr = os.Stderr, os.Stderr
+	if err := stress.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stress.Process.Kill(); stress.Wait() })
+	waitWorkers(t, stress.Process.Pid, 4)
+	hog := exec.Command("sh", "-c", "while :; do :; done")
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hog.Process.Kill(); hog.Wait() })
+	waitStats(t, ip, "the hogs to cycle through user space", func(st usersched.Stats) bool { return st.Applied > 1000 })
+
+	// Nothing held: a window of busy CPUs with (almost) no walk. A round
+	// trip past 250 ms, which TCG can cause, is a reason to walk; a CPU
+	// walking on its 4 ms clock would make hundreds.
+	const window = 3 * time.Second
+	before := ip.stats(t)
+	time.Sleep(window) // a measurement window, not a wait for an event
+	calm := ip.stats(t)
+	if walks := calm.RequestWalks - before.RequestWalks; walks > 30 {
+		t.Errorf("%d walks over the outstanding requests in %v with none held (%d decisions)", walks, window, calm.Applied-before.Applied)
+	}
+
+	ran := func() int64 { // the hog's CPU time, ns
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", hog.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, _ := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+		return ns
+	}
+	ran0 := ran()
+	p.tgid.Store(int32(hog.Process.Pid))
+	held := waitStats(t, ip, "the held process taken back three times", func(st usersched.Stats) bool { return st.Rescued >= calm.Rescued+3 })
+	p.tgid.Store(0)
+	if held.RequestWalks == calm.RequestWalks {
+		t.Error("tasks were taken back without a walk")
+	}
+	if ran() <= ran0 {
+		t.Error("the held process never ran: a task taken back must be dispatched")
+	}
+	t.Logf("none held: %d walks, %d decisions in %v; held: %d rescued with %d walks",
+		calm.RequestWalks-before.RequestWalks, calm.Applied-before.Applied, window, held.Rescued-calm.Rescued, held.RequestWalks-calm.RequestWalks)
+	ip.requireRunning(t)
 	checkKernelLog(t, mark)
 }
 

@@ -166,6 +166,30 @@ struct {
 	__type(value, u64);
 } outstanding SEC(".maps");
 
+/*
+ * Outstanding requests by when they were sent: a count per epoch of
+ * 2^REQ_EPOCH_SHIFT ns (16.8 ms), REQ_EPOCHS epochs a round (1.07 s). The
+ * walk over `outstanding` for requests user space has held past
+ * overdue_ns runs only when an epoch that old still counts one
+ * (requests_overdue). It used to run whenever a CPU's overdue walk was due
+ * (every 4 ms on a busy CPU, and on the first dispatch after an idle
+ * spell), and bpf_for_each_map_elem over a hash map visits all of its
+ * 32,768 buckets however few requests are outstanding: 210-240 µs a walk
+ * on the build host (BPF test run, native), far more under TCG, where it
+ * took much of a CPU and delayed every wakeup of an idle CPU. A request
+ * still outstanding after a whole round shares its epoch's count with new
+ * ones and looks young until they pass the bound: its rescue is late by at
+ * most overdue_ns, once a round.
+ */
+#define REQ_EPOCH_SHIFT 24
+#define REQ_EPOCHS 64
+static s64 req_epochs[REQ_EPOCHS];
+
+static s64 *req_epoch(u64 sent_at)
+{
+	return &req_epochs[(sent_at >> REQ_EPOCH_SHIFT) & (REQ_EPOCHS - 1)];
+}
+
 /* Live state user space reads through mmap: idle CPUs, whether we exited. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -284,6 +308,44 @@ static bool loop_overdue(void)
 	return !loop_on_cpu && bpf_ktime_get_ns() - loop_stopped_at > slice_ns && loop_has_work();
 }
 
+/* A request seq for tctx's task is about to go to user space. */
+static void request_sent(struct task_ctx *tctx, u64 seq, u64 now)
+{
+	tctx->sent_at = now;
+	__sync_fetch_and_add(req_epoch(now), 1);
+	tctx->seq = seq;
+}
+
+/*
+ * Request seq is answered, withdrawn or taken back: true for the one
+ * caller that ends it (a decision and a rescue may race for it), which
+ * then owns the task; its epoch counts one request less.
+ */
+static bool request_done(struct task_ctx *tctx, u64 seq)
+{
+	if (!seq || __sync_val_compare_and_swap(&tctx->seq, seq, 0) != seq)
+		return false;
+	__sync_fetch_and_sub(req_epoch(tctx->sent_at), 1);
+	return true;
+}
+
+/* May a request have been outstanding longer than bound? (req_epochs) */
+static bool requests_overdue(u64 now, u64 bound)
+{
+	u64 cur = now >> REQ_EPOCH_SHIFT, last = (now - bound) >> REQ_EPOCH_SHIFT;
+	u32 i, n;
+
+	if (cur - last >= REQ_EPOCHS)
+		return true; /* a bound beyond the round: walk */
+	/* From the epoch holding now - bound (partly younger) back to the round's oldest. */
+	n = REQ_EPOCHS - (u32)(cur - last);
+	bpf_for(i, 0, n) {
+		if (*(volatile s64 *)&req_epochs[(last - i) & (REQ_EPOCHS - 1)] > 0)
+			return true;
+	}
+	return false;
+}
+
 /* CPU time to virtual time, as the in-kernel scheduler ages tasks: by weight, then class. */
 static u64 scale_inverse(u64 delta, const struct task_struct *p, u32 class)
 {
@@ -344,21 +406,23 @@ static void send_to_user(struct task_struct *p, struct task_ctx *tctx, u32 class
 	u32 pid = p->pid;
 	u64 seq;
 
+	/* A decision for an earlier request, if one is outstanding, is stale from now on. */
+	request_done(tctx, tctx->seq);
 	if (user_stalled()) {
 		STAT_INC(rescued);
 		goto direct;
 	}
-	seq = __sync_add_and_fetch(&next_seq, 1);
-	if (bpf_map_update_elem(&outstanding, &pid, &seq, BPF_ANY))
-		goto full;
 	t = bpf_ringbuf_reserve(&queued, sizeof(*t), 0);
-	if (!t) {
-		bpf_map_delete_elem(&outstanding, &pid);
+	if (!t)
+		goto full;
+	seq = __sync_add_and_fetch(&next_seq, 1);
+	request_sent(tctx, seq, now);
+	if (bpf_map_update_elem(&outstanding, &pid, &seq, BPF_ANY)) {
+		request_done(tctx, seq);
+		bpf_ringbuf_discard(t, BPF_RB_NO_WAKEUP);
 		goto full;
 	}
-	tctx->seq = seq;
-	tctx->sent_at = now;
-	t->seq = tctx->seq;
+	t->seq = seq;
 	t->vtime = tctx->vtime;
 	t->exec_runtime = tctx->exec_runtime;
 	t->sum_exec_runtime = p->se.sum_exec_runtime;
@@ -381,7 +445,6 @@ static void send_to_user(struct task_struct *p, struct task_ctx *tctx, u32 class
 full:
 	STAT_INC(fallback);
 direct:
-	tctx->seq = 0; /* a decision for an earlier request, if any, is stale */
 	swl_insert(p, DSQ_FALLBACK, slice_ns, enq_flags);
 	kick_idle(p);
 }
@@ -405,8 +468,7 @@ static long rescue_one(struct bpf_map *map, u32 *pid, u64 *seq, u64 *min_wait)
 		return 0;
 	}
 	bpf_map_delete_elem(map, pid);
-	if (tctx && tctx->seq == *seq) {
-		tctx->seq = 0; /* user space's decision, when it comes, is stale */
+	if (tctx && request_done(tctx, *seq)) { /* user space's decision, when it comes, is stale */
 		swl_insert(p, DSQ_FALLBACK, slice_ns, 0);
 		STAT_INC(rescued);
 	}
@@ -471,12 +533,11 @@ static long apply_decision(struct bpf_dynptr *rec, void *data)
 		return 0;
 	}
 	tctx = lookup_task_ctx(p);
-	if (!tctx || !d.seq || tctx->seq != d.seq) {
+	if (!tctx || !request_done(tctx, d.seq)) {
 		STAT_INC(stale);
 		bpf_task_release(p);
 		return 0;
 	}
-	tctx->seq = 0;
 	bpf_map_delete_elem(&outstanding, &d.pid);
 	tctx->vtime = d.vtime;
 	record_rtt(bpf_ktime_get_ns() - tctx->sent_at);
@@ -627,10 +688,8 @@ void BPF_STRUCT_OPS(usr_dequeue, struct task_struct *p, u64 deq_flags)
 	u32 pid = p->pid;
 
 	/* It left our custody before user space decided: that decision is now stale. */
-	if (tctx && tctx->seq) {
-		tctx->seq = 0;
+	if (tctx && request_done(tctx, tctx->seq))
 		bpf_map_delete_elem(&outstanding, &pid);
-	}
 }
 
 void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
@@ -656,10 +715,12 @@ void BPF_STRUCT_OPS(usr_dispatch, s32 cpu, struct task_struct *prev)
 	walk = cs && overdue_walk_due(&cs->overdue, now);
 	if (user_stalled())
 		min_wait = 0; /* all of them */
-	else if (walk)
+	else if (walk && requests_overdue(now, overdue_ns))
 		min_wait = overdue_ns;
-	if (min_wait != NO_RESCUE)
+	if (min_wait != NO_RESCUE) {
+		STAT_INC(request_walks);
 		bpf_for_each_map_elem(&outstanding, rescue_one, &min_wait, 0);
+	}
 	/*
 	 * The queues' walk is due on its own clock, also while user space is
 	 * stalled: that is when they starve. It was skipped then, and under

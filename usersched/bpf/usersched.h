@@ -77,6 +77,7 @@ struct usr_stats {
 	__u64 rtt_max_ns;      /* longest round trip on this CPU */
 	__u64 rtt_hist[USR_RTT_BUCKETS]; /* bucket i: round trips in [2^(i-1), 2^i) µs; 0: < 1 µs */
 	__u64 wait_max_ns;     /* longest runnable -> running wait on this CPU */
+	__u64 request_walks;   /* walks over the outstanding requests (only when one may be overdue, or user space stalled) */
 };
 
 #endif /* USERSCHED_H */
