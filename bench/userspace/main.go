@@ -335,7 +335,9 @@ func startProfile(dir, variant string, pid int) (*profile, error) {
 // their own samples, user space and kernel together, per thread.
 func (p *profile) stop() error {
 	p.cmd.Process.Signal(syscall.SIGINT)
-	if err := p.cmd.Wait(); err != nil {
+	// perf record writes its file on SIGINT and then dies of it.
+	var ee *exec.ExitError
+	if err := p.cmd.Wait(); err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
 		return fmt.Errorf("-perf: perf record: %w", err)
 	}
 	out, err := exec.Command("perf", "report", "-i", p.data, "--stdio", "--no-children", "--sort", "tid,sym", "--percent-limit", "0.5").CombinedOutput()
