@@ -79,6 +79,9 @@ GTP_SCALE_OUT ?= bench/results/gtp-scale.json
 # across boots (each boot's report in GTP_SCALE_OUT's -boots directory).
 GTP_SCALE_ROUNDS ?= 3
 GTP_SCALE_BOOTS  ?= 1
+# More bench-gtp flags, e.g. -scale-every=1h: the tracer's programs attached
+# with its user-space side all but idle, to split its in-kernel cost from the rest.
+GTP_SCALE_FLAGS  ?=
 GTP_SCALE_DIR     = $(basename $(GTP_SCALE_OUT))-boots
 .PHONY: bench-gtp-scale
 bench-gtp-scale: deps vm-bins gtp5g ## Tracer CPU per packet, UE RTT with/without it and guest saturation at 1, 16, 128 UEs, 3 rounds -> bench/results/gtp-scale.json
@@ -88,6 +91,6 @@ bench-gtp-scale: deps vm-bins gtp5g ## Tracer CPU per packet, UE RTT with/withou
 	  echo "== bench-gtp-scale: boot $$b of $(GTP_SCALE_BOOTS)"; \
 	  $(VM) --timeout 3600 --kernel $(KERNEL) -- $(BUILD)/bench-gtp -boot $$b -scale $(GTP_SCALE_UES) -scale-rounds $(GTP_SCALE_ROUNDS) \
 	    -samples 300 -interval 100ms -pps $(GTP_SCALE_PPS) -upf $(GTP_SCALE_UPF) -swiftlane $(BUILD)/swiftlane \
-	    -out $(GTP_SCALE_DIR)/boot-$$b.json || exit 1; \
+	    $(GTP_SCALE_FLAGS) -out $(GTP_SCALE_DIR)/boot-$$b.json || exit 1; \
 	done
 	$(BUILD)/bench-gtp -scale-merge -out $(GTP_SCALE_OUT) $(GTP_SCALE_DIR)/boot-*.json

@@ -92,6 +92,9 @@ type ScaleReport struct {
 	Date     string         `json:"date"`
 	Note     string         `json:"note"`
 	PPSPerUE int            `json:"pps_per_ue"`
+	// TracerEvery is the tracer's --every (empty in reports before it was
+	// recorded: 1s).
+	TracerEvery string `json:"tracer_every,omitempty"`
 	Rounds   int            `json:"rounds"`          // per UE count and boot
 	Boots    []int          `json:"boots,omitempty"` // the boots whose runs this report pools
 	Runs     []ScaleRun     `json:"runs"`
@@ -103,14 +106,14 @@ func runScale(ueCounts []int, rounds int) (*ScaleReport, error) {
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	rep := &ScaleReport{
 		Kernel: strings.TrimSpace(string(rel)), UPF: *upf, CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339),
-		PPSPerUE: *pps, Rounds: rounds,
+		PPSPerUE: *pps, Rounds: rounds, TracerEvery: scaleEvery.String(),
 		Note: fmt.Sprintf("QEMU TCG guest: compare variants within this run only. UE 1 pings the N6 address every %v "+
 			"(%d pings a run); the other UEs send %d echo requests/s each through the gNB. \"tracer\": `swiftlane trace gtp "+
-			"--every 1s` alone (EEVDF schedules); its programs' run time from kernel.bpf_stats_enabled (which itself adds two "+
+			"--every %v` alone (EEVDF schedules); its programs' run time from kernel.bpf_stats_enabled (which itself adds two "+
 			"clock reads per program run). Per packet: every tracer program run (GTP-U functions and the sender marks on "+
 			"every IP send) over the packets the UPF device received and sent. cpu_busy_pct: the guest's CPU time outside the idle "+
 			"loop during the pings; a UE count is saturated when, without the tracer, that is >= %d %% or UE 1's average RTT >= %dx "+
-			"the 1-UE figure: its overhead is then mostly queueing in a full machine.", *interval, *samples, *pps, saturatedBusyPct, saturatedRTTRatio),
+			"the 1-UE figure: its overhead is then mostly queueing in a full machine.", *interval, *samples, *pps, *scaleEvery, saturatedBusyPct, saturatedRTTRatio),
 	}
 	if err := os.WriteFile("/proc/sys/kernel/bpf_stats_enabled", []byte("1"), 0); err != nil {
 		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
@@ -241,7 +244,7 @@ func scaleOne(n, rounds int) ([]ScaleRun, error) {
 // window and, with the tracer, its programs' run time.
 func scaleRun(run *ScaleRun, t gtplab.Topology) error {
 	if run.Variant == "tracer" {
-		tr, err := start(*swiftlane, "trace", "gtp", "--every", "1s")
+		tr, err := start(*swiftlane, "trace", "gtp", "--every", scaleEvery.String())
 		if err != nil {
 			return err
 		}
@@ -540,9 +543,9 @@ func mergeScale(files []string) (*ScaleReport, error) {
 	out.Runs, out.Boots = nil, nil
 	seen := map[int]string{}
 	for i, r := range reps {
-		if r.UPF != out.UPF || r.PPSPerUE != out.PPSPerUE || r.Kernel != out.Kernel {
-			return nil, fmt.Errorf("%s: UPF %s, %d packets/s per UE on %s, but %s has %s, %d on %s: merge only boots of one setup",
-				files[i], r.UPF, r.PPSPerUE, r.Kernel, files[0], out.UPF, out.PPSPerUE, out.Kernel)
+		if r.UPF != out.UPF || r.PPSPerUE != out.PPSPerUE || r.Kernel != out.Kernel || r.TracerEvery != out.TracerEvery {
+			return nil, fmt.Errorf("%s: UPF %s, %d packets/s per UE on %s, tracer --every %q, but %s has %s, %d on %s, %q: merge only boots of one setup",
+				files[i], r.UPF, r.PPSPerUE, r.Kernel, r.TracerEvery, files[0], out.UPF, out.PPSPerUE, out.Kernel, out.TracerEvery)
 		}
 		b := 0
 		if len(r.Runs) > 0 {
