@@ -86,19 +86,19 @@ type ScaleSummary struct {
 }
 
 type ScaleReport struct {
-	Kernel   string         `json:"kernel"`
-	UPF      string         `json:"upf"`
-	CPUs     int            `json:"cpus"`
-	Date     string         `json:"date"`
-	Note     string         `json:"note"`
-	PPSPerUE int            `json:"pps_per_ue"`
+	Kernel   string `json:"kernel"`
+	UPF      string `json:"upf"`
+	CPUs     int    `json:"cpus"`
+	Date     string `json:"date"`
+	Note     string `json:"note"`
+	PPSPerUE int    `json:"pps_per_ue"`
 	// TracerEvery is the tracer's --every (empty in reports before it was
 	// recorded: 1s).
-	TracerEvery string `json:"tracer_every,omitempty"`
-	Rounds   int            `json:"rounds"`          // per UE count and boot
-	Boots    []int          `json:"boots,omitempty"` // the boots whose runs this report pools
-	Runs     []ScaleRun     `json:"runs"`
-	Summary  []ScaleSummary `json:"summary"`
+	TracerEvery string         `json:"tracer_every,omitempty"`
+	Rounds      int            `json:"rounds"`          // per UE count and boot
+	Boots       []int          `json:"boots,omitempty"` // the boots whose runs this report pools
+	Runs        []ScaleRun     `json:"runs"`
+	Summary     []ScaleSummary `json:"summary"`
 }
 
 // runScale measures each UE count in ueCounts for rounds rounds.
