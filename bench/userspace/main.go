@@ -113,7 +113,7 @@ var (
 	base      = flag.String("base", "", "another swiftlane binary: adds variant swiftlane-user-base (user-space mode from that build, same boot)")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): rotates the variant order by boot-1 and is recorded")
-	perfDir   = flag.String("perf", "", "diagnostics: profile the scheduler process during the messaging runs (perf record -g, 999 Hz) into this directory, with a perf report beside each profile; slows what it measures")
+	perfDir   = flag.String("perf", "", "diagnostics, not yet reliable under TCG (docs/userspace.md): profile the scheduler process during the messaging runs (perf record -g, 999 Hz) into this directory, with a perf report beside each profile; slows what it measures")
 	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
 )
 
@@ -340,7 +340,7 @@ func (p *profile) stop() error {
 	if err := p.cmd.Wait(); err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
 		return fmt.Errorf("-perf: perf record: %w", err)
 	}
-	out, err := exec.Command("perf", "report", "-i", p.data, "--stdio", "--no-children", "--sort", "tid,sym", "--percent-limit", "0.5").CombinedOutput()
+	out, err := exec.Command("perf", "report", "-i", p.data, "--stdio", "--no-children", "--sort", "pid,sym", "--percent-limit", "0.5").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("-perf: perf report: %v: %s", err, out)
 	}
