@@ -25,8 +25,10 @@ func TestReportKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := &Variant{Throughput: 1, RunsSec: []float64{1}, DecisionsPerS: 1, LoopCPUPct: 1, CriticalAvgUs: 1,
-		CriticalP99Us: 1, Counters: map[string]float64{"x": 1}, Error: "e", Description: "d"}
-	rep := Report{Boots: 1, Order: []string{"v"}, Variants: map[string]*Variant{"v": full}, UserVsKernelPct: 1, CriticalAvgRatio: 1}
+		CriticalP99Us: 1, IdleAvgUs: 1, IdleP99Us: 1, PlainAvgUs: 1, PlainP99Us: 1, Counters: map[string]float64{"x": 1},
+		Threads: []ThreadCPU{{TID: 1}}, Error: "e", Description: "d"}
+	rep := Report{Boots: 1, Order: []string{"v"}, Variants: map[string]*Variant{"v": full}, UserVsKernelPct: 1, CriticalAvgRatio: 1,
+		Spread: &Spread{}, Goals: []Goal{{Goal: "g"}}}
 	var now map[string]json.RawMessage
 	if b, err = json.Marshal(rep); err != nil {
 		t.Fatal(err)
