@@ -449,10 +449,24 @@ func (s *scheduler) cpuTime() time.Duration {
 	if err != nil {
 		return 0
 	}
-	f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
+	utime, stime, _ := statTicks(string(b))
 	return time.Duration((utime + stime) / 100 * float64(time.Second)) // USER_HZ is 100 on Linux
+}
+
+// statTicks reads utime and stime (USER_HZ ticks) from a /proc stat line,
+// whose comm may hold spaces and parentheses.
+func statTicks(stat string) (utime, stime float64, ok bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is the state, so utime is f[11]
+	if len(f) < 13 {
+		return 0, 0, false
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	return utime, stime, err1 == nil && err2 == nil
 }
 
 // ThreadCPU is one thread's share of the workload's wall time: in user
@@ -496,22 +510,16 @@ func threadSamples(pid int) map[int]threadSample {
 }
 
 func parseThread(stat, schedstat string) (threadSample, bool) {
-	i := strings.LastIndexByte(stat, ')')
-	ss := strings.Fields(schedstat)
-	if i < 0 || len(ss) < 3 {
-		return threadSample{}, false
-	}
-	f := strings.Fields(stat[i+1:]) // f[0] is the state, so utime is f[11]
-	if len(f) < 13 {
-		return threadSample{}, false
-	}
 	var t threadSample
-	var errs [5]error
-	t.utime, errs[0] = strconv.ParseFloat(f[11], 64)
-	t.stime, errs[1] = strconv.ParseFloat(f[12], 64)
-	t.runNs, errs[2] = strconv.ParseFloat(ss[0], 64)
-	t.waitNs, errs[3] = strconv.ParseFloat(ss[1], 64)
-	t.runs, errs[4] = strconv.ParseFloat(ss[2], 64)
+	var ok bool
+	ss := strings.Fields(schedstat)
+	if t.utime, t.stime, ok = statTicks(stat); !ok || len(ss) < 3 {
+		return threadSample{}, false
+	}
+	var errs [3]error
+	t.runNs, errs[0] = strconv.ParseFloat(ss[0], 64)
+	t.waitNs, errs[1] = strconv.ParseFloat(ss[1], 64)
+	t.runs, errs[2] = strconv.ParseFloat(ss[2], 64)
 	return t, errors.Join(errs[:]...) == nil
 }
 
