@@ -20,6 +20,7 @@ import (
 
 func newRunCmd() *cobra.Command {
 	var cfgPath, metricsAddr string
+	var profiling bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Attach the scheduler and apply strategies until SIGINT/SIGTERM",
@@ -42,12 +43,13 @@ or fifo. Both override the config's scheduler.mode and scheduler.policy.`,
 				return err
 			}
 			return nodeExit(noderuntime.Run(cmd.Context(), noderuntime.Options{
-				Config: cfg, Strategies: cfg.Strategies, MetricsAddr: metricsAddr, Log: newLogger(cfg.Debug),
+				Config: cfg, Strategies: cfg.Strategies, MetricsAddr: metricsAddr, Profiling: profiling, Log: newLogger(cfg.Debug),
 			}, nil))
 		},
 	}
 	cmd.Flags().StringVarP(&cfgPath, "config", "c", "", "config file (YAML); defaults apply without one")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9461", "serve /metrics, /healthz and /readyz on this address (empty: off)")
+	cmd.Flags().BoolVar(&profiling, "profiling", false, "also serve Go's profiles of this process under /debug/pprof/ on --metrics-addr (e.g. go tool pprof http://127.0.0.1:9461/debug/pprof/profile?seconds=10)")
 	cmd.Flags().String("mode", "", "kernel: the policy runs in BPF; userspace: in this process, in Go (default: the config's scheduler.mode, kernel)")
 	cmd.Flags().String("policy", "", "user-space policy: vruntime or fifo (--mode userspace; default: the config's scheduler.policy, vruntime)")
 	return cmd

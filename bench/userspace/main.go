@@ -32,7 +32,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +115,8 @@ var (
 	base      = flag.String("base", "", "another swiftlane binary: adds variant swiftlane-user-base (user-space mode from that build, same boot)")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
 	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): rotates the variant order by boot-1 and is recorded")
-	perfDir   = flag.String("perf", "", "diagnostics, not yet reliable under TCG (docs/userspace.md): profile the scheduler process during the messaging runs (perf record -g, 999 Hz) into this directory, with a perf report beside each profile; slows what it measures")
+	pprofDir  = flag.String("pprof", "", "diagnostics: a Go CPU profile of the scheduler process (swiftlane run --profiling) over the first -pprof-seconds of the messaging runs, into DIR/VARIANT.pprof (not for swiftlane-user-base)")
+	pprofSecs = flag.Int("pprof-seconds", 5, "length of the -pprof profile")
 	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
 )
 
@@ -207,6 +210,9 @@ func runVariant(name string) (*Variant, error) {
 		if name != "swiftlane-kernel" {
 			args = append(args, "--mode", "userspace", "--policy", "vruntime")
 		}
+		if *pprofDir != "" && name != "swiftlane-user-base" {
+			args = append(args, "--profiling")
+		}
 		bin := *swiftlane
 		if name == "swiftlane-user-base" {
 			if bin = *base; bin == "" {
@@ -248,10 +254,10 @@ func runVariant(name string) (*Variant, error) {
 		cpuBefore = sched.cpuTime()
 		threadsBefore = threadSamples(sched.Cmd.Process.Pid)
 	}
-	var prof *profile
-	if swift && *perfDir != "" {
+	var profiled func() error
+	if swift && *pprofDir != "" {
 		var err error
-		if prof, err = startProfile(*perfDir, name, sched.Cmd.Process.Pid); err != nil {
+		if profiled, err = startProfile(*pprofDir, name, *pprofSecs); err != nil {
 			return v, err
 		}
 	}
@@ -264,8 +270,8 @@ func runVariant(name string) (*Variant, error) {
 		v.RunsSec = append(v.RunsSec, sec)
 	}
 	wall := time.Since(start)
-	if prof != nil {
-		if err := prof.stop(); err != nil {
+	if profiled != nil {
+		if err := profiled(); err != nil {
 			return v, err
 		}
 	}
@@ -312,40 +318,42 @@ func runVariant(name string) (*Variant, error) {
 	return v, nil
 }
 
-// profile is a perf record of one process, for -perf.
-type profile struct {
-	cmd        *exec.Cmd
-	data, text string
-}
-
-func startProfile(dir, variant string, pid int) (*profile, error) {
+// startProfile takes a Go CPU profile of the scheduler process over its
+// --profiling endpoint for the next seconds, into DIR/VARIANT.pprof; wait
+// returns once it is written. perf did not work here: under TCG its
+// sampling took the emulated CPUs inside the profiled process and left
+// files without samples. Go's profiler counts each thread's CPU time, user
+// and system, and charges it to the Go stack that spent it (a system call
+// shows under its caller), at 100 Hz.
+func startProfile(dir, variant string, seconds int) (wait func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	p := &profile{data: filepath.Join(dir, variant+".perf.data"), text: filepath.Join(dir, variant+".perf.txt")}
-	p.cmd = exec.Command("perf", "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", p.data)
-	p.cmd.Stderr = os.Stderr
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("-perf: %w", err)
-	}
-	return p, nil
-}
-
-// stop ends the recording and writes the report: the hottest symbols by
-// their own samples, user space and kernel together, per thread.
-func (p *profile) stop() error {
-	p.cmd.Process.Signal(syscall.SIGINT)
-	// perf record writes its file on SIGINT and then dies of it.
-	var ee *exec.ExitError
-	if err := p.cmd.Wait(); err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
-		return fmt.Errorf("-perf: perf record: %w", err)
-	}
-	out, err := exec.Command("perf", "report", "-i", p.data, "--stdio", "--no-children", "--sort", "pid,sym", "--percent-limit", "0.5").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("-perf: perf report: %v: %s", err, out)
-	}
-	fmt.Fprintf(os.Stderr, "bench-userspace: profile in %s\n", p.text)
-	return os.WriteFile(p.text, out, 0o644)
+	file := filepath.Join(dir, variant+".pprof")
+	done := make(chan error, 1)
+	go func() {
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", metricsAddr, seconds)
+		resp, err := http.Get(url)
+		if err != nil {
+			done <- fmt.Errorf("-pprof: %w", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+		}
+		if err == nil {
+			err = os.WriteFile(file, b, 0o644)
+		}
+		if err != nil {
+			err = fmt.Errorf("-pprof: %w", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "bench-userspace: profile in %s (go tool pprof -top %s %s)\n", file, *swiftlane, file)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }, nil
 }
 
 var totalRE = regexp.MustCompile(`Total time: ([0-9.]+) \[sec\]`)

@@ -279,3 +279,67 @@ func mustCompile(t *testing.T, list ...strategy.Strategy) *strategy.Set {
 	}
 	return set
 }
+
+// A fork runs its parent's program: once tracking, its command line comes
+// from the parent's index entry (the child's cmdline is not read: here it
+// has none), while its cgroup is its own, read from procfs (a child cloned
+// into another cgroup matches that cgroup's strategy). A parent that the
+// index does not hold means a whole read.
+func TestForkReadsOnlyTheChildsCgroup(t *testing.T) {
+	root := t.TempDir()
+	write := func(pid int, file, content string) {
+		d := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, file), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(100, "cmdline", "nr-gnb\x00--cell\x001\x00")
+	write(100, "cgroup", "0::/system.slice/gnb.service\n")
+	rec := NewRecorder()
+	a := New(rec, root, t.TempDir(), nil)
+	a.SetCgroupIDFunc(func(string) (uint64, error) { return 42, nil })
+	set := mustCompile(t,
+		strategy.Strategy{Name: "batch", Class: class(strategy.Background), CgroupPath: "/batch.slice"},
+		strategy.Strategy{Name: "gnb", Class: class(strategy.Critical), CommandRegex: "^nr-gnb"})
+	if err := a.SetStrategies(set); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.TrackProcesses(); err != nil {
+		t.Fatal(err)
+	}
+
+	write(101, "cgroup", "0::/system.slice/gnb.service\n") // a worker: no cmdline to read
+	if err := a.HandleFork(101, 100); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(101); !ok || e.Class != strategy.Critical {
+		t.Fatalf("forked worker: %+v %v, want the parent's program matched (critical)", e, ok)
+	}
+	write(102, "cgroup", "0::/batch.slice/job-7\n") // cloned into another cgroup
+	if err := a.HandleFork(102, 100); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(102); !ok || e.Class != strategy.Background {
+		t.Fatalf("child cloned into /batch.slice: %+v %v, want its own cgroup's strategy (background)", e, ok)
+	}
+	// An unknown parent: the child is read whole, and without a cmdline
+	// it counts as gone.
+	write(201, "cgroup", "0::/system.slice/gnb.service\n")
+	if err := a.HandleFork(201, 200); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(201); ok {
+		t.Fatalf("child of a parent outside the index was not read from procfs: matched %+v", e)
+	}
+	// Its exec replaces the program: read whole, matched on its own.
+	write(101, "cmdline", "sleep\x0010\x00")
+	if err := a.HandleExec(101); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := rec.Process(101); ok {
+		t.Fatalf("worker after exec of sleep still matched: %+v", e)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,9 +67,10 @@ func (e *endpoint) Collect(ch chan<- prometheus.Metric) {
 }
 
 // serve serves the endpoint's /metrics, /healthz (the process answers) and
-// /readyz on addr. It prints the address it listens on to out, also in the
-// server's Addr (useful with port 0).
-func (e *endpoint) serve(addr string, out io.Writer) (*http.Server, error) {
+// /readyz on addr, and with profiling Go's profiles under /debug/pprof/. It
+// prints the address it listens on to out, also in the server's Addr
+// (useful with port 0).
+func (e *endpoint) serve(addr string, profiling bool, out io.Writer) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&e.slot, &e.auto, e)
 	ln, err := net.Listen("tcp", addr)
@@ -85,6 +87,12 @@ func (e *endpoint) serve(addr string, out io.Writer) (*http.Server, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	fmt.Fprintf(out, "swiftlane: metrics on http://%s/metrics\n", srv.Addr)

@@ -27,7 +27,7 @@ func get(t *testing.T, addr, path string) (int, string) {
 // /readyz only while ready, /metrics from whatever the slot holds.
 func TestServeHTTP(t *testing.T) {
 	var ep endpoint
-	srv, err := ep.serve("127.0.0.1:0", io.Discard)
+	srv, err := ep.serve("127.0.0.1:0", false, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,17 +52,38 @@ func TestServeHTTP(t *testing.T) {
 	if _, body := get(t, srv.Addr, "/metrics"); strings.Contains(body, "swiftlane_test_total") {
 		t.Fatalf("/metrics still serves a detached scheduler:\n%s", body)
 	}
+	if code, _ := get(t, srv.Addr, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ without --profiling: %d, want 404", code)
+	}
+}
+
+// --profiling adds Go's profiles; a CPU profile taken over the endpoint
+// comes back in pprof's format (gzip).
+func TestServeHTTPProfiling(t *testing.T) {
+	var ep endpoint
+	srv, err := ep.serve("127.0.0.1:0", true, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	code, body := get(t, srv.Addr, "/debug/pprof/profile?seconds=1")
+	if code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Fatalf("/debug/pprof/profile: %d, %d bytes, want 200 and a gzip'ed profile", code, len(body))
+	}
+	if code, _ := get(t, srv.Addr, "/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics with profiling: %d", code)
+	}
 }
 
 // A taken address is refused naming the flag and the way out.
 func TestServeHTTPAddressInUse(t *testing.T) {
 	var ep endpoint
-	srv, err := ep.serve("127.0.0.1:0", io.Discard)
+	srv, err := ep.serve("127.0.0.1:0", false, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	if _, err := ep.serve(srv.Addr, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+	if _, err := ep.serve(srv.Addr, false, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
 		t.Fatalf("second server on %s: %v", srv.Addr, err)
 	}
 }

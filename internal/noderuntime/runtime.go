@@ -52,6 +52,10 @@ type Options struct {
 	Strategies []strategy.Strategy
 	// MetricsAddr is where /metrics, /healthz and /readyz are served ("": off).
 	MetricsAddr string
+	// Profiling serves Go's profiles (/debug/pprof/) on MetricsAddr too:
+	// where this process's own CPU time goes. Off by default: a profile
+	// shows internals and takes CPU while it is taken.
+	Profiling bool
 	// Degrade keeps a node agent up with less rather than exiting: observe
 	// mode where the kernel cannot run the scheduler, no automatic mode
 	// where the GTP-U functions cannot be traced (both said in the log).
@@ -115,7 +119,7 @@ func Run(ctx context.Context, o Options, build Build) error {
 	}
 	ep := &endpoint{}
 	if o.MetricsAddr != "" {
-		srv, err := ep.serve(o.MetricsAddr, o.Out)
+		srv, err := ep.serve(o.MetricsAddr, o.Profiling, o.Out)
 		if err != nil {
 			return err
 		}
