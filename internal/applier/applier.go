@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 
 	"github.com/swiftlane/swiftlane/internal/podcgroup"
@@ -391,29 +389,17 @@ func (a *Applier) HandleFork(tgid, parent uint32) error {
 	return a.target.Commit()
 }
 
-// readForked reads a forked process. Until it execs (an event of its own) a
-// child runs its parent's program, so its command line, executable and
-// name are the parent's, taken from the index; only its cgroup can differ
-// (clone3's CLONE_INTO_CGROUP, as container runtimes start a container's
-// first process), so only that is read. Four procfs reads become one for
-// every fork: under perf bench sched messaging, which forks 80 processes a
-// run, the reads were a third of user-space mode's own CPU time (a Go CPU
-// profile in the VM lab, docs/userspace.md). A parent the index does not
-// hold (not tracking, or its events lost) means a whole read.
+// readForked reads a forked process, with what its parent's index entry
+// says of it (procfs.go, readForked). A parent the index does not hold
+// (not tracking, or its events lost) means a whole read.
 func (a *Applier) readForked(tgid, parent uint32) (strategy.Process, error) {
 	pp, ok := a.index[parent]
 	if !ok || !a.tracking {
 		return a.readProcess(int(tgid))
 	}
-	cg, err := os.ReadFile(filepath.Join(a.procRoot, strconv.Itoa(int(tgid)), "cgroup"))
-	if err != nil {
-		return strategy.Process{PID: int(tgid)}, err
-	}
-	p := pp
-	p.PID = int(tgid)
-	p.Cgroup, p.CgroupV1 = parseCgroups(string(cg))
+	p, err := readForked(a.procRoot, int(tgid), pp)
 	p.Cgroup = podcgroup.Absolute(a.nsRoot, p.Cgroup)
-	return p, nil
+	return p, err
 }
 
 // HandleExit forgets a process; the scheduler already dropped its entry.

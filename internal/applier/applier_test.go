@@ -4,6 +4,7 @@ package applier
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -280,66 +281,111 @@ func mustCompile(t *testing.T, list ...strategy.Strategy) *strategy.Set {
 	return set
 }
 
-// A fork runs its parent's program: once tracking, its command line comes
-// from the parent's index entry (the child's cmdline is not read: here it
-// has none), while its cgroup is its own, read from procfs (a child cloned
-// into another cgroup matches that cgroup's strategy). A parent that the
-// index does not hold means a whole read.
-func TestForkReadsOnlyTheChildsCgroup(t *testing.T) {
+// A fork runs its parent's program: once tracking, the child's executable
+// comes from the parent's index entry (the child here has no exe link to
+// read), while its command line (rewritten by workers) and its cgroup (a
+// child cloned into another cgroup) are its own, read from procfs. A kernel
+// thread's child and a child of a parent outside the index are read whole.
+func TestForkReadsTheChildsCmdlineAndCgroup(t *testing.T) {
 	root := t.TempDir()
 	write := func(pid int, file, content string) {
 		d := filepath.Join(root, strconv.Itoa(pid))
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		if file == "exe" {
+			if err := os.Symlink(content, filepath.Join(d, file)); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
 		if err := os.WriteFile(filepath.Join(d, file), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(100, "cmdline", "nr-gnb\x00--cell\x001\x00")
-	write(100, "cgroup", "0::/system.slice/gnb.service\n")
+	const svc = "0::/system.slice/gnb.service\n"
+	write(100, "cmdline", "gnb\x00--cell\x001\x00")
+	write(100, "exe", "/opt/gnb/bin/gnb")
+	write(100, "cgroup", svc)
+	write(2, "cmdline", "") // kthreadd
+	write(2, "comm", "kthreadd\n")
 	rec := NewRecorder()
 	a := New(rec, root, t.TempDir(), nil)
 	a.SetCgroupIDFunc(func(string) (uint64, error) { return 42, nil })
 	set := mustCompile(t,
 		strategy.Strategy{Name: "batch", Class: class(strategy.Background), CgroupPath: "/batch.slice"},
-		strategy.Strategy{Name: "gnb", Class: class(strategy.Critical), CommandRegex: "^nr-gnb"})
+		strategy.Strategy{Name: "workers", Class: class(strategy.High), CommandRegex: "^gnb: worker"},
+		strategy.Strategy{Name: "irq", Class: class(strategy.High), CommandRegex: "^irq/"},
+		strategy.Strategy{Name: "gnb", Class: class(strategy.Critical), CommandRegex: "^/opt/gnb/bin/gnb$"})
 	if err := a.SetStrategies(set); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.TrackProcesses(); err != nil {
 		t.Fatal(err)
 	}
-
-	write(101, "cgroup", "0::/system.slice/gnb.service\n") // a worker: no cmdline to read
-	if err := a.HandleFork(101, 100); err != nil {
+	for _, tc := range []struct {
+		pid                   int
+		name, cmdline, cgroup string
+		want                  strategy.Class
+	}{
+		{101, "a plain fork, by its parent's executable", "gnb\x00--cell\x001\x00", svc, strategy.Critical},
+		{102, "a worker that rewrote its argv", "gnb: worker 1\x00", svc, strategy.High},
+		{103, "a child cloned into /batch.slice", "gnb\x00", "0::/batch.slice/job-7\n", strategy.Background},
+	} {
+		pid := tc.pid
+		write(pid, "cmdline", tc.cmdline)
+		write(pid, "cgroup", tc.cgroup)
+		if err := a.HandleFork(uint32(pid), 100); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := rec.Process(uint32(pid)); !ok || e.Class != tc.want {
+			t.Errorf("%s: %+v %v, want %s", tc.name, e, ok, tc.want)
+		}
+	}
+	// A new kernel thread gets its name after the fork: read whole.
+	write(300, "cmdline", "")
+	write(300, "comm", "irq/42-eth0\n")
+	write(300, "cgroup", "0::/\n")
+	if err := a.HandleFork(300, 2); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := rec.Process(101); !ok || e.Class != strategy.Critical {
-		t.Fatalf("forked worker: %+v %v, want the parent's program matched (critical)", e, ok)
+	if e, ok := rec.Process(300); !ok || e.Class != strategy.High {
+		t.Errorf("kernel thread irq/42-eth0: %+v %v, want high (matched by its own name)", e, ok)
 	}
-	write(102, "cgroup", "0::/batch.slice/job-7\n") // cloned into another cgroup
-	if err := a.HandleFork(102, 100); err != nil {
-		t.Fatal(err)
-	}
-	if e, ok := rec.Process(102); !ok || e.Class != strategy.Background {
-		t.Fatalf("child cloned into /batch.slice: %+v %v, want its own cgroup's strategy (background)", e, ok)
-	}
-	// An unknown parent: the child is read whole, and without a cmdline
-	// it counts as gone.
-	write(201, "cgroup", "0::/system.slice/gnb.service\n")
+	// An unknown parent: the child is read whole, its executable too.
+	write(201, "cmdline", "other\x00")
+	write(201, "exe", "/opt/gnb/bin/gnb")
+	write(201, "cgroup", svc)
 	if err := a.HandleFork(201, 200); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := rec.Process(201); ok {
-		t.Fatalf("child of a parent outside the index was not read from procfs: matched %+v", e)
+	if e, ok := rec.Process(201); !ok || e.Class != strategy.Critical {
+		t.Errorf("child of a parent outside the index: %+v %v, want critical (its own exe read)", e, ok)
 	}
-	// Its exec replaces the program: read whole, matched on its own.
-	write(101, "cmdline", "sleep\x0010\x00")
+	// An exec replaces the program: read whole, matched on its own.
+	os.WriteFile(filepath.Join(root, "101", "cmdline"), []byte("sleep\x0010\x00"), 0o644)
 	if err := a.HandleExec(101); err != nil {
 		t.Fatal(err)
 	}
 	if e, ok := rec.Process(101); ok {
-		t.Fatalf("worker after exec of sleep still matched: %+v", e)
+		t.Errorf("pid 101 after exec of sleep (no exe link) still matched: %+v", e)
+	}
+}
+
+// readProcFile reads past its first buffer when a file is longer (a long
+// command line), and reports a missing file as os.ErrNotExist.
+func TestReadProcFile(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("argument\x00", 2000) // 18,000 bytes
+	name := filepath.Join(dir, "cmdline")
+	if err := os.WriteFile(name, []byte(long), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := readProcFile(name)
+	if err != nil || string(b) != long {
+		t.Fatalf("read %d of %d bytes, err %v", len(b), len(long), err)
+	}
+	if _, err := readProcFile(filepath.Join(dir, "gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v, want os.ErrNotExist", err)
 	}
 }

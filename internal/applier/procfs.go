@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/swiftlane/swiftlane/internal/strategy"
 )
@@ -18,19 +19,77 @@ import (
 func ReadProcess(root string, pid int) (strategy.Process, error) {
 	dir := filepath.Join(root, strconv.Itoa(pid))
 	p := strategy.Process{PID: pid}
-	cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	cmd, err := readProcFile(filepath.Join(dir, "cmdline"))
 	if err != nil {
 		return p, err
 	}
-	p.Cmdline = strings.TrimSpace(string(bytes.ReplaceAll(bytes.TrimRight(cmd, "\x00"), []byte{0}, []byte{' '})))
+	p.Cmdline = parseCmdline(cmd)
 	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
-	if comm, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
+	if comm, err := readProcFile(filepath.Join(dir, "comm")); err == nil {
 		p.Comm = strings.TrimSpace(string(comm))
 	}
-	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+	if cg, err := readProcFile(filepath.Join(dir, "cgroup")); err == nil {
 		p.Cgroup, p.CgroupV1 = parseCgroups(string(cg))
 	}
 	return p, nil
+}
+
+// readForked reads a child that its parent p forked: until it execs (an
+// event of its own) it runs the same executable, so that is not read
+// again; its command line is (a process can rewrite its argv, as nginx's
+// and PostgreSQL's workers do after the fork), and its cgroup (clone3's
+// CLONE_INTO_CGROUP, as container runtimes start a container's first
+// process). A kernel thread's child is read whole: kernel threads are
+// matched by name, which each new one gets after the fork.
+func readForked(root string, pid int, parent strategy.Process) (strategy.Process, error) {
+	if parent.Cmdline == "" {
+		return ReadProcess(root, pid)
+	}
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	cmd, err := readProcFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return strategy.Process{PID: pid}, err
+	}
+	p := strategy.Process{PID: pid, Cmdline: parseCmdline(cmd), Exe: parent.Exe, Comm: parent.Comm}
+	if cg, err := readProcFile(filepath.Join(dir, "cgroup")); err == nil {
+		p.Cgroup, p.CgroupV1 = parseCgroups(string(cg))
+	}
+	return p, nil
+}
+
+func parseCmdline(b []byte) string {
+	return strings.TrimSpace(string(bytes.ReplaceAll(bytes.TrimRight(b, "\x00"), []byte{0}, []byte{' '})))
+}
+
+// readProcFile reads a small procfs file in three system calls (open, read,
+// close) where os.ReadFile takes six (two fstat, a read that finds the
+// end). Matching reads a process on every exec and fork, and under a fork
+// storm those calls were most of the node agent's own CPU time (a Go CPU
+// profile in the VM lab, docs/userspace.md). A read that does not fill the
+// buffer has the whole file: procfs hands a file's text out in one piece
+// as far as the buffer reaches.
+func readProcFile(name string) ([]byte, error) {
+	fd, err := syscall.Open(name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 4096)
+	n := 0
+	for {
+		m, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: name, Err: err}
+		}
+		n += m
+		if m == 0 || n < len(buf) {
+			return buf[:n], nil
+		}
+		buf = slices.Grow(buf, len(buf))[:2*len(buf)]
+	}
 }
 
 // parseCgroups picks the unified-hierarchy path ("0::/path") and the v1 cpu
