@@ -11,17 +11,19 @@ userspace-bins:
 
 vm-bins: userspace-bins
 
-# bench-userspace: USERSPACE_BOOTS boots, every variant in each, the order
-# rotated by boot; each boot writes its JSON, the merge takes the medians
+# bench-userspace: USERSPACE_BOOTS boots, every variant in each, in mirrored
+# pairs of boots (the second of a pair runs the first's order reversed, so a
+# variant's place in the boot, which moves its numbers, cancels out; an even
+# count keeps the pairs whole); each boot writes its JSON, the merge takes the medians
 # (one boot's keys) and the spread and judges issue 39's goals for
 # user-space mode. A failed boot does not stop the others; the target fails
 # at the end. USERSPACE_BASE=BINARY adds swiftlane-user-base, user-space mode
 # from another build (e.g. `git worktree` of the commit before a change,
 # `make build`), in the same boots: a change's effect, side by side.
-USERSPACE_BOOTS ?= 3
+USERSPACE_BOOTS ?= 4
 USERSPACE_BASE  ?=
 .PHONY: bench-userspace
-bench-userspace: deps vm-bins peers ## User-space vs in-kernel mode, EEVDF, scx_rustland: throughput, decisions/s, critical latency; USERSPACE_BOOTS=3 boots -> bench/results/userspace.json
+bench-userspace: deps vm-bins peers ## User-space vs in-kernel mode, EEVDF, scx_rustland: throughput, decisions/s, critical latency; USERSPACE_BOOTS=4 boots (mirrored pairs) -> bench/results/userspace.json
 	@rm -rf bench/results/userspace-boots && mkdir -p bench/results/userspace-boots
 	@failed=0; for b in $$(seq 1 $(USERSPACE_BOOTS)); do \
 	  echo "== bench-userspace: boot $$b of $(USERSPACE_BOOTS)"; \
