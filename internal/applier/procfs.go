@@ -63,9 +63,9 @@ func parseCmdline(b []byte) string {
 
 // readProcFile reads a small procfs file in three system calls (open, read,
 // close) where os.ReadFile takes six (two fstat, a read that finds the
-// end). Matching reads a process on every exec and fork, and under a fork
-// storm those calls were most of the node agent's own CPU time (a Go CPU
-// profile in the VM lab, docs/userspace.md). A read that does not fill the
+// end). Matching reads a process on every exec and fork: under a fork storm
+// those reads were the largest share of the scheduler process's own CPU
+// time in a Go CPU profile (41 %, docs/userspace.md). A read that does not fill the
 // buffer has the whole file: procfs hands a file's text out in one piece
 // as far as the buffer reaches.
 func readProcFile(name string) ([]byte, error) {
