@@ -23,15 +23,22 @@ func get(t *testing.T, addr, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// serveOn serves ep on a free port until the test ends.
+func serveOn(t *testing.T, ep *endpoint, profiling bool) *http.Server {
+	t.Helper()
+	srv, err := ep.serve("127.0.0.1:0", profiling, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
 // The endpoint `swiftlane run` and `swiftlane agent` share: /healthz always,
 // /readyz only while ready, /metrics from whatever the slot holds.
 func TestServeHTTP(t *testing.T) {
 	var ep endpoint
-	srv, err := ep.serve("127.0.0.1:0", false, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := serveOn(t, &ep, false)
 	if code, _ := get(t, srv.Addr, "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d", code)
 	}
@@ -61,11 +68,7 @@ func TestServeHTTP(t *testing.T) {
 // comes back in pprof's format (gzip).
 func TestServeHTTPProfiling(t *testing.T) {
 	var ep endpoint
-	srv, err := ep.serve("127.0.0.1:0", true, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := serveOn(t, &ep, true)
 	code, body := get(t, srv.Addr, "/debug/pprof/profile?seconds=1")
 	if code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
 		t.Fatalf("/debug/pprof/profile: %d, %d bytes, want 200 and a gzip'ed profile", code, len(body))
@@ -78,11 +81,7 @@ func TestServeHTTPProfiling(t *testing.T) {
 // A taken address is refused naming the flag and the way out.
 func TestServeHTTPAddressInUse(t *testing.T) {
 	var ep endpoint
-	srv, err := ep.serve("127.0.0.1:0", false, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := serveOn(t, &ep, false)
 	if _, err := ep.serve(srv.Addr, false, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
 		t.Fatalf("second server on %s: %v", srv.Addr, err)
 	}
