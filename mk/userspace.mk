@@ -13,8 +13,8 @@ vm-bins: userspace-bins
 
 # bench-userspace: USERSPACE_BOOTS boots, every variant in each, in mirrored
 # pairs of boots (the second of a pair runs the first's order reversed, so a
-# variant's place in the boot, which moves its numbers, cancels out; an even
-# count keeps the pairs whole); each boot writes its JSON, the merge takes the medians
+# variant's place in the boot cancels out; an even count keeps the pairs
+# whole); each boot writes its JSON, the merge takes the medians
 # (one boot's keys) and the spread and judges issue 39's goals for
 # user-space mode. A failed boot does not stop the others; the target fails
 # at the end. USERSPACE_BASE=BINARY adds swiftlane-user-base, user-space mode

@@ -358,10 +358,8 @@ func startProfile(dir, variant string, seconds int) (wait func() error, err erro
 // boot 2m+1 runs the order rotated by m, boot 2m+2 the same reversed, so
 // every pair of variants runs in both orders and no variant always runs
 // first or last. Rotation alone kept swiftlane-user ahead of
-// swiftlane-user-base in boots 1-3, and a variant run later in a boot came
-// out faster: in one three-boot run (2026-12-07) the idle probe ran
-// 1.2-1.5x faster two places later, which read as the base build being
-// faster in every boot.
+// swiftlane-user-base in every one of three boots, so whatever drifts
+// through a boot would have read as a difference between the two builds.
 func bootOrder(names []string, boot int) []string {
 	names = slices.Clone(names)
 	if boot < 1 {
