@@ -18,18 +18,13 @@ import (
 // It returns an error if the process is gone.
 func ReadProcess(root string, pid int) (strategy.Process, error) {
 	dir := filepath.Join(root, strconv.Itoa(pid))
-	p := strategy.Process{PID: pid}
-	cmd, err := readProcFile(filepath.Join(dir, "cmdline"))
+	p, err := readOwn(dir, pid)
 	if err != nil {
 		return p, err
 	}
-	p.Cmdline = parseCmdline(cmd)
 	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
 	if comm, err := readProcFile(filepath.Join(dir, "comm")); err == nil {
 		p.Comm = strings.TrimSpace(string(comm))
-	}
-	if cg, err := readProcFile(filepath.Join(dir, "cgroup")); err == nil {
-		p.Cgroup, p.CgroupV1 = parseCgroups(string(cg))
 	}
 	return p, nil
 }
@@ -45,12 +40,20 @@ func readForked(root string, pid int, parent strategy.Process) (strategy.Process
 	if parent.Cmdline == "" {
 		return ReadProcess(root, pid)
 	}
-	dir := filepath.Join(root, strconv.Itoa(pid))
+	p, err := readOwn(filepath.Join(root, strconv.Itoa(pid)), pid)
+	p.Exe, p.Comm = parent.Exe, parent.Comm
+	return p, err
+}
+
+// readOwn reads what a fork does not inherit for certain: the command line
+// (an error here means the process is gone) and the cgroup.
+func readOwn(dir string, pid int) (strategy.Process, error) {
+	p := strategy.Process{PID: pid}
 	cmd, err := readProcFile(filepath.Join(dir, "cmdline"))
 	if err != nil {
-		return strategy.Process{PID: pid}, err
+		return p, err
 	}
-	p := strategy.Process{PID: pid, Cmdline: parseCmdline(cmd), Exe: parent.Exe, Comm: parent.Comm}
+	p.Cmdline = parseCmdline(cmd)
 	if cg, err := readProcFile(filepath.Join(dir, "cgroup")); err == nil {
 		p.Cgroup, p.CgroupV1 = parseCgroups(string(cg))
 	}
@@ -65,16 +68,17 @@ func parseCmdline(b []byte) string {
 // close) where os.ReadFile takes six (two fstat, a read that finds the
 // end). Matching reads a process on every exec and fork: under a fork storm
 // those reads were the largest share of the scheduler process's own CPU
-// time in a Go CPU profile (41 %, docs/userspace.md). A read that does not fill the
-// buffer has the whole file: procfs hands a file's text out in one piece
-// as far as the buffer reaches.
+// time in a Go CPU profile (41 %, docs/userspace.md). A read that does not
+// fill the buffer has the whole file: procfs hands a file's text out in one
+// piece as far as the buffer reaches. The first buffer is os.ReadFile's
+// smallest: most command lines and cgroup paths fit.
 func readProcFile(name string) ([]byte, error) {
 	fd, err := syscall.Open(name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
 	defer syscall.Close(fd)
-	buf := make([]byte, 4096)
+	buf := make([]byte, 512)
 	n := 0
 	for {
 		m, err := syscall.Read(fd, buf[n:])
