@@ -89,6 +89,7 @@ func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler, sche
 		export:   exportKernel,
 		counters: kernelCounters,
 		serve: func(ctx context.Context, s *sched.Scheduler, a *applier.Applier) (*schedext.ExitInfo, error) {
+			prioritiseSelf(a, "/proc", log)
 			return s.RunEvents(ctx, a)
 		},
 	}

@@ -6,6 +6,7 @@ package vm
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +83,14 @@ func agentAppliesPushedStrategy(t *testing.T, mode string) {
 	defer procMap.Close()
 	waitFor(t, "the marker in the scheduler's process map", func() bool { return inMap(procMap, uint32(proc.Process.Pid)) }, agent)
 	if mode == "kernel" {
+		// The agent's own process is high (noderuntime.prioritiseSelf),
+		// from the attach on.
+		var own [24]byte // struct swl_strategy: class first
+		if err := procMap.Lookup(uint32(agent.cmd.Process.Pid), &own); err != nil {
+			t.Errorf("the agent's own process is not in the scheduler's process map: %v", err)
+		} else if class := binary.LittleEndian.Uint32(own[:4]); class != uint32(strategy.High) {
+			t.Errorf("the agent's own process has class %d in the process map, want %d (high)", class, strategy.High)
+		}
 		waitFor(t, "high-class enqueues in the agent's counters", func() bool {
 			n, err := client.GetNode(ctx, "vm1")
 			return err == nil && n.Counters != nil && n.Counters.Enqueued["high"] >= n0.Counters.Enqueued["high"]+50
