@@ -15,8 +15,9 @@ CONFORMANCE_CACHE   := $(CACHE)/conformance
 # API server's way to the kubelet (exec) and to pods (proxy). It dials the
 # kubelet at the node's InternalIP: no name of the node resolves there.
 CONFORMANCE_EGRESS_PORT ?= 18131
-# A subset while working on one test, a regular expression without spaces
-# (the guest's environment is split on them), e.g. 'Services.*NodePort'.
+# A subset, a regular expression without spaces (the guest's environment
+# is split on them; \s stands for one), e.g. 'Services.*NodePort': its tests'
+# results replace theirs in CONFORMANCE_RESULTS, the others' stay.
 CONFORMANCE_FOCUS ?=
 # The passes to run (each up to 4 h, e2e.test's own limit; the VM's and the
 # guest test's limits cover two), comma-separated, in this order on the same node:
@@ -59,6 +60,6 @@ test-conformance: deps conformance-bins image vm-bins ## Upstream sig-network co
 	for col in kube_proxy swiftlane; do \
 	  [ -f $(CONFORMANCE_DIR)/$$col/junit_01.xml ] || continue; \
 	  $(GO) run ./test/conformance/cmd/report -junit $(CONFORMANCE_DIR)/$$col/junit_01.xml -column $$col \
-	    -release $$K8S_RELEASE -out $(CONFORMANCE_RESULTS) || status=1; \
+	    -release $$K8S_RELEASE -focus '$(CONFORMANCE_FOCUS)' -out $(CONFORMANCE_RESULTS) || status=1; \
 	done; \
 	exit $$status

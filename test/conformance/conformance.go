@@ -187,8 +187,20 @@ func Selected(name string) (ok bool, skipReason string) {
 // every other column "not run") if r does not have it yet. A suite node's
 // failure fails the run as a whole: it is returned as an error.
 func (r *Results) Merge(column string, cases []Case) error {
+	return r.MergeFocused(column, Focus, cases)
+}
+
+// MergeFocused is Merge for a run of the tests focus selects (e2e.test's
+// --ginkgo.focus, a subset of Focus's): a selected test outside it keeps
+// what r holds for it, so runs of parts fill one file; one r does not have
+// yet is added "not run" for every column, with the reason.
+func (r *Results) MergeFocused(column, focus string, cases []Case) error {
 	if column != KubeProxy && column != Swiftlane {
 		return fmt.Errorf("column %q: want %s or %s", column, KubeProxy, Swiftlane)
+	}
+	inRun, err := regexp.Compile(focus)
+	if err != nil {
+		return fmt.Errorf("focus %q: %w", focus, err)
 	}
 	var errs []error
 	for _, c := range cases {
@@ -206,6 +218,15 @@ func (r *Results) Merge(column string, cases []Case) error {
 			i = len(r.Tests) - 1
 		}
 		t := &r.Tests[i]
+		if !inRun.MatchString(c.Name) {
+			if t.KubeProxy == NotRun && t.Swiftlane == NotRun && t.Reason == "" {
+				t.Reason = "outside the focus of the runs so far"
+			}
+			continue
+		}
+		if t.Reason == "outside the focus of the runs so far" || strings.HasPrefix(t.Reason, column+": ") {
+			t.Reason = "" // this run says again
+		}
 		status := c.Status
 		if status == Skipped && reason == "" && c.Message == "skipped" {
 			// Selected but never reached: a spec that skips itself says

@@ -130,3 +130,53 @@ func TestSuiteFailure(t *testing.T) {
 		t.Fatal("a non-JUnit file was read")
 	}
 }
+
+// A run of a part (CONFORMANCE_FOCUS) replaces its tests' results and
+// leaves the others' as an earlier run left them.
+func TestMergeFocusedRun(t *testing.T) {
+	cases, err := ReadJUnit(writeReport(t, report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Results{Release: "v1.36.3"}
+	if err := r.Merge(KubeProxy, cases); err != nil {
+		t.Fatal(err)
+	}
+	// Affinity again, alone: it passes now; the basic test, outside this
+	// focus, was skipped by the filter and keeps its pass.
+	again := strings.Replace(report, `status="failed" time="52"><failure type="failed">[FAILED] affinity broke&#xA;at service.go:1&#xA;</failure>`, `status="passed" time="48">`, 1)
+	again = strings.Replace(again, `status="passed" time="41.5"></testcase>`, `status="skipped" time="0"><skipped message="skipped"></skipped></testcase>`, 1)
+	if cases, err = ReadJUnit(writeReport(t, again)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.MergeFocused(KubeProxy, `Services\s.*affinity`, cases); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Test{
+		"[sig-network] Services should serve a basic endpoint from pods [Conformance]":                            {KubeProxy: Pass, Swiftlane: NotRun, Seconds: 41.5},
+		"[sig-network] Services should have session affinity work for NodePort service [LinuxOnly] [Conformance]": {KubeProxy: Pass, Swiftlane: NotRun, Seconds: 48},
+		"[sig-network] Networking should reach two nodes [Conformance]":                                           {KubeProxy: Skipped, Swiftlane: NotRun, Seconds: 0.4, Reason: "skipped - requires at least 2 nodes"},
+		"[sig-network] DNS should provide DNS for services [Conformance]":                                         {KubeProxy: Skipped, Swiftlane: NotRun, Reason: Skips[0].Reason},
+	}
+	for _, got := range r.Tests {
+		w := want[got.Name]
+		w.Name = got.Name
+		if got != w {
+			t.Errorf("got %+v\nwant %+v", got, w)
+		}
+	}
+
+	// A test the file does not have yet, outside the focus: listed, not run, and why.
+	r = &Results{}
+	if err := r.MergeFocused(Swiftlane, `Services\s.*affinity`, cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range r.Tests {
+		if strings.Contains(got.Name, "basic endpoint") && (got.Swiftlane != NotRun || got.Reason != "outside the focus of the runs so far") {
+			t.Errorf("a test outside the focus: %+v", got)
+		}
+	}
+	if err := r.MergeFocused(Swiftlane, `Services(`, cases); err == nil || !strings.Contains(err.Error(), "focus") {
+		t.Errorf("a focus that is no regular expression: %v", err)
+	}
+}

@@ -24,14 +24,15 @@ func main() {
 	column := flag.String("column", conformance.KubeProxy, "the run's column: "+conformance.KubeProxy+" or "+conformance.Swiftlane)
 	release := flag.String("release", "", "Kubernetes release of the cluster and e2e.test")
 	out := flag.String("out", "bench/results/conformance.json", "results file")
+	focus := flag.String("focus", "", "the run's --ginkgo.focus if it ran a part of the tests (CONFORMANCE_FOCUS): the file's other results stay")
 	flag.Parse()
-	if err := run(*junit, *column, *release, *out); err != nil {
+	if err := run(*junit, *column, *release, *focus, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(junit, column, release, out string) error {
+func run(junit, column, release, focus, out string) error {
 	if junit == "" {
 		return fmt.Errorf("-junit is required: the junit_01.xml e2e.test wrote")
 	}
@@ -39,8 +40,13 @@ func run(junit, column, release, out string) error {
 	if err != nil {
 		return err
 	}
+	// A whole kube_proxy pass starts the file again; a swiftlane pass, or
+	// a part of either, fills in what the file has.
 	r := &conformance.Results{}
-	if column != conformance.KubeProxy {
+	if focus == "" {
+		focus = conformance.Focus
+	}
+	if column != conformance.KubeProxy || focus != conformance.Focus {
 		if r, err = conformance.Read(out); err != nil {
 			return err
 		}
@@ -49,7 +55,7 @@ func run(junit, column, release, out string) error {
 		r.Release = release
 	}
 	r.Focus, r.Skip = conformance.Focus, conformance.SkipRegexp()
-	mergeErr := r.Merge(column, cases)
+	mergeErr := r.MergeFocused(column, focus, cases)
 	if err := r.Write(out); err != nil {
 		return err
 	}
