@@ -35,8 +35,10 @@ func writeReport(t *testing.T, xml string) string {
 	return p
 }
 
-func TestMergeTwoRuns(t *testing.T) {
-	cases, err := ReadJUnit(writeReport(t, report))
+// kubeProxyRun is the results of a kube_proxy pass that wrote the JUnit report xml.
+func kubeProxyRun(t *testing.T, xml string) *Results {
+	t.Helper()
+	cases, err := ReadJUnit(writeReport(t, xml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +46,11 @@ func TestMergeTwoRuns(t *testing.T) {
 	if err := r.Merge(KubeProxy, cases); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+func TestMergeTwoRuns(t *testing.T) {
+	r := kubeProxyRun(t, report)
 	want := map[string]Test{
 		"[sig-network] Services should serve a basic endpoint from pods [Conformance]": {KubeProxy: Pass, Swiftlane: NotRun, Seconds: 41.5},
 		"[sig-network] Services should have session affinity work for NodePort service [LinuxOnly] [Conformance]": {KubeProxy: Fail, Swiftlane: NotRun, Seconds: 52,
@@ -70,7 +77,7 @@ func TestMergeTwoRuns(t *testing.T) {
 	second := strings.Replace(report, `status="failed" time="52"><failure type="failed">[FAILED] affinity broke&#xA;at service.go:1&#xA;</failure>`, `status="passed" time="50">`, 1)
 	second = strings.Replace(second, `from pods [Conformance]" classname="Kubernetes e2e suite" status="passed" time="41.5">`,
 		`from pods [Conformance]" classname="Kubernetes e2e suite" status="failed" time="60"><failure>no route</failure>`, 1)
-	cases, err = ReadJUnit(writeReport(t, second))
+	cases, err := ReadJUnit(writeReport(t, second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,19 +141,13 @@ func TestSuiteFailure(t *testing.T) {
 // A run of a part (CONFORMANCE_FOCUS) replaces its tests' results and
 // leaves the others' as an earlier run left them.
 func TestMergeFocusedRun(t *testing.T) {
-	cases, err := ReadJUnit(writeReport(t, report))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Results{Release: "v1.36.3"}
-	if err := r.Merge(KubeProxy, cases); err != nil {
-		t.Fatal(err)
-	}
+	r := kubeProxyRun(t, report)
 	// Affinity again, alone: it passes now; the basic test, outside this
 	// focus, was skipped by the filter and keeps its pass.
 	again := strings.Replace(report, `status="failed" time="52"><failure type="failed">[FAILED] affinity broke&#xA;at service.go:1&#xA;</failure>`, `status="passed" time="48">`, 1)
 	again = strings.Replace(again, `status="passed" time="41.5"></testcase>`, `status="skipped" time="0"><skipped message="skipped"></skipped></testcase>`, 1)
-	if cases, err = ReadJUnit(writeReport(t, again)); err != nil {
+	cases, err := ReadJUnit(writeReport(t, again))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.MergeFocused(KubeProxy, `Services\s.*affinity`, cases); err != nil {
