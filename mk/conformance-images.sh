@@ -8,9 +8,12 @@
 #
 #   agnhost  k8s.io/kubernetes/test/images/agnhost built from source (lab/k8s.sh)
 #            at /agnhost, as upstream, over the tools the tests run in it:
-#            dash as sh, busybox (wget, ...), curl and OpenBSD nc (-v -u -w),
-#            with their libraries, from this host's Debian packages;
+#            dash as sh, busybox (wget, ...), curl, OpenBSD nc (-v -u -w),
+#            dig and getent (the DNS tests' probes), with their libraries,
+#            from this host's Debian packages;
 #   busybox  Debian's static busybox, entrypoint /bin/busybox;
+#   glibc-dns-testing  the DNS tests' second prober (glibc's resolver):
+#            the same shell, busybox, dig and getent, entrypoint busybox;
 #   coredns  the cluster DNS add-on (lab/k8s.sh builds it), at /coredns as
 #            upstream, named as kubeadm would pull it.
 #
@@ -31,7 +34,8 @@ log() { echo "conformance-images: $*" >&2; }
 die() { echo "conformance-images: error: $*" >&2; exit 1; }
 
 # package:file that proves it is installed
-need=(busybox-static:/usr/bin/busybox curl:/usr/bin/curl netcat-openbsd:/usr/bin/nc.openbsd dash:/usr/bin/dash)
+need=(busybox-static:/usr/bin/busybox curl:/usr/bin/curl netcat-openbsd:/usr/bin/nc.openbsd dash:/usr/bin/dash
+	bind9-dnsutils:/usr/bin/dig)
 missing=()
 for p in "${need[@]}"; do [[ -e ${p#*:} ]] || missing+=("${p%%:*}"); done
 if [[ ${#missing[@]} -gt 0 ]]; then
@@ -59,12 +63,12 @@ image() {
 	reg=$(registry "${BASH_REMATCH[1]}")
 	[[ -z $reg ]] || echo "$reg/${BASH_REMATCH[2]}:${BASH_REMATCH[3]}"
 }
-agnhost=$(image Agnhost) busybox=$(image BusyBox) pause=$(image Pause)
-[[ -n $agnhost && -n $busybox && -n $pause ]] ||
-	die "cannot read the Agnhost, BusyBox and Pause images from $manifest (got '$agnhost' '$busybox' '$pause')"
+agnhost=$(image Agnhost) busybox=$(image BusyBox) pause=$(image Pause) dnstest=$(image GlibcDnsTesting)
+[[ -n $agnhost && -n $busybox && -n $pause && -n $dnstest ]] ||
+	die "cannot read the Agnhost, BusyBox, Pause and GlibcDnsTesting images from $manifest (got '$agnhost' '$busybox' '$pause' '$dnstest')"
 
 mkdir -p "$out"
-debs=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static curl netcat-openbsd dash)
+debs=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static curl netcat-openbsd dash bind9-dnsutils libc-bin)
 
 # copy FILE into root at the same path, with the libraries it loads.
 copy_with_libs() {
@@ -100,7 +104,9 @@ build() {
 	echo "$key" >"$tar.stamp"
 }
 
-fill_agnhost() {
+# The DNS probes' tools: the shell they run in, dig, and getent (glibc's
+# resolver, whose files and dns sources are inside libc since 2.34).
+fill_dns_tools() {
 	local root=$1
 	# The shell is dash: Debian's static busybox runs its own applets
 	# before searching PATH (nc without -v -u), whatever PATH holds.
@@ -108,6 +114,14 @@ fill_agnhost() {
 	install -m 0755 /usr/bin/busybox "$root/bin/busybox"
 	copy_with_libs "$root" /usr/bin/dash
 	ln -s ../usr/bin/dash "$root/bin/sh"
+	copy_with_libs "$root" /usr/bin/dig
+	copy_with_libs "$root" /usr/bin/getent
+	mkdir -p "$root/etc" && echo "hosts: files dns" >"$root/etc/nsswitch.conf"
+}
+
+fill_agnhost() {
+	local root=$1
+	fill_dns_tools "$root"
 	copy_with_libs "$root" /usr/bin/curl
 	copy_with_libs "$root" /usr/bin/nc.openbsd
 	ln -s nc.openbsd "$root/usr/bin/nc"
@@ -118,6 +132,8 @@ fill_agnhost() {
 	ln -s agnhost "$root/agnhost-2"
 }
 fill_busybox() { applets "$1" "busybox"; }
+# busybox is the image's binary (build's -binary): the rootfs has the rest.
+fill_dnstest() { fill_dns_tools "$1" && rm "$1/bin/busybox"; }
 # CoreDNS needs no tools; the layer holds what a resolver reads.
 fill_coredns() { mkdir -p "$1/etc" && echo "hosts: files dns" >"$1/etc/nsswitch.conf"; }
 
@@ -125,6 +141,8 @@ build agnhost "$agnhost" "$agnhost $(cat "$bin/.agnhost.stamp") $debs" fill_agnh
 	-binary "linux/amd64=$bin/agnhost" -path /agnhost -cmd pause -version "${agnhost##*:}"
 build busybox "$busybox" "$busybox $debs" fill_busybox \
 	-binary linux/amd64=/usr/bin/busybox -path /bin/busybox -cmd sh -version "${busybox##*:}"
+build glibc-dns-testing "$dnstest" "$dnstest $debs" fill_dnstest \
+	-binary linux/amd64=/usr/bin/busybox -path /bin/busybox -cmd sh -version "${dnstest##*:}"
 # "github.com/coredns/coredns@v1.14.2 github.com/coredns/coredns"
 read -r coredns_mod _ <"$bin/.coredns.stamp"
 coredns=registry.k8s.io/coredns/coredns:${coredns_mod#*@}
@@ -135,6 +153,7 @@ cat >"$out/images.env" <<EOF
 K8S_RELEASE=$release
 AGNHOST_IMAGE=$agnhost
 BUSYBOX_IMAGE=$busybox
+DNSTEST_IMAGE=$dnstest
 COREDNS_IMAGE=$coredns
 PAUSE_IMAGE=$pause
 EOF

@@ -219,19 +219,22 @@ func (n *node) runE2E(t *testing.T, ctx context.Context, e2e, dir string) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, e2e,
+	var skip []string
+	if s := conformance.SkipRegexp(); s != "" {
+		skip = []string{"--ginkgo.skip", s}
+	}
+	cmd := exec.CommandContext(ctx, e2e, append(skip,
 		"--kubeconfig", n.env.kubeconfig,
 		"--kubectl-path", filepath.Join(n.env.bin, "kubectl"),
 		// No cloud: the suite skips what needs one (load balancers).
 		"--provider", "skeleton",
 		"--report-dir", dir,
 		"--ginkgo.focus", focus,
-		"--ginkgo.skip", conformance.SkipRegexp(),
 		"--ginkgo.no-color", "--ginkgo.v",
 		"--ginkgo.timeout", "4h",
 		// The node's logs are read here, not over SSH.
 		"--disable-log-dump",
-	)
+	)...)
 	// Each spec's progress, for the lines below and the log.
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
