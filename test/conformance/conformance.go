@@ -223,8 +223,14 @@ func (r *Results) MergeFocused(column, focus string, cases []Case) error {
 			}
 			continue
 		}
-		if t.Reason == "outside the focus of the runs so far" || strings.HasPrefix(t.Reason, column+": ") {
-			t.Reason = "" // this run says again
+		// This run says again why, for its own column: only a reason the
+		// other column's run gave stays.
+		other := KubeProxy
+		if column == KubeProxy {
+			other = Swiftlane
+		}
+		if !strings.HasPrefix(t.Reason, other+": ") {
+			t.Reason = ""
 		}
 		status := c.Status
 		if status == Skipped && reason == "" && c.Message == "skipped" {
