@@ -48,7 +48,7 @@ bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swi
 # the host, so compare variants within this run only, never with lb.json.
 # Shorter phases and 3 rounds keep it near 25 min; the open-loop phase runs
 # at 200 connections/s, since TCG tops out near 1,500/s.
-LB_VM_FLAGS ?= -duration 10s -repeats 3 -rate 200
+LB_VM_FLAGS ?= -duration 10s -repeats 4 -rate 200
 .PHONY: bench-lb-vm
 bench-lb-vm: deps build $(LB_LOADGEN) ## LB: the same comparison with IPVS, in the VM lab (TCG) -> bench/results/lb-vm.json (root, ~25 min)
 	bash mk/lb-deps.sh

@@ -8,8 +8,9 @@
 // variants. Load comes from C tools pinned to their own CPU (wrk for the
 // closed-loop connection rate, bench/lb/loadgen for open-loop latency and
 // the bulk stream); the data path, the backends and this program share the
-// other CPU. Every variant runs -repeats times, in a new random order each
-// round, and each number is reported with its 95 % interval over the
+// other CPU. Every variant runs -repeats times, rounds in mirrored pairs
+// (benchlab.MirroredOrder: over two rounds each two variants run both
+// ways), and each number is reported with its 95 % interval over the
 // repeats. Run as root: `make bench-lb`.
 package main
 
@@ -17,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
 	"github.com/swiftlane/swiftlane/internal/lb/labnet"
 )
 
@@ -57,7 +58,6 @@ type options struct {
 	swiftlane         string
 	baseline          string // a previous swiftlane binary, for baselineVariant
 	clientCPU, dpCPU  int
-	seed              uint64
 	timesDir          string
 	reanalyse         string
 	sessionsMax       int
@@ -80,7 +80,7 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 1000, "open-loop latency phase: new connections per second")
 	flag.IntVar(&o.connections, "connections", 32, "wrk connections in the connection-rate phase")
 	flag.StringVar(&o.timesDir, "times-dir", "", "also keep each latency phase's samples with their start times, one file per phase (loadgen's LOADGEN_TIMES), to place a stall in time")
-	flag.IntVar(&o.repeats, "repeats", 5, "rounds; each runs every variant once, in a new random order")
+	flag.IntVar(&o.repeats, "repeats", 6, "rounds; each runs every variant once, rounds in mirrored pairs of orders (an even number runs each two variants as often one way as the other)")
 	flag.IntVar(&o.services, "services", 1, fmt.Sprintf("Services in every variant's NAT setup, 1 to %d: the measured one and n-1 dummies (kube-proxy's iptables mode walks one rule per Service port for each new connection)", maxServices))
 	flag.StringVar(&variants, "variants", strings.Join(allVariants, ","), "comma-separated subset of "+strings.Join(knownVariants, ","))
 	flag.StringVar(&o.loadgen, "loadgen", "", "path of the built bench/lb/loadgen (make bench-lb builds it)")
@@ -89,7 +89,6 @@ func main() {
 	flag.StringVar(&o.baseline, "baseline", "", "a previous swiftlane binary, run exactly like -swiftlane as the variant "+baselineVariant+" (added to -variants if they do not name it); the report compares the two side by side")
 	flag.IntVar(&o.clientCPU, "client-cpu", 0, "CPU for the load generators")
 	flag.IntVar(&o.dpCPU, "dp-cpu", 1, "CPU for the data path (RPS), the backends and this program")
-	flag.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the variant order (recorded in the JSON)")
 	flag.IntVar(&o.sessionsMax, "sessions-max", defaultSessionsMax, "swiftlane's sessions.max (docs/lb.md, \"Sizing\")")
 	flag.StringVar(&o.reanalyse, "reanalyse", "", "measure nothing: recompute a stored report's summaries, findings and round-by-round comparisons from its rounds, write them to -out and print the table")
 	flag.Parse()
@@ -214,11 +213,9 @@ func run(o options) error {
 		o.variants = slices.DeleteFunc(slices.Clone(o.variants), func(v string) bool { return v == "ipvs" })
 		fmt.Fprintln(os.Stderr, "skipping ipvs:", err)
 	}
-	rng := rand.New(rand.NewPCG(o.seed, 0))
 	raw := map[string]map[string][]phase{"clusterip": {}, "nodeport": {}}
 	for round := range o.repeats {
-		order := slices.Clone(o.variants)
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		order := benchlab.MirroredOrder(o.variants, round+1)
 		rep.Order = append(rep.Order, order)
 		for _, v := range order {
 			fmt.Fprintf(os.Stderr, "== round %d/%d: %s\n", round+1, o.repeats, v)

@@ -81,11 +81,11 @@ func newReport(o options) *report {
 			"nstat: deltas over the three phases, summed over client, node and backend namespaces; wrk resets the connections it has open when a phase ends, so TcpEstabResets/TcpOutRsts of up to `connections` per phase are expected",
 			"swiftlane: `swiftlane lb` runs as its own process in the node namespace on dp_cpu with its defaults (session sweep every 5 s), except peerRedirectExclude: [vc, ext0]: replies enter the client namespaces through their backlog, so the clients' receive work goes to client_cpu by RPS as for every other variant instead of running on dp_cpu; backends keep peer redirect",
 			"none: the client connects straight to one backend, no translation (the limit)",
-			"each round runs every variant once in a new random order (seed in settings); intervals are 95 % Student's t over rounds",
+			"each round runs every variant once; rounds come in mirrored pairs of orders (round 2m+2 runs round 2m+1's order reversed, each pair rotated by one), so a drift through the run does not read as a difference between two variants; intervals are 95 % Student's t over rounds",
 		},
 		Settings: map[string]any{
 			"duration_s": o.duration.Seconds(), "rate_rps": o.rate, "connections": o.connections, "repeats": o.repeats,
-			"client_cpu": o.clientCPU, "dp_cpu": o.dpCPU, "seed": o.seed, "iptables": strings.TrimSpace(string(ipt)),
+			"client_cpu": o.clientCPU, "dp_cpu": o.dpCPU, "iptables": strings.TrimSpace(string(ipt)),
 			"sessions_max": o.sessionsMax,
 		},
 		Services: o.services,

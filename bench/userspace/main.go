@@ -20,7 +20,7 @@
 // -base BINARY adds swiftlane-user-base: user-space mode run from another
 // build (e.g. the commit before a change), measured in the same boot.
 //
-// One run is one boot (-boot N sets the variant order: bootOrder runs
+// One run is one boot (-boot N sets the variant order: benchlab.MirroredOrder runs
 // every pair of variants both ways over two boots); -merge
 // takes the boots' reports to bench/results/userspace.json: the medians
 // under the keys of one boot's report, and each number's spread (merge.go).
@@ -115,7 +115,7 @@ var (
 	idleN     = flag.Int("idle-samples", 2000, "probe round trips on the idle machine per variant (0: skip)")
 	base      = flag.String("base", "", "another swiftlane binary: adds variant swiftlane-user-base (user-space mode from that build, same boot)")
 	only      = flag.String("variants", "", "comma-separated subset of variants (default: all)")
-	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): sets the variant order (bootOrder: mirrored pairs of boots, rotated by pair) and is recorded")
+	boot      = flag.Int("boot", 0, "boot number (1, 2, ...): sets the variant order (benchlab.MirroredOrder: mirrored pairs of boots, rotated by pair) and is recorded")
 	pprofDir  = flag.String("pprof", "", "diagnostics: a Go CPU profile of the scheduler process (swiftlane run --profiling) over the first -pprof-seconds of the messaging runs, into DIR/VARIANT.pprof (not for swiftlane-user-base)")
 	pprofSecs = flag.Int("pprof-seconds", 5, "length of the -pprof profile")
 	merge     = flag.Bool("merge", false, "merge the per-boot JSON files given as arguments into -out (medians and spread)")
@@ -148,7 +148,7 @@ func main() {
 	if *base != "" && !slices.Contains(names, "swiftlane-user-base") {
 		names = append(names, "swiftlane-user-base")
 	}
-	names = bootOrder(names, *boot)
+	names = benchlab.MirroredOrder(names, *boot)
 	if _, err := exec.LookPath("perf"); err != nil {
 		fail(fmt.Errorf("perf not found: install linux-perf (perf bench sched messaging is the workload)"))
 	}
@@ -352,25 +352,6 @@ func startProfile(dir, variant string, seconds int) (wait func() error, err erro
 		done <- err
 	}()
 	return func() error { return <-done }, nil
-}
-
-// bootOrder is the variant order of a boot. Boots come in mirrored pairs:
-// boot 2m+1 runs the order rotated by m, boot 2m+2 the same reversed, so
-// every pair of variants runs in both orders and no variant always runs
-// first or last. Rotation alone kept swiftlane-user ahead of
-// swiftlane-user-base in every one of three boots, so whatever drifts
-// through a boot would have read as a difference between the two builds.
-func bootOrder(names []string, boot int) []string {
-	names = slices.Clone(names)
-	if boot < 1 {
-		return names
-	}
-	k := (boot - 1) / 2 % len(names)
-	names = append(names[k:], names[:k]...)
-	if boot%2 == 0 {
-		slices.Reverse(names)
-	}
-	return names
 }
 
 var totalRE = regexp.MustCompile(`Total time: ([0-9.]+) \[sec\]`)

@@ -153,27 +153,3 @@ func TestThreadCPU(t *testing.T) {
 		t.Errorf("threadCPU = %+v, want %+v (the idle thread left out)", got, want)
 	}
 }
-
-// Over boots 1 and 2 every pair of variants runs in both orders, and no
-// variant is first in both.
-func TestBootOrderBothWays(t *testing.T) {
-	names := []string{"eevdf", "swiftlane-kernel", "swiftlane-user", "scx_rustland", "swiftlane-user-base"}
-	b1, b2 := bootOrder(names, 1), bootOrder(names, 2)
-	if !slices.Equal(b1, names) {
-		t.Fatalf("boot 1: %v, want the canonical order", b1)
-	}
-	before := func(order []string, a, b string) bool { return slices.Index(order, a) < slices.Index(order, b) }
-	for _, a := range names {
-		for _, b := range names {
-			if a != b && before(b1, a, b) == before(b2, a, b) {
-				t.Errorf("%s and %s run in the same order in boots 1 (%v) and 2 (%v)", a, b, b1, b2)
-			}
-		}
-	}
-	if b1[0] == b2[0] || b1[len(b1)-1] == b2[len(b2)-1] {
-		t.Errorf("the same variant first or last in boots 1 and 2: %v, %v", b1, b2)
-	}
-	if !slices.Equal(names, []string{"eevdf", "swiftlane-kernel", "swiftlane-user", "scx_rustland", "swiftlane-user-base"}) {
-		t.Fatal("bootOrder changed its argument")
-	}
-}
