@@ -17,7 +17,7 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 	$(K8S_ENV) SWIFTLANE_REQUIRE_NETNS=1 $(GO) test -count=1 -p 1 -timeout 6m ./internal/lb/... ./bench/lb/...
 
 .PHONY: bench-lb
-# A full run is 5 rounds x 5 variants x 2 paths x 2.5 phases of 20 s: ~45 min,
+# A full run is 6 rounds x 5 variants x 2 paths x 2.5 phases of 20 s: ~55 min,
 # with nothing else on the machine. Smoke test: LB_BENCH_FLAGS='-duration 3s
 # -repeats 1 -out /tmp/lb.json -png-dir /tmp'. With many Services:
 # LB_SERVICES=2000; issue 15's goals were measured there with
@@ -29,7 +29,7 @@ test-lb: k8s-bins ## LB: Go unit + BPF_PROG_TEST_RUN + netns end-to-end + Kubern
 # like this tree's as the variant swiftlane-baseline, and the report adds a
 # table of the two per path and metric (ratio, per-round ratio, whether the
 # difference is beyond the spread). LB_VARIANTS picks the variants, e.g.
-# LB_VARIANTS=swiftlane,swiftlane-baseline (5 rounds: ~17 min). Such a run
+# LB_VARIANTS=swiftlane,swiftlane-baseline (6 rounds: ~25 min). Such a run
 # writes bench/results/lb-baseline.json and its PNGs under
 # bench/results/lb-baseline/, leaving lb.json to the full comparison.
 LB_BASELINE ?=
