@@ -46,11 +46,11 @@ bench-lb: build $(LB_LOADGEN) ## LB: none vs iptables vs nftables vs IPVS vs swi
 # does): the same benchmark in the VM lab on Debian's sched_ext kernel, whose
 # modules include it. Under TCG every variant is many times slower than on
 # the host, so compare variants within this run only, never with lb.json.
-# Shorter phases and 3 rounds keep it near 25 min; the open-loop phase runs
+# Shorter phases and 4 rounds (two mirrored pairs) keep it near 33 min; the open-loop phase runs
 # at 200 connections/s, since TCG tops out near 1,500/s.
 LB_VM_FLAGS ?= -duration 10s -repeats 4 -rate 200
 .PHONY: bench-lb-vm
-bench-lb-vm: deps build $(LB_LOADGEN) ## LB: the same comparison with IPVS, in the VM lab (TCG) -> bench/results/lb-vm.json (root, ~25 min)
+bench-lb-vm: deps build $(LB_LOADGEN) ## LB: the same comparison with IPVS, in the VM lab (TCG) -> bench/results/lb-vm.json (root, ~33 min)
 	bash mk/lb-deps.sh
 	@mkdir -p bench/results/lb-vm
 	$(GO) build -o $(BUILD)/bench-lb ./bench/lb
