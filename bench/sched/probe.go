@@ -51,6 +51,14 @@ func probeWorkload(r *VariantRun) (map[string]float64, error) { return probePhas
 // metrics (the demo's rounds need only the latency).
 func probePhases(r *VariantRun, hogMetrics bool) (map[string]float64, error) {
 	m := map[string]float64{}
+	if loadProfile.serverFirst && !sharedEcho {
+		stop, err := startEcho()
+		if err != nil {
+			return m, err
+		}
+		sharedEcho = true
+		defer func() { stop(); sharedEcho = false }()
+	}
 	idle, err := probe(false)
 	if err != nil {
 		return m, fmt.Errorf("idle: %w", err)

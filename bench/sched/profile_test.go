@@ -33,10 +33,9 @@ func TestProfileCommandLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	args, workers := heavy.background(2)
-	wantBG := "--cpu 4 --cpu-load 50 --cpu-load-slice 3 --cpu-method int64 --switch 2 --pipe 2 " +
-		"--timer 2 --timer-freq 1000 --sleep 2 --sleep-max 16 --fork 1"
-	if got := strings.Join(args, " "); got != wantBG || workers != 13 {
-		t.Errorf("heavy background: %q, %d workers\nwant %q, 13", got, workers, wantBG)
+	wantBG := "--cpu 12 --cpu-method matrixprod --switch 2 --timer 2 --timer-freq 1000 --fork 1"
+	if got := strings.Join(args, " "); got != wantBG || workers != 17 {
+		t.Errorf("heavy background: %q, %d workers\nwant %q, 17", got, workers, wantBG)
 	}
 	if got := heavy.backgroundArgs(2); got != "stress-ng "+wantBG {
 		t.Errorf("recorded as %q", got)
@@ -44,8 +43,8 @@ func TestProfileCommandLines(t *testing.T) {
 	// -background-scale multiplies the per-CPU workers, not the fork loop.
 	*bgScale = 2
 	defer func() { *bgScale = 1 }()
-	if args, workers := heavy.background(2); !strings.Contains(strings.Join(args, " "), "--cpu 8 ") || workers != 25 {
-		t.Errorf("scaled by 2: %q, %d workers, want --cpu 8 and 25", args, workers)
+	if args, workers := heavy.background(2); !strings.Contains(strings.Join(args, " "), "--cpu 24 ") || workers != 33 {
+		t.Errorf("scaled by 2: %q, %d workers, want --cpu 24 and 33", args, workers)
 	}
 }
 
