@@ -11,6 +11,7 @@
 # machine's (tens of times native); compare callbacks and variants, not
 # hosts.
 set -eu
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 bin=$(realpath "${1:-build/swiftlane}")
 samples=3000
 work=$(mktemp -d)
@@ -20,13 +21,8 @@ printf 'strategies: []\n' > "$work/none.yaml"
 printf 'strategies:\n  - name: probe\n    class: critical\n    command_regex: "swiftlane probe"\n' > "$work/critical.yaml"
 
 profile() { # name config
-	"$bin" run --config "$2" > "$work/$1.log" 2>&1 &
-	local sched=$!
-	for _ in $(seq 150); do
-		grep -q enabled /sys/kernel/sched_ext/state 2>/dev/null && break
-		sleep 0.2
-	done
-	grep -q enabled /sys/kernel/sched_ext/state || { echo "$1: swiftlane did not attach"; cat "$work/$1.log"; exit 1; }
+	start_swiftlane "$bin" "$2" "$work/$1.log"
+	local sched=$swiftlane_pid
 	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
 	local echo=$!
 	sleep 0.5 # the echo server's socket; a round trip fails loudly if it is not there

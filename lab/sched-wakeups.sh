@@ -14,6 +14,7 @@
 # round trip by kind with their mean and p90 delay. The tracing slows every
 # variant alike; compare variants, not with untraced runs.
 set -eu
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 rounds=${1:-2}
 shift || true
 bins=("${@:-build/swiftlane}")
@@ -27,13 +28,8 @@ printf 'strategies: []\n' > "$work/none.yaml"
 run() { # name [scheduler binary]
 	local sched= echo bin=${2:-${bins[0]}}
 	if [[ -n ${2:-} ]]; then
-		"$bin" run --config "$work/none.yaml" > "$work/sched.log" 2>&1 &
-		sched=$!
-		for _ in $(seq 150); do
-			grep -q enabled /sys/kernel/sched_ext/state 2>/dev/null && break
-			sleep 0.2
-		done
-		grep -q enabled /sys/kernel/sched_ext/state || { echo "swiftlane did not attach"; cat "$work/sched.log"; exit 1; }
+		start_swiftlane "$bin" "$work/none.yaml" "$work/sched.log"
+		sched=$swiftlane_pid
 	fi
 	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
 	echo=$!
