@@ -29,9 +29,18 @@ build: ## Build the static swiftlane binary into build/
 	@mkdir -p $(BUILD)
 	$(GO) build $(GOFLAGS_BUILD) -o $(BUILD)/swiftlane .
 
+# clang orders an object's BTF types by hashes that still see the checkout's
+# path (-ffile-prefix-map does not reach them): a clean clone in one
+# directory out of six tried regenerated internal/trace's object with its
+# types reordered, and verify-generate failed. So generation runs through
+# one fixed path, a symlink to this checkout (one generate at a time per
+# machine), and every checkout produces the committed bytes.
+GENERATE_PATH ?= /tmp/swiftlane-generate
+
 .PHONY: generate
 generate: ## Regenerate BPF objects and Go bindings (needs clang-19), deep-copy code and CRDs
-	$(GO) generate ./...
+	ln -sfn $(CURDIR) $(GENERATE_PATH)
+	cd $(GENERATE_PATH) && PWD=$(GENERATE_PATH) $(GO) generate ./...
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail if committed generated files are stale
