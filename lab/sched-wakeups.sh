@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # Where the idle probe's wakeups go and what each kind costs, from the
-# kernel's scheduler tracepoints (tracefs: sched_waking, sched_switch,
-# sched_migrate_task), under EEVDF and swiftlane alternately in one boot.
+# kernel's scheduler tracepoints (tracefs: sched_waking, sched_switch),
+# under EEVDF and swiftlane alternately in one boot.
 # Run it in the guest:
 #   lab/vm.sh --kernel newest -- bash lab/sched-wakeups.sh [ROUNDS [SWIFTLANE_BIN...]]
 # For every wakeup of the probe's threads (client and echo server) it notes
@@ -37,13 +37,13 @@ run() { # name [scheduler binary]
 	echo 0 > $tr/tracing_on
 	echo > $tr/trace
 	echo 16384 > $tr/buffer_size_kb
-	for e in sched_waking sched_switch sched_migrate_task; do echo 1 > $tr/events/sched/$e/enable; done
+	for e in sched_waking sched_switch; do echo 1 > $tr/events/sched/$e/enable; done
 	"$bin" probe rtt --target 127.0.0.1:7777 --samples $samples --interval 1ms --json "$work/rtt.json" > /dev/null &
 	local client=$!
 	echo 1 > $tr/tracing_on
 	wait $client
 	echo 0 > $tr/tracing_on
-	for e in sched_waking sched_switch sched_migrate_task; do echo 0 > $tr/events/sched/$e/enable; done
+	for e in sched_waking sched_switch; do echo 0 > $tr/events/sched/$e/enable; done
 	cat $tr/trace > "$work/trace.txt"
 	kill $echo
 	wait $echo 2>/dev/null || true
@@ -57,13 +57,10 @@ name, work, client, server = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys
 rtt = json.load(open(work + "/rtt.json"))
 line_re = re.compile(r"^\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+): (\w+): (.*)$")
 kv = lambda s: dict(re.findall(r"(\w+)=(\S+)", s))
-tgid = {}  # probe thread -> process, learned from the trace's comm/pid pairs is not enough: read /proc at the end is too late
-# A thread belongs to the probe if its pid is the client's or server's or was
-# seen waking/being woken by one of them; Go's threads share the comm.
 probe = {client, server}
-cur = {}          # cpu -> pid running
+cur = {}          # cpu -> pid running (0: idle)
 last_cpu = {}     # pid -> cpu it last ran on
-pending = {}      # pid -> (t, waker_cpu, prev_cpu, target_idle, target_cpu_guess)
+pending = {}      # pid -> (time, waker's cpu, its previous cpu, cur at the wakeup)
 kinds = collections.defaultdict(list)
 lines = open(work + "/trace.txt").read().splitlines()
 # First pass: threads of the two processes share their comm "swiftlane" and
@@ -94,13 +91,13 @@ for l in lines:
         if nxt in pending:
             t0, wcpu, pcpu, idle_at = pending.pop(nxt)
             where = "waker's CPU" if cpu == wcpu else ("its previous CPU" if cpu == pcpu else "another CPU")
-            idle = idle_at.get(cpu, True)
+            idle = idle_at.get(cpu, 0) == 0
             kind = f"ran on {where}, {'idle' if idle else 'busy'} at the wakeup"
             kinds[kind].append((t - t0) * 1e6)
     elif ev == "sched_waking":
         p = int(f["pid"])
         if p in probe:
-            pending[p] = (t, cpu, last_cpu.get(p, -1), {c: cur.get(c, 0) == 0 for c in range(64)})
+            pending[p] = (t, cpu, last_cpu.get(p, -1), dict(cur))
 n = rtt["samples"]
 print(f"== {name}: probe avg {rtt['avg_us']:.0f} µs, p99 {rtt['p99_us']:.0f} µs, {n} round trips, {len(probe)} probe threads")
 tot = 0

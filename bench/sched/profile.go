@@ -47,8 +47,9 @@ var profiles = []profile{
 // comes, as a network function is: with these 16 hogs and the background,
 // an echo server started after them answered at its idle speed under EEVDF
 // (1,197 against 1,311 µs idle), one started before them 5.8x slower (8,669
-// against 1,497), and 4 hogs alone gave 2.5x and 3.1x. The stressors are in stress-ng since long before 0.15 (the
-// lab's, from the host's bookworm) and in trixie's 0.18.
+// against 1,497), and 4 hogs alone gave 2.5x and 3.1x. The stressors are
+// in stress-ng since long before 0.15 (the lab's, from the host's bookworm)
+// and in trixie's 0.18.
 func heavyBackground(cpus int) ([]string, int) {
 	n := cpus * *bgScale
 	args := []string{
