@@ -4,9 +4,10 @@
 # What swiftlane's BPF callbacks cost per round trip of the idle probe, from
 # the kernel's own BPF run-time statistics (kernel.bpf_stats_enabled; bpftool
 # from lab/deps.sh). Run it in the guest:
-#   lab/vm.sh --kernel newest -- bash lab/sched-callbacks.sh [SWIFTLANE_BIN]
-# For swiftlane without strategies and with the probe critical it prints, per
-# struct_ops callback, the calls per round trip, the time per call and the
+#   lab/vm.sh --kernel newest -- bash lab/sched-callbacks.sh [SWIFTLANE_BIN [PEER_BIN...]]
+# For swiftlane without strategies, with the probe critical, and for each peer
+# scheduler named (a sched_ext binary run with its defaults, e.g.
+# .cache/peers/bin/scx_bpfland), it prints, per struct_ops callback, the calls per round trip, the time per call and the
 # time per round trip, and the total. Under TCG the times are the emulated
 # machine's (tens of times native); compare callbacks and variants, not
 # hosts.
@@ -20,9 +21,13 @@ sysctl -qw kernel.bpf_stats_enabled=1
 printf 'strategies: []\n' > "$work/none.yaml"
 printf 'strategies:\n  - name: probe\n    class: critical\n    command_regex: "swiftlane probe"\n' > "$work/critical.yaml"
 
-profile() { # name config
-	start_swiftlane "$bin" "$2" "$work/$1.log"
-	local sched=$swiftlane_pid
+profile() { # name config|peer-binary
+	if [ -f "$2" ] && [ -x "$2" ]; then
+		start_sched "$work/$1.log" "$2"
+	else
+		start_sched "$work/$1.log" "$bin" run --config "$2"
+	fi
+	local sched=$sched_pid
 	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
 	local echo=$!
 	sleep 0.5 # the echo server's socket; a round trip fails loudly if it is not there
@@ -56,3 +61,6 @@ PY
 }
 profile swiftlane "$work/none.yaml"
 profile swiftlane-critical "$work/critical.yaml"
+for peer in "${@:2}"; do
+	profile "$(basename "$peer")" "$(realpath "$peer")"
+done

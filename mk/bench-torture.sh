@@ -8,7 +8,8 @@
 #
 # Usage: mk/bench-torture.sh --runs N --logs DIR --out FILE --vmtest BIN
 #                            --swiftlane BIN --tally BENCH_SCHED KERNEL...
-# SWL_TORTURE_SECONDS (stress per case) and SWL_TORTURE_MODES pass through.
+# SWL_TORTURE_SECONDS (stress per case), SWL_TORTURE_MODES and
+# SWL_TORTURE_CONFIG (YAML added to every case's config) pass through.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -32,6 +33,7 @@ done
 env=(SWIFTLANE_BIN="$swiftlane")
 [[ -z ${SWL_TORTURE_SECONDS:-} ]] || env+=(SWL_TORTURE_SECONDS="$SWL_TORTURE_SECONDS")
 [[ -z ${SWL_TORTURE_MODES:-} ]] || env+=(SWL_TORTURE_MODES="$SWL_TORTURE_MODES")
+[[ -z ${SWL_TORTURE_CONFIG:-} ]] || env+=(SWL_TORTURE_CONFIG="$SWL_TORTURE_CONFIG")
 
 rm -rf "$logs"
 for k in "${kernels[@]}"; do

@@ -91,7 +91,7 @@ var demoComparisons = []struct{ phase, cand, base string }{
 // runDemo is the guest side: rounds of the probe workload, without the
 // hogs' metrics (waiting for them would add seconds to every run).
 func runDemo(rounds int, out string) error {
-	all, err := pick(selectable(), *only)
+	all, err := pick(selectable(*only), *only)
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,8 @@ var variants = []variant{
 // the suite, not columns of its table.
 var optional = []variant{
 	{"swiftlane-builtin-idle", "swiftlane, no strategies, builtin_idle: wakeups placed by the kernel's idle-CPU selection", startSwiftlane("builtin_idle: true\n" + noStrategies)},
+	{"swiftlane-queued-wakeup", "swiftlane, no strategies, queued_wakeup: wakeups handed to the wakee's CPU", startSwiftlane("queued_wakeup: true\n" + noStrategies)},
+	{"swiftlane-queued-wakeup-builtin-idle", "swiftlane, no strategies, queued_wakeup and builtin_idle", startSwiftlane("queued_wakeup: true\nbuiltin_idle: true\n" + noStrategies)},
 }
 
 type variant struct {
@@ -200,7 +202,7 @@ func applyQuick() {
 }
 
 func runBoot(out string) error {
-	order, err := pick(rotate(selectable(), *boot-1), *only)
+	order, err := bootOrder(*boot, *only)
 	if err != nil {
 		return err
 	}
@@ -229,12 +231,21 @@ func runBoot(out string) error {
 	return benchlab.WriteJSON(out, rep)
 }
 
-// selectable is what -variants may name: the optional variants too.
-func selectable() []variant {
-	if *only == "" {
+// selectable is what a -variants list may name: the optional variants too.
+func selectable(list string) []variant {
+	if list == "" {
 		return variants
 	}
 	return slices.Concat(variants, optional)
+}
+
+// bootOrder is the order boot runs the variants list names in: the
+// variants picked first, then rotated, so a subset rotates through every
+// position too (rotating all of them first left three picked ones in the
+// same order in boots 3 and 4).
+func bootOrder(boot int, list string) ([]variant, error) {
+	vs, err := pick(selectable(list), list)
+	return rotate(vs, boot-1), err
 }
 
 // rotate returns vs starting at index n (mod len): boot b runs the variants

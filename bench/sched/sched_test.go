@@ -23,6 +23,27 @@ func TestRotate(t *testing.T) {
 	}
 }
 
+// A subset of the variants rotates through every position: each boot of
+// three starts with a different one, and the fourth repeats the first.
+func TestBootOrderRotatesSubset(t *testing.T) {
+	var orders [][]string
+	for boot := 1; boot <= 4; boot++ {
+		vs, err := bootOrder(boot, "eevdf,swiftlane,swiftlane-builtin-idle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, v := range vs {
+			names = append(names, v.name)
+		}
+		orders = append(orders, names)
+	}
+	if orders[0][0] == orders[1][0] || orders[1][0] == orders[2][0] || orders[0][0] == orders[2][0] ||
+		!slices.Equal(orders[3], orders[0]) {
+		t.Errorf("boots 1-4 ran %v: want each of three first once, then the first order again", orders)
+	}
+}
+
 // The critical variant must match nginx and both probe processes, and
 // nothing else the benchmark runs.
 func TestCriticalStrategies(t *testing.T) {

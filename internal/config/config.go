@@ -32,6 +32,10 @@ type Config struct {
 	// BuiltinIdle places wakeups with the kernel's idle-CPU selection instead
 	// of swiftlane's own (previous CPU → idle core → cache sibling → any).
 	BuiltinIdle bool `yaml:"builtin_idle"`
+	// QueuedWakeup lets the kernel hand a wakeup to the wakee's CPU, which
+	// queues it itself (SCX_OPS_ALLOW_QUEUED_WAKEUP, Linux 6.15 on; ignored
+	// before), instead of the waker queueing it and kicking that CPU.
+	QueuedWakeup bool `yaml:"queued_wakeup"`
 	// Strategies give matched processes a class and optionally a slice.
 	Strategies []strategy.Strategy `yaml:"strategies"`
 	// Automatic prioritises the processes found carrying GTP-U traffic.

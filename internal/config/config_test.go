@@ -56,6 +56,7 @@ api:
 debug: true
 early_processing: true
 builtin_idle: true
+queued_wakeup: true
 strategies:
   - name: gnb
     class: critical
@@ -67,7 +68,7 @@ strategies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Debug || !cfg.EarlyProcessing || !cfg.BuiltinIdle || cfg.API.Enabled == nil || !*cfg.API.Enabled {
+	if !cfg.Debug || !cfg.EarlyProcessing || !cfg.BuiltinIdle || !cfg.QueuedWakeup || cfg.API.Enabled == nil || !*cfg.API.Enabled {
 		t.Fatalf("booleans not read: %+v", cfg)
 	}
 	if cfg.API.URL != "http://127.0.0.1:8080" {

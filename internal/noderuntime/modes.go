@@ -81,6 +81,7 @@ func kernelMode(cfg config.Config, log *slog.Logger) mode[*sched.Scheduler, sche
 		SliceMinNs:      cfg.Scheduler.SliceNsMin,
 		EarlyProcessing: cfg.EarlyProcessing,
 		BuiltinIdle:     cfg.BuiltinIdle,
+		QueuedWakeup:    cfg.QueuedWakeup,
 		Log:             log,
 	}
 	return mode[*sched.Scheduler, sched.Stats]{
@@ -100,8 +101,8 @@ func userMode(cfg config.Config, log *slog.Logger) mode[*usersched.Scheduler, us
 	if policy == "" {
 		policy = "vruntime" // scheduler.policy's documented default
 	}
-	if cfg.EarlyProcessing || cfg.BuiltinIdle {
-		log.Warn("early_processing and builtin_idle apply to kernel mode only; ignored")
+	if cfg.EarlyProcessing || cfg.BuiltinIdle || cfg.QueuedWakeup {
+		log.Warn("early_processing, builtin_idle and queued_wakeup apply to kernel mode only; ignored")
 	}
 	var p usersched.Policy
 	return mode[*usersched.Scheduler, usersched.Stats]{

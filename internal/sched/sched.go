@@ -29,6 +29,7 @@ type Options struct {
 	SliceMinNs      uint64 // scheduler.slice_ns_min
 	EarlyProcessing bool
 	BuiltinIdle     bool
+	QueuedWakeup    bool // queued_wakeup: SCX_OPS_ALLOW_QUEUED_WAKEUP where the kernel has it
 	Log             *slog.Logger
 }
 
@@ -70,6 +71,13 @@ func Load(opts Options) (*Scheduler, error) {
 		"nr_cpus":          uint32(ncpu),
 	}); err != nil {
 		return nil, err
+	}
+	if opts.QueuedWakeup {
+		set, err := spec.SetOpsFlags("SCX_OPS_ALLOW_QUEUED_WAKEUP")
+		if err != nil {
+			return nil, err
+		}
+		log.Debug("ops flags", "set", set)
 	}
 	spec.Maps["cpu_llc"].MaxEntries = uint32(ncpu)
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)

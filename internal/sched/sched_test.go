@@ -78,3 +78,42 @@ func TestLoadRefusesWithoutSchedExt(t *testing.T) {
 		t.Fatalf("Load() = %v, want ErrNoSchedExt", err)
 	}
 }
+
+// OrOpsFlags must change the struct_ops value's flags member and nothing
+// else, in every object (the VM tests see the kernel take it: bpftool shows
+// the flag on the attached scheduler).
+func TestOrOpsFlags(t *testing.T) {
+	for _, load := range []func() (*ebpfSpec, error){specV1, specV2, specV3} {
+		spec, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := spec.Maps["swiftlane_ops"]
+		before := append([]byte(nil), ops.Contents[0].Value.([]byte)...)
+		if err := schedext.OrOpsFlags(spec, 1<<5); err != nil {
+			t.Fatal(err)
+		}
+		after := ops.Contents[0].Value.([]byte)
+		var st *btf.Struct
+		if err := spec.Types.TypeByName("sched_ext_ops", &st); err != nil {
+			t.Fatal(err)
+		}
+		off := -1
+		for _, m := range st.Members {
+			if m.Name == "flags" {
+				off = int(m.Offset.Bytes())
+			}
+		}
+		if off < 0 {
+			t.Fatal("sched_ext_ops has no flags member")
+		}
+		if got := binary.LittleEndian.Uint64(after[off:]); got != binary.LittleEndian.Uint64(before[off:])|1<<5 {
+			t.Errorf("flags = %#x after OR 0x20, was %#x", got, binary.LittleEndian.Uint64(before[off:]))
+		}
+		for i := range after {
+			if (i < off || i >= off+8) && after[i] != before[i] {
+				t.Fatalf("byte %d outside flags changed", i)
+			}
+		}
+	}
+}

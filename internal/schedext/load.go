@@ -3,6 +3,7 @@
 package schedext
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -77,4 +78,66 @@ func (s *Spec) Load(objs any, what string) error {
 			"(or CAP_SYS_ADMIN); in a pod, check that no securityContext or admission policy drops them", err)
 	}
 	return fmt.Errorf("load BPF scheduler: %w", err)
+}
+
+// SetOpsFlags ORs into the struct_ops map's flags each named member of the
+// kernel's enum scx_ops_flags that the running kernel has, and returns the
+// names it set. A flag the kernel lacks is skipped, not an error: the flags
+// asked for here are optimisations, and a kernel refuses an ops value with
+// a flag it does not know.
+func (s *Spec) SetOpsFlags(names ...string) ([]string, error) {
+	kernel, err := s.cache.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("read kernel BTF: %w", err)
+	}
+	var flags *btf.Enum
+	if err := kernel.TypeByName("scx_ops_flags", &flags); err != nil {
+		return nil, fmt.Errorf("kernel BTF: enum scx_ops_flags: %w", err)
+	}
+	var set []string
+	var bits uint64
+	for _, name := range names {
+		for _, v := range flags.Values {
+			if v.Name == name {
+				bits |= v.Value
+				set = append(set, name)
+			}
+		}
+	}
+	if bits == 0 {
+		return nil, nil
+	}
+	return set, OrOpsFlags(s.CollectionSpec, bits)
+}
+
+// OrOpsFlags ORs bits into the u64 flags member of spec's one struct_ops
+// map (its value as the object laid it out; cilium/ebpf copies it member by
+// member into the kernel's layout at load).
+func OrOpsFlags(spec *ebpf.CollectionSpec, bits uint64) error {
+	for _, m := range spec.Maps {
+		if m.Type != ebpf.StructOpsMap {
+			continue
+		}
+		st, ok := m.Value.(*btf.Struct)
+		if !ok || len(m.Contents) != 1 {
+			return fmt.Errorf("struct_ops map %s: unexpected layout", m.Name)
+		}
+		data, ok := m.Contents[0].Value.([]byte)
+		if !ok {
+			return fmt.Errorf("struct_ops map %s: value is %T, not bytes", m.Name, m.Contents[0].Value)
+		}
+		for _, mem := range st.Members {
+			if mem.Name != "flags" {
+				continue
+			}
+			off := int(mem.Offset.Bytes())
+			if size, err := btf.Sizeof(mem.Type); err != nil || size != 8 || off+8 > len(data) {
+				return fmt.Errorf("struct_ops map %s: flags member is not a u64 inside the value", m.Name)
+			}
+			binary.LittleEndian.PutUint64(data[off:], binary.LittleEndian.Uint64(data[off:])|bits)
+			return nil
+		}
+		return fmt.Errorf("struct_ops map %s: no flags member", m.Name)
+	}
+	return errors.New("object has no struct_ops map")
 }

@@ -528,3 +528,42 @@ func threadsHelper() int {
 	}
 	return 0
 }
+
+// queued_wakeup sets SCX_OPS_ALLOW_QUEUED_WAKEUP (0x20) in the ops value the
+// kernel holds, on kernels that have it (both lab kernels), and only then.
+func TestQueuedWakeupFlag(t *testing.T) {
+	for _, c := range []struct {
+		config string
+		want   bool
+	}{{"queued_wakeup: true\n" + noStrategies, true}, {noStrategies, false}} {
+		p := startScheduler(t, c.config)
+		out, err := exec.Command("bpftool", "-j", "struct_ops", "dump", "name", "swiftlane_ops").Output()
+		if err != nil {
+			t.Fatalf("bpftool struct_ops dump: %v", err)
+		}
+		// [{"bpf_map_info": {...}}, {"bpf_struct_ops_sched_ext_ops": {"data": {..., "flags": N}}}]
+		var dump []map[string]struct {
+			Data struct {
+				Flags *uint64 `json:"flags"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(out, &dump); err != nil {
+			t.Fatalf("bpftool output: %v\n%s", err, out)
+		}
+		var flags *uint64
+		for _, e := range dump {
+			if v, ok := e["bpf_struct_ops_sched_ext_ops"]; ok {
+				flags = v.Data.Flags
+			}
+		}
+		if flags == nil {
+			t.Fatalf("no sched_ext_ops flags in bpftool's dump:\n%s", out)
+		}
+		if got := *flags&0x20 != 0; got != c.want {
+			t.Errorf("config %q: SCX_OPS_ALLOW_QUEUED_WAKEUP set = %v, want %v (flags %#x)", c.config, got, c.want, *flags)
+		}
+		if err := p.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -29,7 +29,9 @@ import (
 // log, and no task waited longer than maxTortureWait to run.
 //
 // SWL_TORTURE_SECONDS sets the stress time per case (default 20);
-// SWL_TORTURE_MODES picks the modes (default kernel,userspace).
+// SWL_TORTURE_MODES picks the modes (default kernel,userspace);
+// SWL_TORTURE_CONFIG is YAML added to every case's configuration (a setting
+// under trial, e.g. "queued_wakeup: true").
 //
 // What it found in user-space mode, repeated in one boot (README "Torture
 // suite"): with the critical loops of tortureStrategies, a CPU being
@@ -84,7 +86,7 @@ func TestTorture(t *testing.T) {
 	for _, mode := range modes {
 		for _, cfg := range []struct{ name, config string }{{"none", noStrategies}, {"strategies", tortureStrategies}} {
 			t.Run(mode+"/"+cfg.name, func(t *testing.T) {
-				torture(t, mode, cfg.config, time.Duration(secs)*time.Second)
+				torture(t, mode, os.Getenv("SWL_TORTURE_CONFIG")+"\n"+cfg.config, time.Duration(secs)*time.Second)
 			})
 		}
 	}
