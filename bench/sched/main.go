@@ -32,6 +32,8 @@ import (
 
 var (
 	swiftlane = flag.String("swiftlane", "build/swiftlane", "swiftlane binary")
+	trialBin  = flag.String("trial", "", "the optional variant `trial`: this swiftlane binary (a build under trial), no strategies, -trial-config added to its config")
+	trialCfg  = flag.String("trial-config", "", "YAML added to the trial variant's config (e.g. \"queued_wakeup: true\")")
 	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with the scx_* peers (built by lab/peers.sh)")
 	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
 	layered   = flag.String("layered-config", "", "scx_layered layer config (default: bench/sched/layered.json, built in)")
@@ -85,6 +87,7 @@ var optional = []variant{
 	{"swiftlane-builtin-idle", "swiftlane, no strategies, builtin_idle: wakeups placed by the kernel's idle-CPU selection", startSwiftlane("builtin_idle: true\n" + noStrategies)},
 	{"swiftlane-queued-wakeup", "swiftlane, no strategies, queued_wakeup: wakeups handed to the wakee's CPU", startSwiftlane("queued_wakeup: true\n" + noStrategies)},
 	{"swiftlane-queued-wakeup-builtin-idle", "swiftlane, no strategies, queued_wakeup and builtin_idle", startSwiftlane("queued_wakeup: true\nbuiltin_idle: true\n" + noStrategies)},
+	{"trial", "-trial's swiftlane binary, no strategies, -trial-config added", startTrial},
 }
 
 type variant struct {

@@ -48,17 +48,28 @@ type scheduler struct {
 }
 
 func startSwiftlane(config string) func() (*scheduler, error) {
-	return func() (*scheduler, error) {
-		cfg, err := benchlab.WriteConfig(config)
-		if err != nil {
-			return nil, err
-		}
-		s, err := startScheduler(*swiftlane, "run", "--metrics-addr", metricsAddr, "--config", cfg)
-		if s != nil {
-			s.metrics = true
-		}
-		return s, err
+	return func() (*scheduler, error) { return startSwiftlaneBin(*swiftlane, config) }
+}
+
+// startTrial is the optional variant "trial": -trial's binary, a build
+// under trial beside the tree's, with -trial-config.
+func startTrial() (*scheduler, error) {
+	if *trialBin == "" {
+		return nil, fmt.Errorf("variant trial needs -trial BIN")
 	}
+	return startSwiftlaneBin(*trialBin, *trialCfg+"\n"+noStrategies)
+}
+
+func startSwiftlaneBin(bin, config string) (*scheduler, error) {
+	cfg, err := benchlab.WriteConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startScheduler(bin, "run", "--metrics-addr", metricsAddr, "--config", cfg)
+	if s != nil {
+		s.metrics = true
+	}
+	return s, err
 }
 
 func startPeer(peer string, args ...string) func() (*scheduler, error) {
