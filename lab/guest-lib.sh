@@ -18,10 +18,3 @@ start_sched() {
 	cat "$log"
 	exit 1
 }
-
-# start_swiftlane BIN CONFIG LOG: start_sched for `BIN run --config CONFIG`;
-# the PID is in $swiftlane_pid too.
-start_swiftlane() {
-	start_sched "$3" "$1" run --config "$2"
-	swiftlane_pid=$sched_pid
-}

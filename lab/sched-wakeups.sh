@@ -3,21 +3,25 @@
 #
 # Where the idle probe's wakeups go and what each kind costs, from the
 # kernel's scheduler tracepoints (tracefs: sched_waking, sched_switch),
-# under EEVDF and swiftlane alternately in one boot.
+# under EEVDF, swiftlane and peers alternately in one boot.
 # Run it in the guest:
-#   lab/vm.sh --kernel newest -- bash lab/sched-wakeups.sh [ROUNDS [SWIFTLANE_BIN...]]
+#   lab/vm.sh --kernel newest -- bash lab/sched-wakeups.sh [ROUNDS [SCHEDULER_BIN...]]
 # For every wakeup of the probe's threads (client and echo server) it notes
 # the waker's CPU, the CPU the wakee last ran on, the CPU it next ran on,
 # whether that CPU was idle when the wakeup came, and the time from the
 # wakeup to the wakee running; it prints, per variant (EEVDF, then each
 # binary given, named by its directory; default build/swiftlane), the wakeups per
-# round trip by kind with their mean and p90 delay. The tracing slows every
-# variant alike; compare variants, not with untraced runs.
+# round trip by kind with their mean and p90 delay. A binary named scx_* is a
+# peer run with its defaults (e.g. .cache/peers/bin/scx_bpfland); any other
+# is a swiftlane build run without strategies. The probe is build/swiftlane's
+# (SWL_PROBE_BIN overrides). The tracing slows every variant alike; compare
+# variants, not with untraced runs.
 set -eu
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 rounds=${1:-2}
 shift || true
 bins=("${@:-build/swiftlane}")
+probe_bin=$(realpath "${SWL_PROBE_BIN:-build/swiftlane}")
 samples=2000
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -26,11 +30,15 @@ tr=/sys/kernel/tracing
 printf 'strategies: []\n' > "$work/none.yaml"
 
 run() { # name [scheduler binary]
-	local sched= echo bin=${2:-${bins[0]}}
-	if [[ -n ${2:-} ]]; then
-		start_swiftlane "$bin" "$work/none.yaml" "$work/sched.log"
-		sched=$swiftlane_pid
+	local sched= echo bin=${2:-}
+	if [[ $(basename "$bin") == scx_* ]]; then
+		start_sched "$work/sched.log" "$bin"
+		sched=$sched_pid
+	elif [[ -n $bin ]]; then
+		start_sched "$work/sched.log" "$bin" run --config "$work/none.yaml"
+		sched=$sched_pid
 	fi
+	bin=$probe_bin
 	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
 	echo=$!
 	sleep 0.5
