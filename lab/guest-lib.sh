@@ -18,3 +18,14 @@ start_sched() {
 	cat "$log"
 	exit 1
 }
+
+# start_variant LOG BIN CONFIG: start_sched for a variant of the guest
+# scripts: a binary named scx_* is a peer, run with its defaults; any other
+# is a swiftlane build, run with CONFIG.
+start_variant() {
+	if [[ $(basename "$2") == scx_* ]]; then
+		start_sched "$1" "$2"
+	else
+		start_sched "$1" "$2" run --config "$3"
+	fi
+}

@@ -6,9 +6,10 @@
 # from lab/deps.sh). Run it in the guest:
 #   lab/vm.sh --kernel newest -- bash lab/sched-callbacks.sh [SWIFTLANE_BIN [PEER_BIN...]]
 # For swiftlane without strategies, with the probe critical, and for each peer
-# scheduler named (a sched_ext binary run with its defaults, e.g.
-# .cache/peers/bin/scx_bpfland), it prints, per struct_ops callback, the calls per round trip, the time per call and the
-# time per round trip, and the total. Under TCG the times are the emulated
+# named (an scx_* binary run with its defaults, e.g.
+# .cache/peers/bin/scx_bpfland), it prints, per struct_ops callback, the
+# calls per round trip, the time per call and the time per round trip, and
+# the total. Under TCG the times are the emulated
 # machine's (tens of times native); compare callbacks and variants, not
 # hosts.
 set -eu
@@ -21,12 +22,8 @@ sysctl -qw kernel.bpf_stats_enabled=1
 printf 'strategies: []\n' > "$work/none.yaml"
 printf 'strategies:\n  - name: probe\n    class: critical\n    command_regex: "swiftlane probe"\n' > "$work/critical.yaml"
 
-profile() { # name config|peer-binary
-	if [ -f "$2" ] && [ -x "$2" ]; then
-		start_sched "$work/$1.log" "$2"
-	else
-		start_sched "$work/$1.log" "$bin" run --config "$2"
-	fi
+profile() { # name scheduler-binary config
+	start_variant "$work/$1.log" "$2" "$3"
 	local sched=$sched_pid
 	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
 	local echo=$!
@@ -59,8 +56,8 @@ for ns, calls, cb in sorted(rows, reverse=True):
 print(f"  {'all callbacks':20s} {'':28s} {total / n / 1000:7.1f} µs/rt")
 PY
 }
-profile swiftlane "$work/none.yaml"
-profile swiftlane-critical "$work/critical.yaml"
+profile swiftlane "$bin" "$work/none.yaml"
+profile swiftlane-critical "$bin" "$work/critical.yaml"
 for peer in "${@:2}"; do
-	profile "$(basename "$peer")" "$(realpath "$peer")"
+	profile "$(basename "$peer")" "$(realpath "$peer")" "$work/none.yaml"
 done

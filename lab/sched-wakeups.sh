@@ -30,23 +30,19 @@ tr=/sys/kernel/tracing
 printf 'strategies: []\n' > "$work/none.yaml"
 
 run() { # name [scheduler binary]
-	local sched= echo bin=${2:-}
-	if [[ $(basename "$bin") == scx_* ]]; then
-		start_sched "$work/sched.log" "$bin"
-		sched=$sched_pid
-	elif [[ -n $bin ]]; then
-		start_sched "$work/sched.log" "$bin" run --config "$work/none.yaml"
+	local sched= echo
+	if [[ -n ${2:-} ]]; then
+		start_variant "$work/sched.log" "$2" "$work/none.yaml"
 		sched=$sched_pid
 	fi
-	bin=$probe_bin
-	"$bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
+	"$probe_bin" probe echo --listen 127.0.0.1:7777 > /dev/null 2>&1 &
 	echo=$!
 	sleep 0.5
 	echo 0 > $tr/tracing_on
 	echo > $tr/trace
 	echo 16384 > $tr/buffer_size_kb
 	for e in sched_waking sched_switch; do echo 1 > $tr/events/sched/$e/enable; done
-	"$bin" probe rtt --target 127.0.0.1:7777 --samples $samples --interval 1ms --json "$work/rtt.json" > /dev/null &
+	"$probe_bin" probe rtt --target 127.0.0.1:7777 --samples $samples --interval 1ms --json "$work/rtt.json" > /dev/null &
 	local client=$!
 	echo 1 > $tr/tracing_on
 	wait $client

@@ -91,7 +91,7 @@ var demoComparisons = []struct{ phase, cand, base string }{
 // runDemo is the guest side: rounds of the probe workload, without the
 // hogs' metrics (waiting for them would add seconds to every run).
 func runDemo(rounds int, out string) error {
-	all, err := pick(selectable(*only), *only)
+	all, err := pick(*only)
 	if err != nil {
 		return err
 	}
@@ -135,8 +135,10 @@ func runDemo(rounds int, out string) error {
 	return benchlab.WriteJSON(out, rep)
 }
 
-// pick keeps the variants list names (all canonical ones if empty), in vs's order.
-func pick(vs []variant, list string) ([]variant, error) {
+// pick keeps the variants list names (all canonical ones if empty), in
+// their canonical order.
+func pick(list string) ([]variant, error) {
+	vs := selectable(list)
 	if list == "" {
 		return vs, nil
 	}

@@ -247,7 +247,7 @@ func selectable(list string) []variant {
 // position too (rotating all of them first left three picked ones in the
 // same order in boots 3 and 4).
 func bootOrder(boot int, list string) ([]variant, error) {
-	vs, err := pick(selectable(list), list)
+	vs, err := pick(list)
 	return rotate(vs, boot-1), err
 }
 
