@@ -20,11 +20,14 @@ start_sched() {
 }
 
 # start_variant LOG BIN CONFIG: start_sched for a variant of the guest
-# scripts: a binary named scx_* is a peer, run with its defaults; any other
-# is a swiftlane build, run with CONFIG.
+# scripts: a binary named scx_* is a peer, run with its defaults;
+# bench-sched runs the sched_ext floor (a scheduler with no callbacks);
+# any other is a swiftlane build, run with CONFIG.
 start_variant() {
 	if [[ $(basename "$2") == scx_* ]]; then
 		start_sched "$1" "$2"
+	elif [[ $(basename "$2") == bench-sched ]]; then
+		start_sched "$1" "$2" -floor-scheduler
 	else
 		start_sched "$1" "$2" run --config "$3"
 	fi

@@ -12,7 +12,8 @@
 # wakeup to the wakee running; it prints, per variant (EEVDF, then each
 # binary given, named by its directory; default build/swiftlane), the wakeups per
 # round trip by kind with their mean and p90 delay. A binary named scx_* is a
-# peer run with its defaults (e.g. .cache/peers/bin/scx_bpfland); any other
+# peer run with its defaults (e.g. .cache/peers/bin/scx_bpfland);
+# build/bench-sched is the sched_ext floor (no callbacks); any other
 # is a swiftlane build run without strategies. The probe is build/swiftlane's
 # (SWL_PROBE_BIN overrides). The tracing slows every variant alike; compare
 # variants, not with untraced runs.

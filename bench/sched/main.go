@@ -18,22 +18,28 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/swiftlane/swiftlane/bench/internal/benchlab"
+	"github.com/swiftlane/swiftlane/bench/sched/floor"
 )
 
 var (
 	swiftlane = flag.String("swiftlane", "build/swiftlane", "swiftlane binary")
 	trialBin  = flag.String("trial", "", "the optional variant `trial`: this swiftlane binary (a build under trial), no strategies, -trial-config added to its config")
 	trialCfg  = flag.String("trial-config", "", "YAML added to the trial variant's config (e.g. \"queued_wakeup: true\")")
+	trial2Bin = flag.String("trial2", "", "the optional variant `trial2`: a second build under trial, as -trial")
+	trial2Cfg = flag.String("trial2-config", "", "YAML added to the trial2 variant's config")
 	peersDir  = flag.String("peers", ".cache/peers/bin", "directory with the scx_* peers (built by lab/peers.sh)")
 	peerErrs  = flag.String("peer-errors", ".cache/peers/errors.json", "why a peer could not be built (written by lab/peers.sh)")
 	layered   = flag.String("layered-config", "", "scx_layered layer config (default: bench/sched/layered.json, built in)")
@@ -64,6 +70,7 @@ var (
 	demoRounds = flag.Int("demo", 0, "`make demo` in the VM: this many rounds of the probe (idle, saturated) under -variants, the order rotated each round, into -out (default build/demo-rounds.json)")
 	demoHost   = flag.Bool("demo-host", false, "`make demo` on the host: run the command after the flags (the VM running lab/demo.sh) while sampling the host's load, then print -in's rounds with medians, ranges and verdicts and write them to -out (default bench/results/demo.json)")
 	demoIn     = flag.String("in", "build/demo-rounds.json", "with -demo-host: the rounds the guest's -demo wrote")
+	floorRun   = flag.Bool("floor-scheduler", false, "attach the sched_ext floor (a scheduler with no callbacks, package floor) until SIGINT or SIGTERM: the optional variant sched_ext-floor runs this, lab scripts too")
 )
 
 // progress receives which workload each variant is on (the demo's rounds
@@ -87,7 +94,9 @@ var optional = []variant{
 	{"swiftlane-builtin-idle", "swiftlane, no strategies, builtin_idle: wakeups placed by the kernel's idle-CPU selection", startSwiftlane("builtin_idle: true\n" + noStrategies)},
 	{"swiftlane-queued-wakeup", "swiftlane, no strategies, queued_wakeup: wakeups handed to the wakee's CPU", startSwiftlane("queued_wakeup: true\n" + noStrategies)},
 	{"swiftlane-queued-wakeup-builtin-idle", "swiftlane, no strategies, queued_wakeup and builtin_idle", startSwiftlane("queued_wakeup: true\nbuiltin_idle: true\n" + noStrategies)},
-	{"trial", "-trial's swiftlane binary, no strategies, -trial-config added", startTrial},
+	{"trial", "-trial's swiftlane binary, no strategies, -trial-config added", startTrial("trial", trialBin, trialCfg)},
+	{"trial2", "-trial2's swiftlane binary, no strategies, -trial2-config added", startTrial("trial2", trial2Bin, trial2Cfg)},
+	{"sched_ext-floor", "a sched_ext scheduler with no callbacks: the kernel's idle-CPU selection and one global FIFO, no BPF run on any event (what sched_ext itself costs)", startFloor},
 }
 
 type variant struct {
@@ -169,6 +178,10 @@ func main() {
 		os.Exit(2)
 	}
 	switch {
+	case *floorRun:
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = floor.Run(ctx)
+		stop()
 	case *merge:
 		err = mergeBoots(flag.Args(), *tortureIn, *out)
 	case *demoHost:

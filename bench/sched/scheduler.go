@@ -51,13 +51,26 @@ func startSwiftlane(config string) func() (*scheduler, error) {
 	return func() (*scheduler, error) { return startSwiftlaneBin(*swiftlane, config) }
 }
 
-// startTrial is the optional variant "trial": -trial's binary, a build
-// under trial beside the tree's, with -trial-config.
-func startTrial() (*scheduler, error) {
-	if *trialBin == "" {
-		return nil, fmt.Errorf("variant trial needs -trial BIN")
+// startTrial is an optional variant "trial" or "trial2": the binary its
+// flag names (a build under trial beside the tree's), with the config its
+// -config flag adds.
+func startTrial(name string, bin, config *string) func() (*scheduler, error) {
+	return func() (*scheduler, error) {
+		if *bin == "" {
+			return nil, fmt.Errorf("variant %s needs -%s BIN", name, name)
+		}
+		return startSwiftlaneBin(*bin, *config+"\n"+noStrategies)
 	}
-	return startSwiftlaneBin(*trialBin, *trialCfg+"\n"+noStrategies)
+}
+
+// startFloor is the optional variant "sched_ext-floor": this binary with
+// -floor-scheduler.
+func startFloor() (*scheduler, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return startScheduler(self, "-floor-scheduler")
 }
 
 func startSwiftlaneBin(bin, config string) (*scheduler, error) {
