@@ -9,7 +9,8 @@
 # named (an scx_* binary run with its defaults, e.g.
 # .cache/peers/bin/scx_bpfland), it prints, per struct_ops callback, the
 # calls per round trip, the time per call and the time per round trip, and
-# the total. Under TCG the times are the emulated
+# the total, and for swiftlane its own counters per round trip (dispatch
+# paths, wakeup preemptions, kicks). Under TCG the times are the emulated
 # machine's (tens of times native); compare callbacks and variants, not
 # hosts.
 set -eu
@@ -29,8 +30,10 @@ profile() { # name scheduler-binary config
 	local echo=$!
 	sleep 0.5 # the echo server's socket; a round trip fails loudly if it is not there
 	bpftool -j prog show > "$work/before.json"
+	counters > "$work/before.prom"
 	"$bin" probe rtt --target 127.0.0.1:7777 --samples $samples --interval 1ms --json "$work/rtt.json" > /dev/null
 	bpftool -j prog show > "$work/after.json"
+	counters > "$work/after.prom"
 	kill "$echo"
 	kill -INT "$sched"
 	wait "$sched" || true
@@ -54,7 +57,29 @@ print(f"== {name}: probe avg {rtt['avg_us']:.0f} µs, p99 {rtt['p99_us']:.0f} µ
 for ns, calls, cb in sorted(rows, reverse=True):
     print(f"  {cb:20s} {calls / n:6.2f} calls/rt  {ns / calls:8.0f} ns/call  {ns / n / 1000:7.1f} µs/rt")
 print(f"  {'all callbacks':20s} {'':28s} {total / n / 1000:7.1f} µs/rt")
+
+def prom(f):
+    out = {}
+    for line in open(f):
+        if line.startswith("swiftlane_") and "_bucket" not in line:
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+b, a = prom(work + "/before.prom"), prom(work + "/after.prom")
+moved = sorted((a[k] - b.get(k, 0), k) for k in a if a[k] - b.get(k, 0) >= 1)
+if moved:
+    print("  swiftlane's counters over the round trips:")
+for d, k in sorted(moved, key=lambda x: x[1]):
+    print(f"    {k:60s} {d / n:7.2f}/rt")
 PY
+}
+
+# counters: swiftlane's own counters and gauges (its metrics endpoint, the
+# default address); nothing for a peer, which serves none.
+counters() {
+	python3 -c 'import sys, urllib.request
+try: sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:9461/metrics", timeout=5).read().decode())
+except OSError: pass'
 }
 profile swiftlane "$bin" "$work/none.yaml"
 profile swiftlane-critical "$bin" "$work/critical.yaml"
