@@ -66,10 +66,10 @@ def prom(f):
             out[k] = float(v)
     return out
 b, a = prom(work + "/before.prom"), prom(work + "/after.prom")
-moved = sorted((a[k] - b.get(k, 0), k) for k in a if a[k] - b.get(k, 0) >= 1)
+moved = {k: a[k] - b.get(k, 0) for k in sorted(a) if a[k] - b.get(k, 0) >= 1}
 if moved:
     print("  swiftlane's counters over the round trips:")
-for d, k in sorted(moved, key=lambda x: x[1]):
+for k, d in moved.items():
     print(f"    {k:60s} {d / n:7.2f}/rt")
 PY
 }
